@@ -1,0 +1,217 @@
+"""The execution spec: typed msgspec structs, TOML/JSON loading, and error messages that never echo a value."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+import msgspec
+
+from agentctl.evidence.contract import Transport
+
+AF_UNIX_PATH_MAX = 107
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+
+
+class SpecError(Exception):
+    """A spec problem, phrased for one line: file, field path, what is wrong. Never the offending value."""
+
+
+class _S(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class IdentitySpec(_S):
+    task_id: str
+    session_id: str
+    agent_id: str
+    agent_profile_id: str
+    execution_id: str | None = None
+
+
+class AgentSpec(_S):
+    command: list[str]
+    protocol: Literal["acp", "passthrough"] = "acp"
+    strategy: str | None = None
+    workdir: str | None = None
+    env: dict[str, str] = {}
+
+
+class ServerSpec(_S):
+    name: str
+    type: Transport
+    url: str | None = None
+    headers: dict[str, str] = {}
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+
+
+class McpSpec(_S):
+    listen: str = "127.0.0.1:0"
+    profile: Literal["task", "task-title", "config", "external"] = "task"
+    builtin_name: str = "kandev"
+    servers: list[ServerSpec] = []
+
+
+class PolicySpec(_S):
+    transports: list[Transport] = ["http", "sse", "stdio"]
+
+
+class UpstreamSpec(_S):
+    socket: str | None = None
+
+
+class StateSpec(_S):
+    dir: str | None = None
+
+
+class DaemonSpec(_S):
+    shutdown_timeout: float = 10.0
+    persist_delay: float = 0.2
+
+
+class Spec(_S):
+    identity: IdentitySpec
+    agent: AgentSpec | None = None
+    mcp: McpSpec = msgspec.field(default_factory=McpSpec)
+    policy: PolicySpec = msgspec.field(default_factory=PolicySpec)
+    upstream: UpstreamSpec = msgspec.field(default_factory=UpstreamSpec)
+    state: StateSpec = msgspec.field(default_factory=StateSpec)
+    daemon: DaemonSpec = msgspec.field(default_factory=DaemonSpec)
+
+
+_PATH_RE = re.compile(r"`\$(?P<path>[^`]*)`")
+_QUOTED_RE = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+def _field_path(msg: str) -> str:
+    match = _PATH_RE.search(msg)
+    if not match:
+        return "(top level)"
+    path = match.group("path").lstrip(".")
+    # msgspec writes list indices as [0]; keep them, they are positions, not values.
+    return path or "(top level)"
+
+
+def _describe(msg: str) -> str:
+    """msgspec's message without the path suffix and without any quoted value (it may be a secret)."""
+    text = msg.split(" - at `", 1)[0]
+    text = _QUOTED_RE.sub("<value>", text)
+    return text
+
+
+def _fail(source: str, path: str, what: str) -> SpecError:
+    return SpecError(f"{source}: {path}: {what}")
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and validate a spec file; raises SpecError with a one-line, value-free message."""
+    p = Path(path)
+    source = str(p)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise SpecError(f"{source}: file not found") from None
+    except IsADirectoryError:
+        raise SpecError(f"{source}: is a directory, expected a TOML or JSON file") from None
+    except PermissionError:
+        raise SpecError(f"{source}: permission denied") from None
+    except OSError as exc:
+        raise SpecError(f"{source}: cannot read ({exc.strerror})") from None
+    return parse_spec(raw, source=source, fmt="json" if p.suffix.lower() == ".json" else "toml")
+
+
+def parse_spec(raw: bytes, *, source: str = "<spec>", fmt: str = "toml") -> Spec:
+    if fmt == "json":
+        try:
+            data = msgspec.json.decode(raw)
+        except msgspec.DecodeError as exc:
+            raise _fail(source, "(syntax)", f"invalid JSON ({_describe(str(exc))})") from None
+    else:
+        try:
+            data = tomllib.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise _fail(source, "(syntax)", "not UTF-8 text") from None
+        except tomllib.TOMLDecodeError as exc:
+            # tomllib messages name a line and column, never the value.
+            raise _fail(source, "(syntax)", f"invalid TOML ({exc})") from None
+    if not isinstance(data, dict):
+        raise _fail(source, "(top level)", "expected a table/object")
+    try:
+        spec = msgspec.convert(data, type=Spec, strict=True)
+    except msgspec.ValidationError as exc:
+        msg = str(exc)
+        raise _fail(source, _field_path(msg), _describe(msg)) from None
+    _check(spec, source)
+    return spec
+
+
+def _check(spec: Spec, source: str) -> None:
+    ident = spec.identity
+    for field in ("task_id", "session_id", "agent_id", "agent_profile_id", "execution_id"):
+        value = getattr(ident, field)
+        if value is None:
+            continue
+        if not _ID_RE.match(value):
+            raise _fail(source, f"identity.{field}", "must be 1-128 characters of letters, digits, '_', '.', ':' or '-'")
+    if spec.agent is not None:
+        agent = spec.agent
+        if not agent.command or not agent.command[0]:
+            raise _fail(source, "agent.command", "must be a non-empty argv list")
+        if agent.protocol == "acp" and agent.strategy is not None:
+            raise _fail(source, "agent.strategy", "only valid with protocol = \"passthrough\"")
+    mcp = spec.mcp
+    _check_listen(mcp.listen, source)
+    if not _NAME_RE.match(mcp.builtin_name):
+        raise _fail(source, "mcp.builtin_name", "must be 1-64 characters of letters, digits, '_', '.' or '-'")
+    for i, server in enumerate(mcp.servers):
+        where = f"mcp.servers[{i}]"
+        if not _NAME_RE.match(server.name):
+            raise _fail(source, f"{where}.name", "must be 1-64 characters of letters, digits, '_', '.' or '-'")
+        if server.type in ("http", "sse"):
+            if not server.url:
+                raise _fail(source, f"{where}.url", f"required for type = \"{server.type}\"")
+            if server.command is not None or server.args:
+                raise _fail(source, f"{where}.command", f"not allowed for type = \"{server.type}\"")
+            _check_url(server.url, f"{where}.url", source)
+        else:
+            if not server.command:
+                raise _fail(source, f"{where}.command", "required for type = \"stdio\"")
+            if server.url is not None or server.headers:
+                raise _fail(source, f"{where}.url", "not allowed for type = \"stdio\"")
+    if spec.daemon.shutdown_timeout <= 0 or spec.daemon.shutdown_timeout > 300:
+        raise _fail(source, "daemon.shutdown_timeout", "must be > 0 and <= 300 seconds")
+    if spec.daemon.persist_delay < 0 or spec.daemon.persist_delay > 10:
+        raise _fail(source, "daemon.persist_delay", "must be between 0 and 10 seconds")
+    if spec.upstream.socket is not None and len(spec.upstream.socket.encode()) > AF_UNIX_PATH_MAX:
+        raise _fail(source, "upstream.socket", f"path longer than {AF_UNIX_PATH_MAX} bytes (AF_UNIX limit)")
+
+
+def _check_listen(listen: str, source: str) -> None:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise _fail(source, "mcp.listen", "must be HOST:PORT with a numeric port (0 picks a free one)")
+    if host.strip("[]") not in ("127.0.0.1", "::1", "localhost"):
+        raise _fail(source, "mcp.listen", "must be a loopback address (127.0.0.1, ::1 or localhost)")
+
+
+def _check_url(url: str, where: str, source: str) -> None:
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises on a bad port
+    except ValueError:
+        raise _fail(source, where, "is not a valid URL") from None
+    if parts.scheme not in ("http", "https"):
+        raise _fail(source, where, "must use http or https")
+    if not parts.hostname:
+        raise _fail(source, where, "has no host")
+
+
+def listen_address(spec: Spec) -> tuple[str, int]:
+    host, _, port = spec.mcp.listen.rpartition(":")
+    return host.strip("[]"), int(port)
