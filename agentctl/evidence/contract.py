@@ -53,7 +53,7 @@ class Base(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fiel
     """Common struct config: keyword-only, compact JSON, unknown fields refused on decode."""
 
 
-class Identity(Base):
+class Identity(Base, kw_only=True):
     """Who this execution generation is. Minted by the executor and the daemon, never by the agent."""
 
     task_id: str
@@ -64,19 +64,19 @@ class Identity(Base):
     agent_profile_id: str
 
 
-class ClientInfo(Base):
+class ClientInfo(Base, kw_only=True):
     name: str
     version: str | None = None
 
 
-class ErrorSummary(Base):
+class ErrorSummary(Base, kw_only=True):
     """A stable reason code plus a redacted summary of at most MAX_SUMMARY_BYTES."""
 
     reason_code: str
     summary: str = ""
 
 
-class ToolSummary(Base):
+class ToolSummary(Base, kw_only=True):
     """One built-in tool as the agent saw it in tools/list, bounded."""
 
     name: str
@@ -87,7 +87,7 @@ class ToolSummary(Base):
     token_estimate: int | None = None
 
 
-class ToolCatalog(Base):
+class ToolCatalog(Base, kw_only=True):
     """The bounded catalog of the built-in server. `tool_count` on the row stays the full count."""
 
     tools: list[ToolSummary] = []
@@ -97,7 +97,7 @@ class ToolCatalog(Base):
     estimator_unavailable_reason: str | None = None
 
 
-class EndpointTestResult(Base):
+class EndpointTestResult(Base, kw_only=True):
     """Reachability measured by the daemon. Stored beside a row; never changes its status."""
 
     succeeded: bool
@@ -108,7 +108,7 @@ class EndpointTestResult(Base):
     latency_ms: float | None = None
 
 
-class EvidenceEvent(Base):
+class EvidenceEvent(Base, kw_only=True):
     """One timestamped observation. `server` None means attempt level (or a report-level diagnostic)."""
 
     kind: EvidenceKind
@@ -137,14 +137,14 @@ class EvidenceEvent(Base):
     outcome: ToolOutcome | None = None
 
 
-class ServerRow(Base):
+class ServerRow(Base, kw_only=True):
     """What is known about one MCP server in one attempt. `status` is always the strongest evidence."""
 
     name: str
     source: Source = "profile"
     transport: Transport | None = None
     target: str | None = None
-    status: Status = "configured"
+    status: Status  # required so it is always encoded, even when "configured"
     reason_code: str | None = None
     summary: str | None = None
     connection_id: str | None = None
@@ -170,7 +170,7 @@ class ServerRow(Base):
     catalog: ToolCatalog | None = None
 
 
-class Attempt(Base):
+class Attempt(Base, kw_only=True):
     """One attachment attempt: created before delivery by session/new, session/load, reset or a CLI start."""
 
     attempt_id: str
@@ -190,15 +190,26 @@ class Attempt(Base):
     session_error: ErrorSummary | None = None
 
 
-class AttachmentHistory(Base):
+class RefusalCount(Base, kw_only=True):
+    """HTTP requests refused before the MCP SDK saw them: route, method and status only, never a body."""
+
+    route: str
+    method: str
+    status: int
+    count: int = 0
+
+
+class AttachmentHistory(Base, kw_only=True):
     """The report: the current attempt and up to MAX_ATTEMPTS - 1 previous ones, newest first."""
 
-    version: int = CONTRACT_VERSION
+    version: int  # always CONTRACT_VERSION when written; required so it is always encoded
     identity: Identity
     updated_at: datetime
     current: Attempt | None = None
     previous: list[Attempt] = []
+    last_seq: int = 0  # highest evidence sequence number folded in (per instance)
     rejected_events: int = 0  # evidence naming an attempt no longer kept, or a foreign execution
+    http_refusals: list[RefusalCount] = []
 
 
 def history_schema() -> dict[str, Any]:

@@ -1,0 +1,58 @@
+"""What the daemon's components share: spec, identity, ledger, paths, readiness checks and the stop trigger.
+
+Built once by the composition root (daemon/app.py) and handed to each component; components never
+reach for globals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentctl.evidence.ledger import Ledger
+from agentctl.spec import Spec
+
+
+@dataclass
+class Readiness:
+    """Named readiness checks; /readyz is ready only while every check is true and no stop was requested."""
+
+    checks: dict[str, bool] = field(default_factory=dict)
+    details: dict[str, str] = field(default_factory=dict)
+    stopping: bool = False
+
+    def set(self, name: str, ok: bool, detail: str = "") -> None:
+        self.checks[name] = ok
+        if detail:
+            self.details[name] = detail
+        else:
+            self.details.pop(name, None)
+
+    @property
+    def ready(self) -> bool:
+        return not self.stopping and bool(self.checks) and all(self.checks.values())
+
+
+@dataclass
+class DaemonContext:
+    spec: Spec
+    ledger: Ledger
+    state_dir: Path
+    control_socket: Path
+    readiness: Readiness = field(default_factory=Readiness)
+    stop_event: asyncio.Event = field(default_factory=asyncio.Event)
+    mcp_url: str | None = None
+    report_path: Path | None = None
+    # Hooks later components register (e.g. session/new once an agent is supervised).
+    extra: dict[str, Callable[..., object]] = field(default_factory=dict)
+
+    @property
+    def identity(self):
+        return self.ledger.identity
+
+    def request_stop(self) -> None:
+        """The shutdown trigger: signals, `agentctl stop` and tests all end up here."""
+        self.readiness.stopping = True
+        self.stop_event.set()

@@ -1,0 +1,145 @@
+"""The daemon's live evidence state: one history, sequence numbers, attempt tokens, and change listeners.
+
+Everything the daemon observes goes through `Ledger.record`; it stamps identity, time and sequence,
+folds the event with the pure reducer and tells listeners (persistence, upstream, progress output).
+Listeners are called synchronously and must only schedule work: the MCP request path calls `record`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+from agentctl.evidence import reducer
+from agentctl.evidence.contract import (
+    CONTRACT_VERSION,
+    AttachmentHistory,
+    AttemptOrigin,
+    EndpointTestResult,
+    EvidenceEvent,
+    EvidenceKind,
+    Identity,
+    Source,
+    Transport,
+)
+from agentctl.identity import TokenRegistry, new_attempt_id
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+Listener = Callable[[EvidenceEvent | None], None]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class ServerSeed(msgspec.Struct, frozen=True, kw_only=True):
+    """A server as configured for an attempt, already sanitized (target is scheme://host[:port] or a basename)."""
+
+    name: str
+    source: Source
+    transport: Transport | None
+    target: str | None
+
+
+class Ledger:
+    def __init__(self, identity: Identity, clock: Clock = utcnow) -> None:
+        self.identity = identity
+        self._clock = clock
+        self._seq = 0
+        self._listeners: list[Listener] = []
+        self.tokens = TokenRegistry()
+        self.history = AttachmentHistory(version=CONTRACT_VERSION, identity=identity, updated_at=clock())
+
+    def now(self) -> datetime:
+        return self._clock()
+
+    @property
+    def current_attempt_id(self) -> str | None:
+        return self.history.current.attempt_id if self.history.current else None
+
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def begin_attempt(self, origin: AttemptOrigin, seeds: list[ServerSeed] = ()) -> tuple[str, str]:
+        """Create the new current attempt and its bearer token, then record `configured` for each seed."""
+        attempt_id = new_attempt_id()
+        old = self.current_attempt_id
+        reducer.begin_attempt(self.history, attempt_id=attempt_id, origin=origin, now=self._clock())
+        token = self.tokens.mint(attempt_id)
+        self._prune_tokens()
+        if old is not None:
+            self._notify(None)
+        for seed in seeds:
+            self.record(
+                "configured",
+                attempt_id,
+                seed.name,
+                source=seed.source,
+                transport=seed.transport,
+                target=seed.target,
+            )
+        self._notify(None)
+        return attempt_id, token
+
+    def record(
+        self,
+        kind: EvidenceKind,
+        attempt_id: str,
+        server: str | None = None,
+        *,
+        occurred_at: datetime | None = None,
+        **fields: Any,
+    ) -> EvidenceEvent | None:
+        """Stamp and fold one observation. Returns the event, or None when its attempt is no longer kept."""
+        self._seq += 1
+        ident = self.identity
+        event = EvidenceEvent(
+            kind=kind,
+            occurred_at=occurred_at or self._clock(),
+            task_id=ident.task_id,
+            session_id=ident.session_id,
+            execution_id=ident.execution_id,
+            instance_id=ident.instance_id,
+            attempt_id=attempt_id,
+            seq=self._seq,
+            server=server,
+            **fields,
+        )
+        result = reducer.apply(self.history, event)
+        if result != "applied":
+            log.debug("evidence %s for attempt not kept: %s", kind, result)
+            self._notify(None)
+            return None
+        self._notify(event)
+        return event
+
+    def set_endpoint_test(self, attempt_id: str, server: str, result: EndpointTestResult) -> bool:
+        stored = reducer.record_endpoint_test(self.history, attempt_id, server, result)
+        if stored:
+            self._notify(None)
+        return stored
+
+    def count_refusal(self, route: str, method: str, status: int) -> None:
+        reducer.count_refusal(self.history, route, method, status)
+        self._notify(None)
+
+    def _prune_tokens(self) -> None:
+        # A token outlives its attempt only while the attempt is kept in history.
+        kept = {a.attempt_id for a in self.history.previous}
+        if self.history.current:
+            kept.add(self.history.current.attempt_id)
+        for attempt_id in {a for _, a in self.tokens._tokens} - kept:
+            self.tokens.forget(attempt_id)
+
+    def _notify(self, event: EvidenceEvent | None) -> None:
+        for listener in self._listeners:
+            try:
+                listener(event)
+            except Exception:  # a broken listener must not break the MCP request path
+                log.exception("evidence listener failed")

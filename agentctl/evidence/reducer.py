@@ -1,0 +1,277 @@
+"""The pure evidence reducer: folds events into an AttachmentHistory by the rules of DESIGN.md.
+
+No I/O and no clock reads: every time comes from the event or from the caller. The functions mutate
+only the history they are given, so the daemon's ledger and the hub apply exactly the same rules.
+"""
+
+from __future__ import annotations
+
+import bisect
+from datetime import datetime
+from typing import Literal
+
+from agentctl.evidence.contract import (
+    MAX_ATTEMPTS,
+    MAX_EVENTS_PER_ATTEMPT,
+    Attempt,
+    AttachmentHistory,
+    AttemptOrigin,
+    EndpointTestResult,
+    ErrorSummary,
+    EvidenceEvent,
+    RefusalCount,
+    ServerRow,
+    Status,
+)
+
+ApplyResult = Literal["applied", "duplicate", "unknown_attempt", "foreign_execution"]
+
+# Kinds that prove the built-in endpoint was reached; they carry the connection (legacy) if any.
+_CONTACT_KINDS = frozenset({"initialize_observed", "tools_list_observed", "tool_call_observed"})
+
+
+def derive_status(row: ServerRow) -> Status:
+    """The strongest evidence wins: failed > active > connected > delivered > filtered/unavailable > configured.
+
+    Derived from which evidence exists, never from arrival order, so a late event cannot weaken a row and
+    the absence of evidence can never produce `failed`.
+    """
+    if row.failed_at is not None:
+        return "failed"
+    if row.tools_list_observed_at is not None:
+        return "active"
+    if row.initialize_observed_at is not None or row.tool_call_observed_at is not None:
+        return "connected"
+    if row.delivered_at is not None:
+        return "delivered"
+    if row.filtered_at is not None:
+        return "filtered"
+    if row.unavailable_at is not None:
+        return "unavailable"
+    return "configured"
+
+
+def find_attempt(history: AttachmentHistory, attempt_id: str) -> Attempt | None:
+    if history.current is not None and history.current.attempt_id == attempt_id:
+        return history.current
+    for attempt in history.previous:
+        if attempt.attempt_id == attempt_id:
+            return attempt
+    return None
+
+
+def find_row(attempt: Attempt, server: str) -> ServerRow | None:
+    for row in attempt.servers:
+        if row.name == server:
+            return row
+    return None
+
+
+def begin_attempt(
+    history: AttachmentHistory, *, attempt_id: str, origin: AttemptOrigin, now: datetime
+) -> Attempt:
+    """Make a new attempt current at once (before anything is delivered for it).
+
+    The old current attempt is superseded in the same step, so a slow or failed delivery can never leave
+    old evidence looking current.
+    """
+    ident = history.identity
+    old = history.current
+    if old is not None:
+        _supersede(old, now)
+        history.previous.insert(0, old)
+        del history.previous[MAX_ATTEMPTS - 1 :]
+    history.current = Attempt(
+        attempt_id=attempt_id,
+        task_id=ident.task_id,
+        session_id=ident.session_id,
+        execution_id=ident.execution_id,
+        instance_id=ident.instance_id,
+        origin=origin,
+        started_at=now,
+        updated_at=now,
+    )
+    history.updated_at = _later(history.updated_at, now)
+    return history.current
+
+
+def _supersede(attempt: Attempt, now: datetime) -> None:
+    attempt.superseded_at = now
+    ident_event = EvidenceEvent(
+        kind="attempt_superseded",
+        occurred_at=now,
+        task_id=attempt.task_id,
+        session_id=attempt.session_id,
+        execution_id=attempt.execution_id,
+        instance_id=attempt.instance_id,
+        attempt_id=attempt.attempt_id,
+    )
+    _append_event(attempt, ident_event)
+    # Superseded attempts keep the tool count but not the catalog: history stays small.
+    for row in attempt.servers:
+        row.catalog = None
+
+
+def apply(history: AttachmentHistory, event: EvidenceEvent) -> ApplyResult:
+    """Fold one event into the attempt it names. Never touches any other attempt."""
+    ident = history.identity
+    if event.execution_id != ident.execution_id or event.instance_id != ident.instance_id:
+        history.rejected_events += 1
+        return "foreign_execution"
+    if event.seq and event.seq <= history.last_seq:
+        return "duplicate"
+    attempt = find_attempt(history, event.attempt_id)
+    if attempt is None:
+        history.rejected_events += 1
+        return "unknown_attempt"
+    if event.seq:
+        history.last_seq = event.seq
+    if attempt.superseded_at is not None and event.catalog is not None:
+        event.catalog = None
+    _append_event(attempt, event)
+    attempt.updated_at = _later(attempt.updated_at, event.occurred_at)
+    history.updated_at = _later(history.updated_at, event.occurred_at)
+
+    if event.server is None:
+        _apply_attempt_level(attempt, event)
+        return "applied"
+    row = find_row(attempt, event.server)
+    if row is None:
+        row = ServerRow(name=event.server, source=event.source or "profile", status="configured")
+        attempt.servers.append(row)
+    _apply_row(row, event, superseded=attempt.superseded_at is not None)
+    row.status = derive_status(row)
+    return "applied"
+
+
+def _apply_attempt_level(attempt: Attempt, event: EvidenceEvent) -> None:
+    t = event.occurred_at
+    if event.kind == "session_accepted":
+        if _newer(t, attempt.accepted_at):
+            attempt.accepted_at = t
+            if event.acp_session_id is not None:
+                attempt.acp_session_id = event.acp_session_id
+    elif event.kind == "explicit_error":
+        # An error that cannot be tied to one server is a report-level diagnostic: it marks nothing failed.
+        attempt.session_error = ErrorSummary(
+            reason_code=event.reason_code or "session_error", summary=event.summary or ""
+        )
+    elif event.kind == "attempt_superseded":
+        if attempt.superseded_at is None or t < attempt.superseded_at:
+            attempt.superseded_at = t
+
+
+def _apply_row(row: ServerRow, event: EvidenceEvent, *, superseded: bool) -> None:
+    t = event.occurred_at
+    kind = event.kind
+    if kind == "configured":
+        if _newer(t, row.configured_at):
+            row.configured_at = t
+            row.source = event.source or row.source
+            row.transport = event.transport or row.transport
+            row.target = event.target or row.target
+    elif kind in ("filtered", "unavailable"):
+        attr = f"{kind}_at"
+        if _newer(t, getattr(row, attr)):
+            setattr(row, attr, t)
+            _set_reason(row, event)
+    elif kind == "delivered":
+        if _newer(t, row.delivered_at):
+            row.delivered_at = t
+            row.transport = event.transport or row.transport
+            row.target = event.target or row.target
+    elif kind == "explicit_error":
+        if _newer(t, row.failed_at):
+            row.failed_at = t
+            _set_reason(row, event)
+    elif kind == "connection_closed":
+        if (
+            event.connection_id is not None
+            and event.connection_id == row.connection_id
+            and _newer(t, row.connection_seen_at)
+        ):
+            row.disconnected_at = t
+    elif kind in _CONTACT_KINDS:
+        _apply_contact(row, event, superseded=superseded)
+
+
+def _apply_contact(row: ServerRow, event: EvidenceEvent, *, superseded: bool) -> None:
+    t = event.occurred_at
+    if row.disconnected_at is not None and t > row.disconnected_at:
+        # Contact after a close: the close is old news.
+        row.disconnected_at = None
+    if event.connection_id is not None and _newer(t, row.connection_seen_at):
+        if event.connection_id != row.connection_id:
+            row.connection_id = event.connection_id
+            row.disconnected_at = None
+        row.connection_seen_at = t
+    kind = event.kind
+    if kind == "initialize_observed":
+        if _newer(t, row.initialize_observed_at):
+            row.initialize_observed_at = t
+            row.client = event.client or row.client
+            row.era = event.era or row.era
+            row.protocol_version = event.protocol_version or row.protocol_version
+            row.requested_protocol_version = event.requested_protocol_version or row.requested_protocol_version
+    elif kind == "tools_list_observed":
+        if _newer(t, row.tools_list_observed_at):
+            row.tools_list_observed_at = t
+            if event.tool_count is not None:
+                row.tool_count = event.tool_count
+            row.catalog = None if superseded else event.catalog
+            row.era = event.era or row.era
+    elif kind == "tool_call_observed":
+        row.tool_calls += 1
+        if event.outcome == "error":
+            row.tool_errors += 1
+        if _newer(t, row.tool_call_observed_at):
+            row.tool_call_observed_at = t
+            row.last_tool = event.tool_name
+            row.era = row.era or event.era
+
+
+def _set_reason(row: ServerRow, event: EvidenceEvent) -> None:
+    row.reason_code = event.reason_code
+    row.summary = event.summary
+
+
+def record_endpoint_test(
+    history: AttachmentHistory, attempt_id: str, server: str, result: EndpointTestResult
+) -> bool:
+    """Store a reachability result beside the row. Reachability is not attachment: status is untouched."""
+    attempt = find_attempt(history, attempt_id)
+    if attempt is None:
+        return False
+    row = find_row(attempt, server)
+    if row is None:
+        return False
+    row.endpoint_test = result
+    return True
+
+
+def count_refusal(history: AttachmentHistory, route: str, method: str, status: int) -> None:
+    for entry in history.http_refusals:
+        if entry.route == route and entry.method == method and entry.status == status:
+            entry.count += 1
+            return
+    history.http_refusals.append(RefusalCount(route=route, method=method, status=status, count=1))
+
+
+def _append_event(attempt: Attempt, event: EvidenceEvent) -> None:
+    """Keep the log in occurrence order; when full, drop the oldest and count it."""
+    log = attempt.evidence
+    key = (event.occurred_at, event.seq)
+    index = bisect.bisect_right([(e.occurred_at, e.seq) for e in log], key)
+    log.insert(index, event)
+    overflow = len(log) - MAX_EVENTS_PER_ATTEMPT
+    if overflow > 0:
+        del log[:overflow]
+        attempt.dropped_events += overflow
+
+
+def _newer(t: datetime, current: datetime | None) -> bool:
+    return current is None or t >= current
+
+
+def _later(a: datetime, b: datetime) -> datetime:
+    return b if b > a else a
