@@ -59,7 +59,7 @@ class McpSpec(_S):
 
 
 class PolicySpec(_S):
-    transports: list[Transport] = ["http", "sse", "stdio"]
+    transports: list[Transport] = msgspec.field(default_factory=lambda: ["http", "sse", "stdio"])
 
 
 class UpstreamSpec(_S):

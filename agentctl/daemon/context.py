@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aiohttp import web
+
 from agentctl.evidence.ledger import Ledger
 from agentctl.spec import Spec
 
@@ -43,6 +45,7 @@ class DaemonContext:
     control_socket: Path
     readiness: Readiness = field(default_factory=Readiness)
     stop_event: asyncio.Event = field(default_factory=asyncio.Event)
+    mcp_base: str | None = None  # http://host:port of the loopback listener
     mcp_url: str | None = None
     report_path: Path | None = None
     # Hooks later components register (e.g. session/new once an agent is supervised).
@@ -56,3 +59,7 @@ class DaemonContext:
         """The shutdown trigger: signals, `agentctl stop` and tests all end up here."""
         self.readiness.stopping = True
         self.stop_event.set()
+
+
+# Typed aiohttp application key: every component finds the shared context through it.
+CTX_KEY = web.AppKey("agentctl_context", DaemonContext)

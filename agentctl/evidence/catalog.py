@@ -71,7 +71,9 @@ def build_catalog(
     schema_total = 0
     budget_exhausted = False
     for tool in kept:
-        description, description_truncated = _cut_utf8(_as_str(tool.get("description")), MAX_DESCRIPTION_BYTES)
+        description, description_truncated = _cut_utf8(
+            _as_str(tool.get("description")), MAX_DESCRIPTION_BYTES
+        )
         schema, schema_size = _schema_of(tool)
         schema_truncated = False
         if schema is not None and schema_size > MAX_SCHEMA_BYTES:

@@ -212,6 +212,28 @@ class AttachmentHistory(Base, kw_only=True):
     http_refusals: list[RefusalCount] = []
 
 
+class StatusResponse(msgspec.Struct, kw_only=True):
+    """`agentctl status --json` and GET /v1/status. Every field is always encoded (null when unknown)."""
+
+    identity: Identity
+    ready: bool
+    checks: dict[str, bool]
+    current: Attempt | None
+    report_path: str | None
+    mcp_url: str | None
+    rejected_events: int
+
+
+class HealthResponse(msgspec.Struct, kw_only=True):
+    """`agentctl health --json` and GET /v1/health. `live` is true whenever the daemon answers."""
+
+    live: bool
+    ready: bool
+    stopping: bool
+    checks: dict[str, bool]
+    details: dict[str, str]
+
+
 def history_schema() -> dict[str, Any]:
     """JSON Schema of the report contract (what `agentctl schema` prints and docs/ commits)."""
     return msgspec.json.schema(AttachmentHistory)

@@ -120,12 +120,14 @@ def apply(history: AttachmentHistory, event: EvidenceEvent) -> ApplyResult:
         return "foreign_execution"
     if event.seq and event.seq <= history.last_seq:
         return "duplicate"
+    if event.seq:
+        # Our own sequence, even when the attempt is gone: a re-sent rejected event is then a duplicate,
+        # not a second rejection.
+        history.last_seq = event.seq
     attempt = find_attempt(history, event.attempt_id)
     if attempt is None:
         history.rejected_events += 1
         return "unknown_attempt"
-    if event.seq:
-        history.last_seq = event.seq
     if attempt.superseded_at is not None and event.catalog is not None:
         event.catalog = None
     _append_event(attempt, event)
@@ -139,7 +141,7 @@ def apply(history: AttachmentHistory, event: EvidenceEvent) -> ApplyResult:
     if row is None:
         row = ServerRow(name=event.server, source=event.source or "profile", status="configured")
         attempt.servers.append(row)
-    _apply_row(row, event, superseded=attempt.superseded_at is not None)
+    _apply_row(attempt, row, event)
     row.status = derive_status(row)
     return "applied"
 
@@ -153,15 +155,27 @@ def _apply_attempt_level(attempt: Attempt, event: EvidenceEvent) -> None:
                 attempt.acp_session_id = event.acp_session_id
     elif event.kind == "explicit_error":
         # An error that cannot be tied to one server is a report-level diagnostic: it marks nothing failed.
-        attempt.session_error = ErrorSummary(
-            reason_code=event.reason_code or "session_error", summary=event.summary or ""
-        )
+        # The newest such error is shown; a late-arriving older one does not replace it.
+        if attempt.session_error is None or _is_newest_session_error(attempt, event):
+            attempt.session_error = ErrorSummary(
+                reason_code=event.reason_code or "session_error", summary=event.summary or ""
+            )
     elif event.kind == "attempt_superseded":
         if attempt.superseded_at is None or t < attempt.superseded_at:
             attempt.superseded_at = t
 
 
-def _apply_row(row: ServerRow, event: EvidenceEvent, *, superseded: bool) -> None:
+def _is_newest_session_error(attempt: Attempt, event: EvidenceEvent) -> bool:
+    """True when `event` is still in the log and no report-level error in the log occurred after it."""
+    if not any(e is event for e in attempt.evidence):
+        return False  # dropped at once: older than everything kept
+    t = event.occurred_at
+    return not any(
+        e.kind == "explicit_error" and e.server is None and e.occurred_at > t for e in attempt.evidence
+    )
+
+
+def _apply_row(attempt: Attempt, row: ServerRow, event: EvidenceEvent) -> None:
     t = event.occurred_at
     kind = event.kind
     if kind == "configured":
@@ -174,7 +188,9 @@ def _apply_row(row: ServerRow, event: EvidenceEvent, *, superseded: bool) -> Non
         attr = f"{kind}_at"
         if _newer(t, getattr(row, attr)):
             setattr(row, attr, t)
-            _set_reason(row, event)
+            # One reason is shown: an error's, else a filter's, else an unavailability's; never by arrival.
+            if _reason_kind(row) == kind:
+                _set_reason(row, event)
     elif kind == "delivered":
         if _newer(t, row.delivered_at):
             row.delivered_at = t
@@ -185,26 +201,56 @@ def _apply_row(row: ServerRow, event: EvidenceEvent, *, superseded: bool) -> Non
             row.failed_at = t
             _set_reason(row, event)
     elif kind == "connection_closed":
+        # A close counts only for the row's current connection and only if no contact came after it.
         if (
             event.connection_id is not None
             and event.connection_id == row.connection_id
-            and _newer(t, row.connection_seen_at)
+            and _newer(t, _last_contact(row))
+            and (row.disconnected_at is None or t > row.disconnected_at)
         ):
             row.disconnected_at = t
     elif kind in _CONTACT_KINDS:
-        _apply_contact(row, event, superseded=superseded)
+        _apply_contact(attempt, row, event)
 
 
-def _apply_contact(row: ServerRow, event: EvidenceEvent, *, superseded: bool) -> None:
+def _reason_kind(row: ServerRow) -> str | None:
+    if row.failed_at is not None:
+        return "explicit_error"
+    if row.filtered_at is not None:
+        return "filtered"
+    if row.unavailable_at is not None:
+        return "unavailable"
+    return None
+
+
+def _last_contact(row: ServerRow) -> datetime | None:
+    times = [
+        t
+        for t in (row.initialize_observed_at, row.tools_list_observed_at, row.tool_call_observed_at)
+        if t is not None
+    ]
+    return max(times) if times else None
+
+
+def _close_after_last_contact(attempt: Attempt, row: ServerRow) -> datetime | None:
+    """A close for the row's connection that arrived before the contact it follows (occurrence order)."""
+    last = _last_contact(row)
+    found: datetime | None = None
+    for e in attempt.evidence:
+        if (
+            e.kind == "connection_closed"
+            and e.server == row.name
+            and e.connection_id == row.connection_id
+            and _newer(e.occurred_at, last)
+            and (found is None or e.occurred_at > found)
+        ):
+            found = e.occurred_at
+    return found
+
+
+def _apply_contact(attempt: Attempt, row: ServerRow, event: EvidenceEvent) -> None:
+    superseded = attempt.superseded_at is not None
     t = event.occurred_at
-    if row.disconnected_at is not None and t > row.disconnected_at:
-        # Contact after a close: the close is old news.
-        row.disconnected_at = None
-    if event.connection_id is not None and _newer(t, row.connection_seen_at):
-        if event.connection_id != row.connection_id:
-            row.connection_id = event.connection_id
-            row.disconnected_at = None
-        row.connection_seen_at = t
     kind = event.kind
     if kind == "initialize_observed":
         if _newer(t, row.initialize_observed_at):
@@ -228,6 +274,14 @@ def _apply_contact(row: ServerRow, event: EvidenceEvent, *, superseded: bool) ->
             row.tool_call_observed_at = t
             row.last_tool = event.tool_name
             row.era = row.era or event.era
+    if row.disconnected_at is not None and t > row.disconnected_at:
+        # Contact after a close: the close is old news.
+        row.disconnected_at = None
+    if event.connection_id is not None and _newer(t, row.connection_seen_at):
+        if event.connection_id != row.connection_id:
+            row.connection_id = event.connection_id
+            row.disconnected_at = _close_after_last_contact(attempt, row)
+        row.connection_seen_at = t
 
 
 def _set_reason(row: ServerRow, event: EvidenceEvent) -> None:

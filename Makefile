@@ -1,0 +1,26 @@
+# Two commands do all set-up on a fresh machine: `make demo` (the main job) and `make test` (the suite).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test schema clean
+
+$(STAMP): pyproject.toml constraints.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentctl needs Python >= 3.11 (set PYTHON=...)")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/agentctl run examples/demo.toml
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+schema: $(STAMP)
+	$(BIN)/agentctl schema > docs/report.schema.json
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis state

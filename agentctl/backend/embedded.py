@@ -1,0 +1,561 @@
+"""The embedded backend: a real SQLite task store in the state directory, so every tool works offline.
+
+Used until the upstream tunnel exists (and by `agentctl run` on a fresh machine). One connection,
+guarded by a lock, used from worker threads (`asyncio.to_thread`); WAL mode and a busy timeout let
+several daemons share one file. The identity's task is created lazily, with a placeholder title,
+the first time a task or plan op touches it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import secrets
+import sqlite3
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from agentctl.backend.base import TASK_STATUSES, BackendError, timeout_message
+from agentctl.evidence.contract import Identity
+from agentctl.evidence.sanitize import target_for_command, target_for_url
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 5000
+
+MAX_TITLE = 200
+MAX_TEXT = 20_000
+MAX_QUESTION = 2_000
+MAX_OPTIONS = 10
+MAX_OPTION = 200
+MAX_STEPS = 50
+MAX_STEP = 500
+MAX_SUMMARY = 4_000
+DEFAULT_LIST_LIMIT = 50
+MAX_LIST_LIMIT = 200
+RECENT = 20
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tasks (
+    id TEXT PRIMARY KEY,
+    title TEXT NOT NULL,
+    description TEXT NOT NULL DEFAULT '',
+    status TEXT NOT NULL,
+    parent_id TEXT,
+    created_by_session TEXT,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tasks_updated ON tasks(updated_at);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    task_id TEXT NOT NULL REFERENCES tasks(id),
+    session_id TEXT NOT NULL,
+    execution_id TEXT NOT NULL,
+    text TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_task ON messages(task_id, id);
+CREATE TABLE IF NOT EXISTS questions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    task_id TEXT NOT NULL REFERENCES tasks(id),
+    session_id TEXT NOT NULL,
+    question TEXT NOT NULL,
+    options TEXT NOT NULL DEFAULT '[]',
+    status TEXT NOT NULL DEFAULT 'pending',
+    answer TEXT,
+    created_at TEXT NOT NULL,
+    answered_at TEXT
+);
+CREATE INDEX IF NOT EXISTS questions_task ON questions(task_id, id);
+CREATE TABLE IF NOT EXISTS plans (
+    task_id TEXT PRIMARY KEY REFERENCES tasks(id),
+    summary TEXT NOT NULL DEFAULT '',
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS plan_steps (
+    task_id TEXT NOT NULL REFERENCES plans(task_id),
+    position INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    done INTEGER NOT NULL DEFAULT 0,
+    completed_at TEXT,
+    PRIMARY KEY (task_id, position)
+);
+"""
+
+_MCP_KEYS = ("name", "transport", "target", "source", "status", "reason_code")
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _iso(dt: datetime) -> str:
+    return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _json_copy(value: Any) -> Any:
+    """A deep, JSON-safe copy (what the agent receives must never alias daemon state)."""
+    return msgspec.json.decode(msgspec.json.encode(value))
+
+
+def sanitize_target(value: str) -> str:
+    """A network target as scheme://host[:port]; anything else (a command) as its executable's basename."""
+    return target_for_url(value) if "://" in value else target_for_command(value)
+
+
+def _sanitize_server(entry: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in _MCP_KEYS:
+        value = entry.get(key)
+        if isinstance(value, str | bool | int):
+            out[key] = value
+    if "transport" not in out and isinstance(entry.get("type"), str):
+        out["transport"] = entry["type"]
+    target = out.get("target")
+    if not isinstance(target, str):
+        raw = entry.get("url") or entry.get("command")
+        target = raw if isinstance(raw, str) else None
+    if target:
+        out["target"] = sanitize_target(target)
+    else:
+        out.pop("target", None)
+    return out
+
+
+# ---- argument checks: messages name the field, never the value --------------------------------------
+
+
+def _text(args: dict[str, Any], key: str, *, limit: int, required: bool = False) -> str | None:
+    value = args.get(key)
+    if value is None:
+        if required:
+            raise BackendError(f"'{key}' is required")
+        return None
+    if not isinstance(value, str):
+        raise BackendError(f"'{key}' must be a string")
+    value = value.strip()
+    if required and not value:
+        raise BackendError(f"'{key}' must not be empty")
+    if len(value) > limit:
+        raise BackendError(f"'{key}' is longer than {limit} characters")
+    return value
+
+
+def _status(args: dict[str, Any]) -> str | None:
+    value = args.get("status")
+    if value is None:
+        return None
+    if value not in TASK_STATUSES:
+        raise BackendError("'status' must be one of: " + ", ".join(TASK_STATUSES))
+    return value
+
+
+def _str_list(args: dict[str, Any], key: str, *, max_items: int, limit: int, required: bool) -> list[str] | None:
+    value = args.get(key)
+    if value is None:
+        if required:
+            raise BackendError(f"'{key}' is required")
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise BackendError(f"'{key}' must be a list of strings")
+    items = [v.strip() for v in value]
+    if any(not v for v in items):
+        raise BackendError(f"'{key}' must not contain empty entries")
+    if len(items) > max_items:
+        raise BackendError(f"'{key}' has more than {max_items} entries")
+    if any(len(v) > limit for v in items):
+        raise BackendError(f"an entry of '{key}' is longer than {limit} characters")
+    return items
+
+
+class EmbeddedBackend:
+    """Backend over a local SQLite file. Thread-safe; every op is one transaction."""
+
+    def __init__(
+        self,
+        db_path: Path,
+        *,
+        agents_info: dict[str, Any],
+        mcp_info: list[dict[str, Any]],
+        execution_info: dict[str, Any],
+        clock: Callable[[], datetime] = _utc_now,
+    ) -> None:
+        self._path = Path(db_path)
+        self._agents = _json_copy(agents_info)
+        self._servers = [_sanitize_server(entry) for entry in mcp_info]
+        self._execution = _json_copy(execution_info)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._closed = False
+        self._path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._conn = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        fresh = not self._path.exists()
+        conn = sqlite3.connect(
+            self._path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+        )
+        try:
+            if fresh:
+                os.chmod(self._path, 0o600)  # task text is the user's data
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise BackendError("the task store was written by a newer agentctl")
+            conn.executescript(_SCHEMA)
+            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._conn.close()
+
+    # ---- Backend ------------------------------------------------------------------------------------
+
+    async def call(self, op: str, identity: Identity, args: dict[str, Any], *, deadline: float) -> dict[str, Any]:
+        handler = self._HANDLERS.get(op)
+        if handler is None:
+            raise BackendError(f"the task backend does not support '{op}'")
+        if op.startswith("config."):
+            return handler(self, None, identity, args)  # answered from memory, no I/O
+        abandoned = threading.Event()
+        try:
+            return await asyncio.wait_for(
+                asyncio.to_thread(self._run, handler, identity, args, abandoned), timeout=deadline
+            )
+        except TimeoutError:
+            # The worker thread cannot be cancelled; an op still waiting for the lock is skipped, one
+            # already running finishes (and commits) unseen.
+            abandoned.set()
+            raise BackendError(timeout_message(deadline)) from None
+
+    def _run(
+        self,
+        handler: Callable[..., dict[str, Any]],
+        identity: Identity,
+        args: dict[str, Any],
+        abandoned: threading.Event,
+    ) -> dict[str, Any]:
+        with self._lock:
+            if self._closed:
+                raise BackendError("the task backend is closed")
+            if abandoned.is_set():
+                raise BackendError("abandoned")  # nobody is waiting for this answer any more
+            conn = self._conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    result = handler(self, conn, identity, args)
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+                return result
+            except sqlite3.OperationalError as exc:
+                if "locked" in str(exc) or "busy" in str(exc):
+                    raise BackendError("the task store is busy; try again in a moment") from None
+                logger.warning("task store error: %s", type(exc).__name__)
+                raise BackendError("the task store failed; the daemon log has details") from None
+            except sqlite3.Error as exc:
+                logger.warning("task store error: %s", type(exc).__name__)
+                raise BackendError("the task store failed; the daemon log has details") from None
+
+    # ---- out-of-band (not agent ops) ---------------------------------------------------------------
+
+    async def answer_question(self, question_id: int, answer: str) -> None:
+        """Record the user's answer (what a UI or the CLI calls); the agent sees it in task.get."""
+
+        def run() -> None:
+            with self._lock:
+                if self._closed:
+                    raise BackendError("the task backend is closed")
+                cur = self._conn.execute(
+                    "UPDATE questions SET status='answered', answer=?, answered_at=? WHERE id=?",
+                    (answer, self._now(), question_id),
+                )
+                if cur.rowcount == 0:
+                    raise BackendError("no such question")
+
+        await asyncio.to_thread(run)
+
+    # ---- helpers ------------------------------------------------------------------------------------
+
+    def _now(self) -> str:
+        return _iso(self._clock())
+
+    def _ensure_current(self, conn: sqlite3.Connection, identity: Identity) -> None:
+        now = self._now()
+        conn.execute(
+            "INSERT OR IGNORE INTO tasks(id, title, description, status, created_by_session, created_at, updated_at)"
+            " VALUES (?, ?, '', 'in_progress', ?, ?, ?)",
+            (identity.task_id, f"Task {identity.task_id}", identity.session_id, now, now),
+        )
+
+    def _task(self, conn: sqlite3.Connection, identity: Identity, task_id: str) -> dict[str, Any]:
+        row = conn.execute("SELECT * FROM tasks WHERE id=?", (task_id,)).fetchone()
+        if row is None:
+            raise BackendError("the task does not exist")
+        return self._task_record(row, identity)
+
+    @staticmethod
+    def _task_record(row: sqlite3.Row, identity: Identity) -> dict[str, Any]:
+        return {
+            "id": row["id"],
+            "title": row["title"],
+            "description": row["description"],
+            "status": row["status"],
+            "parent_id": row["parent_id"],
+            "created_at": row["created_at"],
+            "updated_at": row["updated_at"],
+            "is_current": row["id"] == identity.task_id,
+        }
+
+    def _touch(self, conn: sqlite3.Connection, task_id: str) -> None:
+        conn.execute("UPDATE tasks SET updated_at=? WHERE id=?", (self._now(), task_id))
+
+    @staticmethod
+    def _question_record(row: sqlite3.Row) -> dict[str, Any]:
+        return {
+            "id": row["id"],
+            "question": row["question"],
+            "options": json.loads(row["options"]),
+            "status": row["status"],
+            "answer": row["answer"],
+            "created_at": row["created_at"],
+            "answered_at": row["answered_at"],
+        }
+
+    def _plan(self, conn: sqlite3.Connection, task_id: str) -> dict[str, Any] | None:
+        plan = conn.execute("SELECT * FROM plans WHERE task_id=?", (task_id,)).fetchone()
+        if plan is None:
+            return None
+        rows = conn.execute(
+            "SELECT position, text, done, completed_at FROM plan_steps WHERE task_id=? ORDER BY position", (task_id,)
+        ).fetchall()
+        steps = [
+            {"number": r["position"], "text": r["text"], "done": bool(r["done"]), "completed_at": r["completed_at"]}
+            for r in rows
+        ]
+        return {
+            "summary": plan["summary"],
+            "steps": steps,
+            "completed_steps": sum(1 for s in steps if s["done"]),
+            "total_steps": len(steps),
+            "created_at": plan["created_at"],
+            "updated_at": plan["updated_at"],
+        }
+
+    def _write_steps(self, conn: sqlite3.Connection, task_id: str, steps: list[str]) -> None:
+        """Replace the steps; a step whose text is unchanged keeps its completion."""
+        old = conn.execute(
+            "SELECT text, done, completed_at FROM plan_steps WHERE task_id=? ORDER BY position", (task_id,)
+        ).fetchall()
+        pool: dict[str, list[tuple[int, str | None]]] = {}
+        for r in old:
+            pool.setdefault(r["text"], []).append((r["done"], r["completed_at"]))
+        conn.execute("DELETE FROM plan_steps WHERE task_id=?", (task_id,))
+        for position, text in enumerate(steps, start=1):
+            done, completed_at = pool[text].pop(0) if pool.get(text) else (0, None)
+            conn.execute(
+                "INSERT INTO plan_steps(task_id, position, text, done, completed_at) VALUES (?, ?, ?, ?, ?)",
+                (task_id, position, text, done, completed_at),
+            )
+
+    # ---- ops (run inside one transaction; conn is None for config ops) ------------------------------
+
+    def _task_get(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+        self._ensure_current(conn, identity)
+        tid = identity.task_id
+        messages = conn.execute(
+            "SELECT id, text, created_at FROM messages WHERE task_id=? ORDER BY id DESC LIMIT ?", (tid, RECENT)
+        ).fetchall()
+        questions = conn.execute(
+            "SELECT * FROM questions WHERE task_id=? ORDER BY id DESC LIMIT ?", (tid, RECENT)
+        ).fetchall()
+        return {
+            "task": self._task(conn, identity, tid),
+            "recent_messages": [dict(m) for m in reversed(messages)],
+            "questions": [self._question_record(q) for q in reversed(questions)],
+        }
+
+    def _task_list(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+        self._ensure_current(conn, identity)
+        status = _status(args)
+        limit = args.get("limit", DEFAULT_LIST_LIMIT)
+        if limit is None:
+            limit = DEFAULT_LIST_LIMIT
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIST_LIMIT:
+            raise BackendError(f"'limit' must be an integer from 1 to {MAX_LIST_LIMIT}")
+        if status is None:
+            rows = conn.execute("SELECT * FROM tasks ORDER BY updated_at DESC, id LIMIT ?", (limit,)).fetchall()
+        else:
+            rows = conn.execute(
+                "SELECT * FROM tasks WHERE status=? ORDER BY updated_at DESC, id LIMIT ?", (status, limit)
+            ).fetchall()
+        return {"tasks": [self._task_record(r, identity) for r in rows], "current_task_id": identity.task_id}
+
+    def _task_create(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+        title = _text(args, "title", limit=MAX_TITLE, required=True)
+        description = _text(args, "description", limit=MAX_TEXT) or ""
+        self._ensure_current(conn, identity)
+        now = self._now()
+        new_id = "task_" + secrets.token_hex(8)
+        conn.execute(
+            "INSERT INTO tasks(id, title, description, status, parent_id, created_by_session, created_at, updated_at)"
+            " VALUES (?, ?, ?, 'todo', ?, ?, ?, ?)",
+            (new_id, title, description, identity.task_id, identity.session_id, now, now),
+        )
+        return {"task": self._task(conn, identity, new_id)}
+
+    def _task_update(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+        description = _text(args, "description", limit=MAX_TEXT)
+        status = _status(args)
+        if description is None and status is None:
+            raise BackendError("nothing to update: give a new description, a new status, or both")
+        self._ensure_current(conn, identity)
+        tid = identity.task_id
+        if description is not None:
+            conn.execute("UPDATE tasks SET description=? WHERE id=?", (description, tid))
+        if status is not None:
+            conn.execute("UPDATE tasks SET status=? WHERE id=?", (status, tid))
+        self._touch(conn, tid)
+        return {"task": self._task(conn, identity, tid)}
+
+    def _task_set_title(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+        title = _text(args, "title", limit=MAX_TITLE, required=True)
+        self._ensure_current(conn, identity)
+        conn.execute("UPDATE tasks SET title=?, updated_at=? WHERE id=?", (title, self._now(), identity.task_id))
+        return {"task": self._task(conn, identity, identity.task_id)}
+
+    def _task_message(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+        text = _text(args, "text", limit=MAX_TEXT, required=True)
+        self._ensure_current(conn, identity)
+        now = self._now()
+        cur = conn.execute(
+            "INSERT INTO messages(task_id, session_id, execution_id, text, created_at) VALUES (?, ?, ?, ?, ?)",
+            (identity.task_id, identity.session_id, identity.execution_id, text, now),
+        )
+        self._touch(conn, identity.task_id)
+        return {"message": {"id": cur.lastrowid, "text": text, "created_at": now}}
+
+    def _task_ask_user(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+        question = _text(args, "question", limit=MAX_QUESTION, required=True)
+        options = _str_list(args, "options", max_items=MAX_OPTIONS, limit=MAX_OPTION, required=False) or []
+        self._ensure_current(conn, identity)
+        cur = conn.execute(
+            "INSERT INTO questions(task_id, session_id, question, options, created_at) VALUES (?, ?, ?, ?, ?)",
+            (identity.task_id, identity.session_id, question, json.dumps(options), self._now()),
+        )
+        row = conn.execute("SELECT * FROM questions WHERE id=?", (cur.lastrowid,)).fetchone()
+        return {"question": self._question_record(row)}
+
+    def _plan_create(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+        steps = _str_list(args, "steps", max_items=MAX_STEPS, limit=MAX_STEP, required=True)
+        assert steps is not None
+        if not steps:
+            raise BackendError("a plan needs at least one step")
+        summary = _text(args, "summary", limit=MAX_SUMMARY) or ""
+        self._ensure_current(conn, identity)
+        tid = identity.task_id
+        if conn.execute("SELECT 1 FROM plans WHERE task_id=?", (tid,)).fetchone():
+            raise BackendError("this task already has a plan; update it instead of creating a new one")
+        now = self._now()
+        conn.execute(
+            "INSERT INTO plans(task_id, summary, created_at, updated_at) VALUES (?, ?, ?, ?)", (tid, summary, now, now)
+        )
+        self._write_steps(conn, tid, steps)
+        return {"plan": self._plan(conn, tid)}
+
+    def _plan_get(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+        self._ensure_current(conn, identity)
+        return {"plan": self._plan(conn, identity.task_id)}
+
+    def _plan_update(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+        steps = _str_list(args, "steps", max_items=MAX_STEPS, limit=MAX_STEP, required=False)
+        summary = _text(args, "summary", limit=MAX_SUMMARY)
+        if steps is None and summary is None:
+            raise BackendError("nothing to update: give new steps, a new summary, or both")
+        if steps is not None and not steps:
+            raise BackendError("a plan needs at least one step")
+        self._ensure_current(conn, identity)
+        tid = identity.task_id
+        if not conn.execute("SELECT 1 FROM plans WHERE task_id=?", (tid,)).fetchone():
+            raise BackendError("this task has no plan yet; create one first")
+        if summary is not None:
+            conn.execute("UPDATE plans SET summary=? WHERE task_id=?", (summary, tid))
+        if steps is not None:
+            self._write_steps(conn, tid, steps)
+        conn.execute("UPDATE plans SET updated_at=? WHERE task_id=?", (self._now(), tid))
+        return {"plan": self._plan(conn, tid)}
+
+    def _plan_step_complete(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+        step = args.get("step")
+        if not isinstance(step, int) or isinstance(step, bool) or step < 1:
+            raise BackendError("'step' must be a step number, starting at 1")
+        self._ensure_current(conn, identity)
+        tid = identity.task_id
+        if not conn.execute("SELECT 1 FROM plans WHERE task_id=?", (tid,)).fetchone():
+            raise BackendError("this task has no plan yet; create one first")
+        total = conn.execute("SELECT COUNT(*) FROM plan_steps WHERE task_id=?", (tid,)).fetchone()[0]
+        if step > total:
+            raise BackendError(f"the plan has {total} steps; step numbers run from 1 to {total}")
+        now = self._now()
+        conn.execute(
+            "UPDATE plan_steps SET done=1, completed_at=? WHERE task_id=? AND position=? AND done=0", (now, tid, step)
+        )
+        conn.execute("UPDATE plans SET updated_at=? WHERE task_id=?", (now, tid))
+        return {"plan": self._plan(conn, tid)}
+
+    def _config_agents(self, conn: None, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+        info = _json_copy(self._agents)
+        info.setdefault("agents", [])
+        return info
+
+    def _config_mcp(self, conn: None, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+        return {"servers": _json_copy(self._servers)}
+
+    def _config_execution(self, conn: None, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+        execution = _json_copy(self._execution)
+        execution.update(msgspec.structs.asdict(identity))
+        return {"execution": execution}
+
+    _HANDLERS: dict[str, Callable[..., dict[str, Any]]] = {
+        "task.get": _task_get,
+        "task.list": _task_list,
+        "task.create": _task_create,
+        "task.update": _task_update,
+        "task.set_title": _task_set_title,
+        "task.message": _task_message,
+        "task.ask_user": _task_ask_user,
+        "plan.create": _plan_create,
+        "plan.get": _plan_get,
+        "plan.update": _plan_update,
+        "plan.step_complete": _plan_step_complete,
+        "config.agents": _config_agents,
+        "config.mcp": _config_mcp,
+        "config.execution": _config_execution,
+    }

@@ -1,0 +1,266 @@
+"""Where the control socket lives and how it is created: 0600, inside a 0700 directory, never stolen.
+
+- Path: `--socket` (the full socket path), else `$AGENTCTL_SOCKET`, else `$RUNTIME_DIRECTORY`, else the
+  platformdirs user runtime dir; the last three are directories to which `<execution_id>/control.sock`
+  is appended.
+- `web.UnixSite` sets no file mode, so the socket is bound here under umask 0o177 (mode 0600 from the
+  first instant, no chmod race) and handed to a UnixSite that serves the already bound socket.
+- asyncio would silently unlink an existing socket file at bind; `prepare_socket_path` probes it first and
+  refuses to start when a live daemon answers. A stale file with nobody listening is removed.
+
+Client commands import this module for `resolve_socket_path`, so aiohttp is imported lazily.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import stat
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from aiohttp import web
+
+ENV_SOCKET_DIR = "AGENTCTL_SOCKET"
+ENV_RUNTIME_DIRECTORY = "RUNTIME_DIRECTORY"
+SOCKET_NAME = "control.sock"
+# sun_path is 108 bytes including the terminating NUL.
+MAX_SOCKET_PATH_BYTES = 107
+PROBE_TIMEOUT = 1.0
+
+# Directories prepare_socket_path created (removed again by cleanup when empty), and the inode each
+# start_unix_site bound, so cleanup never removes a socket some other process put there since.
+_created_dirs: set[Path] = set()
+_bound: dict[Path, tuple[int, int]] = {}
+
+
+class ControlSocketError(Exception):
+    """The control socket cannot be placed or bound; the message is one line for the CLI."""
+
+
+def _check_execution_id(execution_id: str) -> None:
+    if (
+        not execution_id
+        or execution_id in (".", "..")
+        or "/" in execution_id
+        or "\0" in execution_id
+        or execution_id != execution_id.strip()
+    ):
+        raise ControlSocketError(f"execution id {execution_id!r} cannot name a socket directory")
+
+
+def socket_base_dir() -> Path:
+    """The directory holding one `<execution_id>/control.sock` per daemon (without --socket)."""
+    env = os.environ.get(ENV_SOCKET_DIR)
+    if env:
+        return Path(env).expanduser().absolute()
+    runtime = os.environ.get(ENV_RUNTIME_DIRECTORY)
+    if runtime:
+        # systemd joins several RuntimeDirectory= entries with ':'; the first is ours.
+        first = runtime.split(":", 1)[0]
+        if first:
+            return Path(first).absolute()
+    import platformdirs
+
+    try:
+        with warnings.catch_warnings():
+            # "XDG_RUNTIME_DIR is not set, falling back to ..." is expected on servers; not worth a line.
+            warnings.simplefilter("ignore")
+            base = platformdirs.user_runtime_dir("agentctl")
+    except (PermissionError, OSError) as exc:
+        raise ControlSocketError(
+            f"no usable runtime directory ({exc}); pass --socket or set {ENV_SOCKET_DIR} or {ENV_RUNTIME_DIRECTORY}"
+        ) from None
+    return Path(base).absolute()
+
+
+def resolve_socket_path(cli_value: str | None, execution_id: str) -> Path:
+    """`--socket` verbatim (made absolute), else `<base dir>/<execution_id>/control.sock`."""
+    if cli_value:
+        return Path(cli_value).expanduser().absolute()
+    _check_execution_id(execution_id)
+    return socket_base_dir() / execution_id / SOCKET_NAME
+
+
+def check_path_length(path: Path) -> None:
+    size = len(os.fsencode(path))
+    if size > MAX_SOCKET_PATH_BYTES:
+        raise ControlSocketError(
+            f"control socket path is {size} bytes, over the {MAX_SOCKET_PATH_BYTES}-byte limit of Unix sockets: "
+            f"{path}; pass a shorter --socket or set {ENV_SOCKET_DIR} to a shorter directory"
+        )
+
+
+def _ensure_private_dir(directory: Path) -> None:
+    """Create `directory` (and missing parents) 0700, or verify an existing one is ours and tighten it."""
+    missing: list[Path] = []
+    probe = directory
+    while not os.path.lexists(probe):
+        missing.append(probe)
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    for new in reversed(missing):
+        try:
+            os.mkdir(new, 0o700)
+        except FileExistsError:
+            continue  # created concurrently; checked below like any existing directory
+        except OSError as exc:
+            raise ControlSocketError(f"cannot create socket directory {new}: {exc.strerror or exc}") from None
+        # mkdir's mode is filtered by the umask, which can only take bits away; set exactly 0700.
+        os.chmod(new, 0o700)
+        if new == directory:
+            _created_dirs.add(directory)
+
+    try:
+        st = os.stat(directory)
+    except OSError as exc:
+        raise ControlSocketError(f"cannot use socket directory {directory}: {exc.strerror or exc}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise ControlSocketError(f"socket directory {directory} is not a directory")
+    if st.st_uid != os.geteuid():
+        raise ControlSocketError(
+            f"socket directory {directory} is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
+        )
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & stat.S_ISVTX:
+        # A sticky directory (like /tmp) is shared by design: tightening it would break everyone else.
+        raise ControlSocketError(
+            f"refusing to put the control socket directly in the shared directory {directory} "
+            f"(mode {mode:04o}); use a private subdirectory, e.g. {directory / 'agentctl' / SOCKET_NAME}"
+        )
+    if mode & 0o077:
+        try:
+            os.chmod(directory, 0o700)
+        except OSError as exc:
+            raise ControlSocketError(f"cannot make {directory} private (0700): {exc.strerror or exc}") from None
+
+
+def _probe_live(path: Path) -> bool:
+    """True when something accepts connections on `path`; False when nobody listens (stale file)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(PROBE_TIMEOUT)
+    try:
+        probe.connect(os.fspath(path))
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    except (TimeoutError, BlockingIOError):
+        # A full backlog times out (or would block): somebody is listening, just busy.
+        return True
+    except OSError as exc:
+        raise ControlSocketError(
+            f"cannot tell whether a daemon is serving {path} ({exc.strerror or exc}); remove it if none is"
+        ) from None
+    finally:
+        probe.close()
+    return True
+
+
+def prepare_socket_path(path: Path) -> None:
+    """Everything before bind: length, the private directory, and the existing-file check.
+
+    Raises ControlSocketError when the path is too long, the directory is not ours, the path is taken by
+    something that is not a socket, or another daemon already answers on it.
+    """
+    path = Path(path)
+    check_path_length(path)
+    _ensure_private_dir(path.parent)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ControlSocketError(f"cannot inspect {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISSOCK(st.st_mode):
+        raise ControlSocketError(f"{path} exists and is not a socket; refusing to replace it")
+    if _probe_live(path):
+        raise ControlSocketError(f"another agentctl daemon is already serving {path}")
+    try:
+        os.unlink(path)  # stale: a daemon that died without cleaning up
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise ControlSocketError(f"cannot remove stale socket {path}: {exc.strerror or exc}") from None
+
+
+def bind_unix_socket(path: Path) -> socket.socket:
+    """A stream socket bound at `path` with mode 0600 from the start (umask 0o177 around bind only)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(os.fspath(path))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ControlSocketError(f"another agentctl daemon is already serving {path}") from None
+        raise ControlSocketError(f"cannot bind control socket {path}: {exc.strerror or exc}") from None
+    finally:
+        os.umask(old)
+    try:
+        st = os.lstat(path)
+        _bound[Path(path)] = (st.st_dev, st.st_ino)
+    except OSError:
+        pass
+    return sock
+
+
+async def start_unix_site(runner: web.AppRunner, path: Path) -> web.UnixSite:
+    """Bind `path` (call prepare_socket_path first) and start serving `runner`'s app on it."""
+    from aiohttp import web
+
+    class _BoundUnixSite(web.UnixSite):
+        """A UnixSite serving a socket bound beforehand (so the umask covers the bind and nothing else)."""
+
+        __slots__ = ("_sock",)
+
+        def __init__(self, runner: web.AppRunner, path: Path, sock: socket.socket) -> None:
+            super().__init__(runner, os.fspath(path))
+            self._sock = sock
+
+        async def start(self) -> None:
+            await web.BaseSite.start(self)  # registers the site with the runner
+            import asyncio
+
+            loop = asyncio.get_running_loop()
+            server = self._runner.server
+            assert server is not None
+            self._server = await loop.create_unix_server(
+                server, sock=self._sock, ssl=self._ssl_context, backlog=self._backlog
+            )
+
+    path = Path(path)
+    check_path_length(path)
+    sock = bind_unix_socket(path)
+    site = _BoundUnixSite(runner, path, sock)
+    try:
+        await site.start()
+    except BaseException:
+        sock.close()
+        cleanup_socket_path(path)
+        raise
+    return site
+
+
+def cleanup_socket_path(path: Path) -> None:
+    """Remove the socket file (if it is still the one we bound) and the directory we created, if empty."""
+    path = Path(path)
+    expected = _bound.pop(path, None)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        st = None
+    if st is not None and stat.S_ISSOCK(st.st_mode):
+        if expected is None or expected == (st.st_dev, st.st_ino):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    if path.parent in _created_dirs:
+        _created_dirs.discard(path.parent)
+        try:
+            os.rmdir(path.parent)
+        except OSError:
+            pass  # not empty, or already gone

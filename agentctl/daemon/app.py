@@ -1,0 +1,219 @@
+"""The composition root: builds every component, starts them in order, stops them in reverse.
+
+One aiohttp AppRunner serves one application on two sites: TCP loopback (MCP, /livez, /readyz) and the
+control Unix socket (/v1/...; the control guard refuses those paths over TCP). The shutdown trigger is
+`DaemonContext.request_stop()`, which signals, `agentctl stop` and tests all use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from agentctl import __version__
+from agentctl.control.server import install_control_routes
+from agentctl.control.socket import cleanup_socket_path, prepare_socket_path, resolve_socket_path, start_unix_site
+from agentctl.daemon.context import CTX_KEY, DaemonContext
+from agentctl.daemon.health import install_health_routes
+from agentctl.daemon.systemd import Notifier
+from agentctl.evidence.contract import Identity
+from agentctl.evidence.ledger import Clock, Ledger, ServerSeed, utcnow
+from agentctl.evidence.sanitize import target_for_command, target_for_url
+from agentctl.evidence.store import Persister, ensure_state_dir, report_path, resolve_state_dir
+from agentctl.identity import new_execution_id, new_instance_id
+from agentctl.spec import Spec, listen_address
+
+log = logging.getLogger("agentctl.daemon")
+
+Stopper = Callable[[], Awaitable[None]]
+
+
+class StartupError(Exception):
+    """A start-up failure phrased for one line (the CLI prints it and exits non-zero)."""
+
+
+class Daemon:
+    def __init__(
+        self,
+        spec: Spec,
+        *,
+        socket_path: str | Path | None = None,
+        clock: Clock = utcnow,
+        environ: dict[str, str] | None = None,
+    ) -> None:
+        self.spec = spec
+        ident = spec.identity
+        identity = Identity(
+            task_id=ident.task_id,
+            session_id=ident.session_id,
+            execution_id=ident.execution_id or new_execution_id(),
+            instance_id=new_instance_id(),
+            agent_id=ident.agent_id,
+            agent_profile_id=ident.agent_profile_id,
+        )
+        self.environ = dict(os.environ if environ is None else environ)
+        ledger = Ledger(identity, clock)
+        self.ctx = DaemonContext(
+            spec=spec,
+            ledger=ledger,
+            state_dir=resolve_state_dir(spec.state.dir),
+            control_socket=resolve_socket_path(str(socket_path) if socket_path else None, identity.execution_id),
+        )
+        self.notifier = Notifier(self.environ)
+        self._stoppers: list[tuple[str, Stopper]] = []
+        self._runner: web.AppRunner | None = None
+        self._watchdog: asyncio.Task[None] | None = None
+        self.persister: Persister | None = None
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.ctx.ledger
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> dict[str, Any]:
+        """Start every component in order; on any failure stop what started, in reverse, and raise."""
+        try:
+            # The socket probe comes first: a second daemon for the same execution must be refused before
+            # it touches that execution's report.
+            prepare_socket_path(self.ctx.control_socket)
+            await self._start_state()
+            await self._start_http()
+            await self._start_control()
+        except BaseException:
+            await self.stop()
+            raise
+        self.notifier.notify("READY=1", f"STATUS=serving execution {self.ctx.identity.execution_id}")
+        if self.notifier.watchdog_interval:
+            self._watchdog = asyncio.create_task(self.notifier.watchdog(), name="agentctl-watchdog")
+        log.info("agentctl %s ready (execution %s)", __version__, self.ctx.identity.execution_id)
+        return self.ready_info()
+
+    def ready_info(self) -> dict[str, Any]:
+        ident = self.ctx.identity
+        return {
+            "event": "ready",
+            "control_socket": str(self.ctx.control_socket),
+            "mcp_url": self.ctx.mcp_url,
+            "instance_id": ident.instance_id,
+            "execution_id": ident.execution_id,
+            "pid": os.getpid(),
+        }
+
+    async def stop(self) -> None:
+        """Stop in reverse order of start, each step bounded; idempotent."""
+        ctx = self.ctx
+        ctx.readiness.stopping = True
+        if self.notifier.enabled:
+            self.notifier.notify("STOPPING=1")
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        while self._stoppers:
+            name, stopper = self._stoppers.pop()
+            try:
+                await stopper()
+            except Exception as exc:  # keep stopping the rest: nothing may be left running
+                log.warning("stopping %s failed: %s", name, type(exc).__name__)
+
+    async def serve(
+        self,
+        on_ready: Callable[[dict[str, Any]], None] | None = None,
+        *,
+        install_signals: bool = True,
+    ) -> int:
+        """Run until the shutdown trigger fires (SIGTERM/SIGINT, `agentctl stop`, or a test), then drain."""
+        loop = asyncio.get_running_loop()
+        info = await self.start()
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.ctx.request_stop)
+        try:
+            if on_ready is not None:
+                on_ready(info)
+            await self.ctx.stop_event.wait()
+            log.info("stopping")
+            try:
+                await asyncio.wait_for(self.stop(), timeout=self.spec.daemon.shutdown_timeout)
+            except TimeoutError:
+                log.warning("shutdown exceeded %.1f s; exiting anyway", self.spec.daemon.shutdown_timeout)
+        finally:
+            if install_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+            await self.stop()
+        return 0
+
+    # -- components --------------------------------------------------------------------------------
+
+    async def _start_state(self) -> None:
+        ctx = self.ctx
+        ensure_state_dir(ctx.state_dir, ctx.identity.execution_id)
+        ctx.report_path = report_path(ctx.state_dir, ctx.identity.execution_id)
+        self.persister = Persister(ctx.ledger, ctx.report_path, delay=self.spec.daemon.persist_delay)
+        self.persister.start()
+        self._stoppers.append(("persistence", self.persister.stop))
+
+    async def _start_http(self) -> None:
+        ctx = self.ctx
+        app = web.Application(client_max_size=1024 * 1024)
+        app[CTX_KEY] = ctx
+        install_control_routes(app, CTX_KEY)
+        install_health_routes(app, CTX_KEY)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
+        await runner.setup()
+        self._runner = runner
+        self._stoppers.append(("http", runner.cleanup))
+        host, port = listen_address(self.spec)
+        site = web.TCPSite(runner, host, port, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise StartupError(f"cannot listen on {self.spec.mcp.listen}: {exc.strerror or exc}") from None
+        bound = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
+        host_txt = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+        ctx.mcp_base = f"http://{host_txt}:{bound[1]}"
+        ctx.mcp_url = f"{ctx.mcp_base}/mcp"
+        ctx.readiness.set("mcp_listener", True)
+
+    async def _start_control(self) -> None:
+        ctx = self.ctx
+        assert self._runner is not None
+        await start_unix_site(self._runner, ctx.control_socket)
+        path = ctx.control_socket
+
+        async def remove_socket() -> None:
+            cleanup_socket_path(path)
+
+        # Runner cleanup closes the site; the file is removed after it (stoppers run in reverse).
+        self._stoppers.insert(0, ("control socket file", remove_socket))
+        ctx.readiness.set("control_socket", True)
+
+    # -- attempts ---------------------------------------------------------------------------------
+
+    def server_seeds(self) -> list[ServerSeed]:
+        """The configured servers of a new attempt: the built-in one first, then the profile's, sanitized."""
+        ctx = self.ctx
+        seeds = [
+            ServerSeed(
+                name=self.spec.mcp.builtin_name,
+                source="builtin",
+                transport="http",
+                target=target_for_url(ctx.mcp_base) if ctx.mcp_base else None,
+            )
+        ]
+        for server in self.spec.mcp.servers:
+            target = target_for_url(server.url) if server.url else target_for_command(server.command or "")
+            seeds.append(ServerSeed(name=server.name, source="profile", transport=server.type, target=target))
+        return seeds
+
+    def open_attempt(self, origin) -> tuple[str, str]:
+        """A new current attempt (before any delivery) seeded with the configured servers; returns (id, token)."""
+        return self.ledger.begin_attempt(origin, self.server_seeds())

@@ -1,0 +1,430 @@
+"""Persistence of the report: the state directory, atomic replace, coalesced writes, and reading it back.
+
+Layout: `<state dir>/<execution id>/report.json`, one file per execution, the encoded AttachmentHistory.
+
+The file is only ever replaced atomically (temp file in the same directory, fsync, rename, fsync of the
+directory), so a reader (or a daemon killed with SIGKILL mid-write) sees a complete old or a complete new
+report, never a torn one. A killed writer may leave a temp file (`.report.json.<pid>.<hex>.tmp`) behind;
+readers never look at temp files, and the next `Persister.start()` for the same path removes them.
+
+`Persister` follows the ledger: a change only sets a dirty flag (the MCP request path calls the ledger,
+so the listener does no I/O), and one background task writes at most once per `delay`, from a worker
+thread, so a burst of events is one fsync and the event loop never blocks on the disk. A failed write is
+logged (path and errno name only, never report content), the live state keeps working, and the write is
+retried on the next change or after a backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno as errno_mod
+import logging
+import os
+import secrets
+import threading
+from pathlib import Path
+
+import msgspec
+import platformdirs
+
+from agentctl.evidence.contract import CONTRACT_VERSION, AttachmentHistory, decode_history, encode
+from agentctl.evidence.ledger import Ledger
+
+log = logging.getLogger(__name__)
+
+REPORT_NAME = "report.json"
+_TMP_SUFFIX = ".tmp"
+
+
+class StoreError(Exception):
+    """Base of the store's errors; str() is a one-line message fit for the CLI."""
+
+
+class StateDirError(StoreError):
+    """The state directory (or the execution directory in it) cannot be created or used."""
+
+
+class ReportNotFound(StoreError):
+    """No persisted report for that execution in that state directory."""
+
+
+class ReportCorrupt(StoreError):
+    """A report file exists but is not a valid report."""
+
+
+class ReportUnreadable(StoreError):
+    """A report file exists but cannot be read (permissions, I/O error)."""
+
+
+# ---------------------------------------------------------------------------------------------- paths
+
+
+def resolve_state_dir(spec_dir: str | None) -> Path:
+    """The spec's state dir, else the first of systemd's `$STATE_DIRECTORY` (':'-separated), else platformdirs."""
+    if spec_dir:
+        return Path(spec_dir).expanduser()
+    env = os.environ.get("STATE_DIRECTORY", "")
+    for candidate in env.split(":"):
+        if candidate:
+            return Path(candidate)
+    return Path(platformdirs.user_state_dir("agentctl"))
+
+
+def _check_execution_id(execution_id: str) -> None:
+    if (
+        not execution_id
+        or execution_id in (".", "..")
+        or "/" in execution_id
+        or "\\" in execution_id
+        or ".." in execution_id
+        or "\x00" in execution_id
+    ):
+        raise ValueError(f"invalid execution id for a state path: {execution_id!r}")
+
+
+def report_path(state_dir: Path, execution_id: str) -> Path:
+    _check_execution_id(execution_id)
+    return Path(state_dir) / execution_id / REPORT_NAME
+
+
+def _reason(exc: OSError) -> str:
+    if exc.errno:
+        return os.strerror(exc.errno).lower()
+    return str(exc) or type(exc).__name__
+
+
+def _errno_name(exc: BaseException) -> str:
+    code = getattr(exc, "errno", None)
+    if code:
+        return errno_mod.errorcode.get(code, f"errno {code}")
+    return type(exc).__name__
+
+
+def ensure_state_dir(state_dir: Path, execution_id: str) -> Path:
+    """Create `<state_dir>/<execution_id>` (0700 for what is created here) and return it."""
+    exec_dir = report_path(state_dir, execution_id).parent
+    for d in (Path(state_dir), exec_dir):
+        try:
+            os.makedirs(d, mode=0o700, exist_ok=True)
+        except FileExistsError:
+            raise StateDirError(f"state dir {d}: not a directory") from None
+        except OSError as exc:
+            raise StateDirError(f"state dir {d}: {_reason(exc)}") from None
+        if not d.is_dir():
+            raise StateDirError(f"state dir {d}: not a directory")
+    return exec_dir
+
+
+# ---------------------------------------------------------------------------------------- atomic write
+
+
+def _tmp_prefix(path: Path) -> str:
+    return f".{path.name}."
+
+
+def _is_own_tmp(path: Path, name: str) -> bool:
+    return name.startswith(_tmp_prefix(path)) and name.endswith(_TMP_SUFFIX)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` atomically: temp file (0600, O_EXCL|O_NOFOLLOW), fsync, rename, fsync dir.
+
+    On failure the temp file is removed and the OSError propagates; `path` keeps its old content.
+    """
+    path = Path(path)
+    directory = path.parent
+    tmp = directory / f"{_tmp_prefix(path)}{os.getpid()}.{secrets.token_hex(6)}{_TMP_SUFFIX}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(tmp, flags, 0o600)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(directory)
+
+
+def _fsync_dir(directory: Path) -> None:
+    dfd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        os.fsync(dfd)
+    except OSError as exc:
+        # Some filesystems cannot fsync a directory; the rename itself has happened.
+        if exc.errno not in (errno_mod.EINVAL, errno_mod.ENOTSUP, errno_mod.EOPNOTSUPP):
+            raise
+    finally:
+        os.close(dfd)
+
+
+def remove_stale_temps(path: Path) -> list[Path]:
+    """Remove temp files of write_atomic's naming for `path` (left by a writer killed mid-write)."""
+    path = Path(path)
+    removed: list[Path] = []
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return removed
+    for name in names:
+        if _is_own_tmp(path, name):
+            candidate = path.parent / name
+            try:
+                os.unlink(candidate)
+            except OSError:
+                continue
+            removed.append(candidate)
+    return removed
+
+
+# ---------------------------------------------------------------------------------------------- reading
+
+
+def read_report(state_dir: Path, execution_id: str) -> AttachmentHistory:
+    path = report_path(state_dir, execution_id)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ReportNotFound(f"no report for execution {execution_id} in {state_dir} ({path} does not exist)") from None
+    except NotADirectoryError:
+        raise ReportNotFound(f"no report for execution {execution_id} in {state_dir} ({path} does not exist)") from None
+    except OSError as exc:
+        raise ReportUnreadable(f"report {path}: {_reason(exc)}") from None
+    try:
+        history = decode_history(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ReportCorrupt(f"report {path} is not a valid report: {exc}") from None
+    if history.version > CONTRACT_VERSION:
+        raise ReportCorrupt(
+            f"report {path} has contract version {history.version}; this agentctl reads up to {CONTRACT_VERSION}"
+        )
+    if history.identity.execution_id != execution_id:
+        raise ReportCorrupt(f"report {path} belongs to execution {history.identity.execution_id}, not {execution_id}")
+    return history
+
+
+def list_reports(state_dir: Path) -> list[str]:
+    """Execution ids with a persisted report in `state_dir`, sorted. A missing state dir has none."""
+    try:
+        entries = list(os.scandir(state_dir))
+    except OSError:
+        return []
+    ids: list[str] = []
+    for entry in entries:
+        try:
+            _check_execution_id(entry.name)
+        except ValueError:
+            continue
+        if entry.is_dir(follow_symlinks=False) and os.path.isfile(os.path.join(entry.path, REPORT_NAME)):
+            ids.append(entry.name)
+    return sorted(ids)
+
+
+# -------------------------------------------------------------------------------------------- persister
+
+
+class Persister:
+    """Writes the ledger's history to `path` after changes, coalesced, serialized, off the event loop.
+
+    - A ledger change only sets the dirty flag and wakes the task (O(1), no I/O).
+    - The task waits `delay` after the first change, encodes the history once (on the loop, where the
+      ledger lives) and writes it with `write_atomic` in a worker thread.
+    - Writes never overlap: one asyncio lock around the write plus a thread lock inside the worker, and a
+      generation check so an older snapshot can never overwrite a newer one.
+    - On OSError: one WARNING (path and errno name) per outage, dirty stays set, retry on the next change
+      or after a backoff (`backoff_initial` doubling up to `backoff_max`).
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        path: Path,
+        delay: float = 0.2,
+        *,
+        backoff_initial: float = 1.0,
+        backoff_max: float = 30.0,
+    ) -> None:
+        self.ledger = ledger
+        self.path = Path(path)
+        self.delay = delay
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.writes = 0
+        self.failures = 0
+        self.last_error: str | None = None
+        self._dirty = False
+        self._wake: asyncio.Event | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._lock: asyncio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._subscribed = False
+        self._consecutive_failures = 0
+        self._generation = 0
+        self._thread_lock = threading.Lock()
+        self._written_generation = 0
+
+    # -- lifecycle
+
+    def start(self) -> None:
+        """Subscribe to the ledger and start the writer task. Needs a running event loop.
+
+        Removes temp files a killed predecessor left for the same path, and marks the state dirty so the
+        current history is persisted even if it changed before start.
+        """
+        if self._task is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._wake = asyncio.Event()
+        self._stop_event = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._stopping = False
+        for stale in remove_stale_temps(self.path):
+            log.info("removed stale report temp file %s", stale)
+        if not self._subscribed:
+            self.ledger.subscribe(self._on_change)
+            self._subscribed = True
+        self._dirty = True
+        self._wake.set()
+        self._task = asyncio.create_task(self._run(), name="agentctl-report-persister")
+
+    async def stop(self) -> None:
+        """Stop the task (without interrupting a write in progress) and write the final state if dirty."""
+        task = self._task
+        if task is None:
+            return
+        self._stopping = True
+        assert self._wake is not None and self._stop_event is not None
+        self._wake.set()
+        self._stop_event.set()
+        try:
+            await task
+        finally:
+            self._task = None
+        await self.flush()
+
+    async def flush(self) -> bool:
+        """Write now if dirty and wait for it. True when the file holds the state as of this call."""
+        if self._lock is None:
+            return False
+        return await self._write_if_dirty()
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
+
+    # -- the ledger listener (MCP request path: O(1), no I/O)
+
+    def _on_change(self, _event: object) -> None:
+        self._dirty = True
+        wake = self._wake
+        if wake is None or self._loop is None:
+            return
+        if threading.get_ident() == self._loop_thread:
+            wake.set()
+        else:
+            self._loop.call_soon_threadsafe(wake.set)
+
+    # -- the writer task
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        wake = self._wake
+        while not self._stopping:
+            await wake.wait()
+            if self._stopping:
+                break
+            if self.delay > 0:
+                # Coalesce: changes during the delay fold into this one write. stop() cuts the delay
+                # short and flushes itself.
+                await self._wait_stop_or(self.delay)
+                if self._stopping:
+                    break
+            wake.clear()
+            ok = await self._write_if_dirty()
+            if ok or self._stopping:
+                continue
+            backoff = min(self.backoff_max, self.backoff_initial * (2 ** (self._consecutive_failures - 1)))
+            # Retry on the next change (wake is set by the listener) or when the backoff ends.
+            try:
+                await asyncio.wait_for(wake.wait(), backoff)
+            except TimeoutError:
+                wake.set()
+
+    async def _wait_stop_or(self, seconds: float) -> None:
+        assert self._stop_event is not None
+        try:
+            await asyncio.wait_for(self._stop_event.wait(), seconds)
+        except TimeoutError:
+            pass
+
+    async def _write_if_dirty(self) -> bool:
+        assert self._lock is not None
+        async with self._lock:
+            if not self._dirty:
+                return True
+            self._dirty = False
+            try:
+                data = encode(self.ledger.history)
+            except Exception:
+                self._dirty = True
+                self._note_failure("encode", None)
+                log.exception("report encode failed for %s", self.path)
+                return False
+            self._generation += 1
+            generation = self._generation
+            fut = asyncio.ensure_future(asyncio.to_thread(self._write_in_thread, data, generation))
+            fut.add_done_callback(self._on_write_done)
+            # Shielded: if our caller is cancelled the write still completes and its outcome is still
+            # accounted for by the done callback; the thread lock keeps writes from overlapping anyway.
+            try:
+                await asyncio.shield(fut)
+            except Exception:  # OSError or a bug; counted and logged by _on_write_done
+                return False
+            return True
+
+    def _write_in_thread(self, data: bytes, generation: int) -> None:
+        with self._thread_lock:
+            if generation <= self._written_generation:
+                return  # a newer snapshot is already on disk
+            write_atomic(self.path, data)
+            self._written_generation = generation
+
+    def _on_write_done(self, fut: asyncio.Future[None]) -> None:
+        if fut.cancelled():
+            self._dirty = True
+            return
+        exc = fut.exception()
+        if exc is None:
+            self.writes += 1
+            if self._consecutive_failures:
+                log.info("report write to %s recovered after %d failed attempt(s)", self.path, self._consecutive_failures)
+            self._consecutive_failures = 0
+            return
+        self._dirty = True
+        if isinstance(exc, OSError):
+            self._note_failure(_errno_name(exc), exc)
+        else:
+            self._note_failure(type(exc).__name__, exc)
+            log.error("report write to %s raised an unexpected error", self.path, exc_info=exc)
+
+    def _note_failure(self, name: str, exc: BaseException | None) -> None:
+        self.failures += 1
+        self._consecutive_failures += 1
+        repeated = self._consecutive_failures > 1 and name == self.last_error
+        self.last_error = name
+        # One WARNING per outage (and per change of cause); repeats of the same cause go to DEBUG.
+        level = logging.DEBUG if repeated else logging.WARNING
+        log.log(level, "report write failed: %s: %s (live state unaffected; will retry)", self.path, name)

@@ -1,0 +1,400 @@
+"""The built-in, task-aware MCP endpoint: both protocol eras on /mcp, legacy SSE on /sse + /messages/.
+
+One `mcp.server.MCPServer` (pinned `mcp==2.3.0`) serves everything; the SDK picks the era per request
+(`session_manager.handle_request`): a 2026-07-28 `MCP-Protocol-Version` goes to the modern
+single-exchange path, anything else to legacy `initialize` sessions with `Mcp-Session-Id`. The legacy
+HTTP+SSE transport is the SDK's `sse_app`. There is no hand-written protocol code here.
+
+Hosting: the SDK's ASGI apps run inside the daemon's aiohttp runner through agentctl's small ASGI
+bridge (asgi.py, where the measured reasons are). Each MCP route handler, in order:
+1. refuses anything not on the TCP loopback listener (404; the control socket serves /v1/ only);
+2. authorizes the bearer token (auth.py): none, malformed or unknown -> 401, before the SDK sees it;
+3. refuses while not running (503);
+4. hands the request to the SDK with the token's attempt in the scope (observe.py reads it back);
+5. counts a refusal (route, method, status; never a body) when the SDK answered >= 400 without the
+   request ever reaching the MCP middleware: 406, 413, 421 (DNS rebinding), unsupported version,
+   unknown session 404, ...
+
+Lifecycle (the composition root calls these; see the module's closing note for the exact wiring):
+    endpoint = McpEndpoint(ledger, builtin_name=..., profile=..., backend_getter=..., estimator_loader=...)
+    endpoint.mount(app)                 # before the runner freezes the app
+    endpoint.set_listen(host, port)     # after the TCP site is bound: exact Host/Origin allow-list
+    await endpoint.start()              # the session manager's task; before serving MCP
+    ...
+    await endpoint.stop()               # before runner.cleanup(): ends SSE streams, sessions, bounded
+
+DNS-rebinding protection stays on: one `TransportSecuritySettings` object is shared by the streamable
+HTTP manager, the modern path and the SSE transport, so `set_listen` tightens all of them at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import re
+from collections.abc import Callable
+from typing import Any, Final
+
+from aiohttp import web
+from mcp.server import MCPServer
+from mcp.server.streamable_http_manager import DEFAULT_SESSION_IDLE_TIMEOUT
+from mcp.server.subscriptions import InMemorySubscriptionBus, ToolsListChanged
+from mcp.server.transport_security import TransportSecuritySettings
+from sse_starlette.sse import AppStatus
+
+from agentctl import __version__
+from agentctl.evidence.catalog import EstimatorLoader
+from agentctl.evidence.ledger import Ledger
+from agentctl.mcp_endpoint import auth
+from agentctl.mcp_endpoint.asgi import ASGIApp, AsgiBridge, build_scope
+from agentctl.mcp_endpoint.observe import SCOPE_ATTEMPT, SCOPE_REACHED, SCOPE_ROUTE, Observer
+
+log = logging.getLogger(__name__)
+
+MCP_PATH: Final = "/mcp"
+SSE_PATH: Final = "/sse"
+MESSAGES_PATH: Final = "/messages/"
+ROUTES: Final = (MCP_PATH, SSE_PATH, MESSAGES_PATH)
+_METHODS: Final = frozenset({"GET", "POST", "DELETE", "HEAD", "OPTIONS", "PUT", "PATCH"})
+
+DEFAULT_STOP_TIMEOUT: Final = 5.0
+NOTIFY_TIMEOUT: Final = 2.0
+
+
+class McpEndpoint:
+    """The built-in MCP server of one daemon (one execution generation).
+
+    `backend_getter` is called on every tool call (tools.py); `estimator_loader` provides token
+    estimates for the catalog when loaded (started here, never waited for).
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        builtin_name: str,
+        profile: str,
+        backend_getter: Callable[[], Any],
+        estimator_loader: EstimatorLoader | None,
+        session_idle_timeout: float | None = DEFAULT_SESSION_IDLE_TIMEOUT,
+        stop_timeout: float = DEFAULT_STOP_TIMEOUT,
+        bridge_tick: float = 0.1,
+    ) -> None:
+        from agentctl.mcp_endpoint.tools import apply_profile, register_tools
+
+        self.ledger = ledger
+        self.builtin_name = builtin_name
+        self.estimator_loader = estimator_loader
+        self.stop_timeout = stop_timeout
+        self._apply_profile = apply_profile
+        self.observer = Observer(ledger, builtin_name, estimator_loader)
+        self._bus = InMemorySubscriptionBus()
+        self.server: MCPServer[Any] = new_mcp_server(
+            builtin_name, middleware=[self.observer], subscriptions=self._bus
+        )
+        register_tools(self.server, backend_getter, ledger.identity)
+        self.profile = profile
+        self.tool_count = apply_profile(self.server, profile)
+
+        # Until set_listen() names the bound port: the SDK's own loopback defaults (any port).
+        self.security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+        )
+        # Building through streamable_http_app() keeps the SDK's DNS-rebinding wiring; it also creates
+        # server.session_manager, whose handle_request serves /mcp for both eras.
+        self.server.streamable_http_app(
+            streamable_http_path=MCP_PATH,
+            transport_security=self.security,
+            session_idle_timeout=session_idle_timeout,
+        )
+        self.session_manager = self.server.session_manager
+        self._sse_app: ASGIApp = self.server.sse_app(
+            sse_path=SSE_PATH, message_path=MESSAGES_PATH, transport_security=self.security
+        )
+        self.bridge = AsgiBridge(tick=bridge_tick)
+        self.base_url: str | None = None
+        self._state = "new"  # new -> running -> stopping -> stopped
+        self._manager_task: asyncio.Task[None] | None = None
+        self._manager_stop: asyncio.Event | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+        self._set_app_status = False
+
+    # ---- wiring --------------------------------------------------------------------------------
+
+    def mount(self, app: web.Application) -> None:
+        """Add /mcp, /sse and /messages/ to the daemon's application (before the runner freezes it)."""
+        app.router.add_route("*", MCP_PATH, self._handle_mcp)
+        app.router.add_route("*", SSE_PATH, self._handle_sse)
+        app.router.add_route("*", MESSAGES_PATH, self._handle_sse)
+
+    def set_listen(self, host: str, port: int) -> None:
+        """Record the bound loopback address: the base URL, and the exact Host/Origin allow-list."""
+        bare = host.strip("[]")
+        try:
+            ip = ipaddress.ip_address(bare)
+        except ValueError:
+            ip = None
+        shown = f"[{bare}]" if ip is not None and ip.version == 6 else bare
+        names = [shown]
+        if ip is not None and ip.is_loopback:
+            names += ["localhost", "127.0.0.1" if ip.version == 4 else "[::1]"]
+        elif bare == "localhost":
+            names += ["127.0.0.1", "[::1]"]
+        hosts = list(dict.fromkeys(f"{name}:{port}" for name in names))
+        self.security.allowed_hosts = hosts
+        self.security.allowed_origins = [f"http://{h}" for h in hosts]
+        self.base_url = f"http://{shown}:{port}"
+
+    @property
+    def url(self) -> str | None:
+        return f"{self.base_url}{MCP_PATH}" if self.base_url else None
+
+    @property
+    def sse_url(self) -> str | None:
+        return f"{self.base_url}{SSE_PATH}" if self.base_url else None
+
+    @property
+    def running(self) -> bool:
+        return self._state == "running"
+
+    @property
+    def open_connections(self) -> int:
+        """Legacy connections (streamable-HTTP sessions, SSE streams) that completed initialize."""
+        return len(self.observer.connections)
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self, timeout: float = 5.0) -> None:
+        """Run the session manager in a dedicated task (its anyio cancel scope lives and dies there)."""
+        if self._state != "new":
+            raise RuntimeError(f"McpEndpoint.start() in state {self._state}")
+        if AppStatus.should_exit and McpEndpoint._set_app_status_class:
+            # A previous endpoint in this process ended its streams through the global flag.
+            AppStatus.should_exit = False
+        if self.estimator_loader is not None:
+            self.estimator_loader.start()
+        self.bridge.start()
+        started = asyncio.Event()
+        self._manager_stop = asyncio.Event()
+        self._manager_task = asyncio.create_task(self._run_manager(started), name="agentctl-mcp-sessions")
+        waiter = asyncio.create_task(started.wait())
+        done, _ = await asyncio.wait({waiter, self._manager_task}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if waiter not in done:
+            waiter.cancel()
+            if self._manager_task.done():
+                self._manager_task.result()  # raises the manager's failure
+            raise TimeoutError("the MCP session manager did not start")
+        self._state = "running"
+
+    async def _run_manager(self, started: asyncio.Event) -> None:
+        assert self._manager_stop is not None
+        async with self.session_manager.run():
+            started.set()
+            await self._manager_stop.wait()
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """End open SSE streams and legacy sessions, stop the session manager; bounded; idempotent."""
+        if self._state in ("stopping", "stopped"):
+            return
+        if self._state == "new":
+            self._state = "stopped"
+            return
+        self._state = "stopping"
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self.stop_timeout if timeout is None else timeout)
+
+        def left() -> float:
+            return max(0.0, deadline - loop.time())
+
+        # 1. Every open HTTP exchange (SSE streams, standalone GET streams, in-flight POSTs) sees
+        #    http.disconnect now; sse_starlette ends its streams, the SSE server loops end.
+        self.bridge.disconnect_all()
+        await _wait_until(lambda: self.bridge.open_exchanges == 0, min(1.0, left()))
+        if self.bridge.open_exchanges:
+            # Belt and braces: sse_starlette's process-wide shutdown flag (its watcher polls at 0.5 s).
+            AppStatus.should_exit = True
+            McpEndpoint._set_app_status_class = True
+        # 2. The session manager: cancels every legacy session's task; their exit stacks record
+        #    connection_closed.
+        if self._manager_stop is not None:
+            self._manager_stop.set()
+        if self._manager_task is not None:
+            done, _ = await asyncio.wait({self._manager_task}, timeout=left())
+            if not done:
+                log.warning("the MCP session manager did not stop in time; cancelling it")
+                self._manager_task.cancel()
+                await asyncio.wait({self._manager_task}, timeout=1.0)
+            elif self._manager_task.exception() is not None:
+                log.warning("the MCP session manager failed: %s", type(self._manager_task.exception()).__name__)
+        # 3. Whatever apps are still running, then the ticker.
+        await self.bridge.stop(left())
+        for task in list(self._background):
+            task.cancel()
+        # 4. Let deferred evidence (call_soon) fold before the caller persists the report.
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        self._state = "stopped"
+
+    _set_app_status_class: bool = False
+
+    # ---- profiles ------------------------------------------------------------------------------
+
+    def set_profile(self, name: str) -> int:
+        """Switch the tool profile; returns the new tool count.
+
+        The next tools/list of any era serves the new set (tools_list_observed then records the new
+        count). Open legacy connections get notifications/tools/list_changed; modern clients with a
+        `subscriptions/listen` stream get the same event through the SDK's subscription bus. Raises
+        ValueError for an unknown profile (nothing changes then).
+        """
+        count = self._apply_profile(self.server, name)
+        self.profile = name
+        self.tool_count = count
+        if self._state == "running":
+            self._spawn(self._announce_tools_changed())
+        return count
+
+    async def _announce_tools_changed(self) -> None:
+        async def one(connection: Any) -> None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(connection.send_tool_list_changed(), NOTIFY_TIMEOUT)
+
+        connections = list(self.observer.connections.values())
+        await asyncio.gather(*(one(c) for c in connections), self._bus.publish(ToolsListChanged()))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # ---- HTTP ----------------------------------------------------------------------------------
+
+    async def _handle_mcp(self, request: web.Request) -> web.StreamResponse:
+        return await self._handle(request, MCP_PATH, self.session_manager.handle_request)
+
+    async def _handle_sse(self, request: web.Request) -> web.StreamResponse:
+        route = SSE_PATH if request.path == SSE_PATH else MESSAGES_PATH
+        return await self._handle(request, route, self._sse_app)
+
+    async def _handle(self, request: web.Request, route: str, app: ASGIApp) -> web.StreamResponse:
+        method = request.method if request.method in _METHODS else "OTHER"
+        if not _on_tcp(request):
+            self._refused(route, method, 404)
+            raise web.HTTPNotFound()
+        attempt_id = auth.attempt_of(request, self.ledger.tokens)
+        if attempt_id is None:
+            self._refused(route, method, 401)
+            return auth.unauthorized()
+        if self._state != "running":
+            self._refused(route, method, 503)
+            return web.Response(status=503, text="the MCP endpoint is not running\n", headers={"Retry-After": "1"})
+        scope = build_scope(request)
+        scope[SCOPE_ATTEMPT] = attempt_id
+        scope[SCOPE_ROUTE] = route
+        scope["user"] = auth.principal(attempt_id)
+        response, status = await self.bridge.serve(request, app, scope)
+        if status >= 400 and not scope.get(SCOPE_REACHED):
+            self._refused(route, method, status)
+        return response
+
+    def _refused(self, route: str, method: str, status: int) -> None:
+        self.observer._defer(self.ledger.count_refusal, route, method, status)
+
+
+async def _wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not predicate():
+        if loop.time() >= end:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
+def _on_tcp(request: web.BaseRequest) -> bool:
+    transport = request.transport
+    if transport is None:
+        return False
+    return isinstance(transport.get_extra_info("sockname"), tuple)
+
+
+# ---- the SDK server and its logging ------------------------------------------------------------
+
+
+def new_mcp_server(name: str, **kwargs: Any) -> MCPServer[Any]:
+    """`MCPServer(name, ...)` without its side effect on logging.
+
+    The constructor calls `logging.basicConfig(INFO)` (a root handler at INFO would print the SDK's
+    session-id lines). Whatever it adds to the root logger is removed again and the root level restored.
+    """
+    install_sdk_log_redaction()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        return MCPServer(name, version=__version__, **kwargs)
+    finally:
+        for handler in list(root.handlers):
+            if handler not in handlers:
+                root.removeHandler(handler)
+        root.setLevel(level)
+
+
+_PLACEHOLDER = re.compile(r"%(\([^)]*\))?[-#0 +]*(\*|\d+)?(\.(\*|\d+))?[diouxXeEfFgGcrsa]")
+_ID_LIKE = re.compile(
+    r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}|[A-Za-z0-9_\-]{20,}"
+)
+_SDK_LOGGER_PREFIXES: Final = ("mcp", "mcp_types", "sse_starlette")
+
+
+class SdkLogRedactor(logging.Filter):
+    """Rewrites the SDK's INFO-and-above records so no value they carry reaches a log line.
+
+    The SDK logs session ids (`Mcp-Session-Id`, SSE `session_id`), Host headers, tool error text and
+    message bodies, some at WARNING and ERROR, often through f-strings. A record keeps its logger,
+    level and the fixed part of its text: %-placeholders become `<…>`, an f-string message is cut at
+    its first colon, anything id-like is masked, and a traceback becomes the exception's type name.
+    DEBUG records are left alone (those loggers are held at WARNING by agentctl.logs).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.INFO or getattr(record, "_agentctl_redacted", False):
+            return True
+        try:
+            template = str(record.msg)
+            if record.args:
+                text = _PLACEHOLDER.sub("<…>", template)
+            else:
+                text = template.split(":", 1)[0]
+            text = _ID_LIKE.sub("<id>", text.replace("\n", " "))[:200]
+            if record.exc_info and record.exc_info[0] is not None:
+                text += f" ({record.exc_info[0].__name__})"
+        except Exception:
+            text = "MCP SDK log line (redacted)"
+        record.msg = text
+        record.args = None
+        record.exc_info = None
+        record.exc_text = None
+        record.stack_info = None
+        record._agentctl_redacted = True  # type: ignore[attr-defined]
+        return True
+
+
+_REDACTOR = SdkLogRedactor()
+
+
+def install_sdk_log_redaction() -> None:
+    """Attach the redactor to every SDK logger that exists (they exist once the SDK is imported)."""
+    manager = logging.Logger.manager
+    names = [
+        name
+        for name in list(manager.loggerDict)
+        if name.split(".", 1)[0] in _SDK_LOGGER_PREFIXES
+    ]
+    for name in (*_SDK_LOGGER_PREFIXES, *names):
+        logger = logging.getLogger(name)
+        if _REDACTOR not in logger.filters:
+            logger.addFilter(_REDACTOR)

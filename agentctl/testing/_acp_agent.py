@@ -1,0 +1,229 @@
+"""The ACP side of the reference agent (a plain class: `acp.Agent` is a Protocol, not a base).
+
+The ACP SDK's router calls these methods with the request's fields as keyword
+arguments; anything it does not find answers -32601. A `RequestError` raised here
+goes back to the client as the JSON-RPC error (code, message, data).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import acp
+from acp import RequestError
+from acp.schema import (
+    AgentCapabilities,
+    CloseSessionResponse,
+    Implementation,
+    InitializeResponse,
+    LoadSessionResponse,
+    McpCapabilities,
+    NewSessionResponse,
+    PromptResponse,
+    SessionCapabilities,
+    SessionCloseCapabilities,
+)
+
+from agentctl import __version__
+from agentctl.testing import _ref_mcp as M
+
+log = logging.getLogger("agentctl.reference_agent")
+
+_GARBAGE = [
+    b"reference-agent garbage-stdout: this line is not JSON",
+    b"{this is not json either",
+    b"\xff\xfe binary-ish garbage \x01\x02",
+    b"<<< garbage >>> " + b"g" * 70_000,  # longer than asyncio's default 64 KiB line limit
+]
+
+
+@dataclass
+class _Session:
+    id: str
+    cwd: str
+    entries: list[M.ServerEntry]
+    conns: dict[str, M.McpConnection] = field(default_factory=dict)
+    attempted: bool = False
+    cancelled: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class ReferenceAgent:
+    def __init__(self, opts: Any, writer: asyncio.StreamWriter) -> None:
+        self._opts = opts
+        self._writer = writer
+        self._client: Any = None
+        self._sessions: dict[str, _Session] = {}
+        self._garbage_index = 0
+
+    # ------------------------------------------------------------ helpers
+
+    def on_connect(self, conn: Any) -> None:
+        self._client = conn
+
+    def garbage(self, text: str | None = None) -> None:
+        """Write one non-JSON line straight to stdout (between frames: each frame is one write)."""
+        if not self._opts.garbage_stdout or self._writer.is_closing():
+            return
+        if text is None:
+            line = _GARBAGE[self._garbage_index % len(_GARBAGE)]
+            self._garbage_index += 1
+        else:
+            line = text.encode()
+        self._writer.write(line + b"\n")
+
+    async def garbage_ticker(self) -> None:
+        while True:
+            self.garbage()
+            await asyncio.sleep(0.2)
+
+    def _deliverable(self, entries: list[M.ServerEntry]) -> list[M.ServerEntry]:
+        """Drop duplicates and transports this agent did not advertise (strict: refuse them)."""
+        allowed = {"stdio"}
+        if self._opts.advertise_http:
+            allowed.add("http")
+        if self._opts.advertise_sse:
+            allowed.add("sse")
+        kept: list[M.ServerEntry] = []
+        for e in entries:
+            problem = None
+            if any(k.name == e.name for k in kept):
+                problem = "duplicate name"
+            elif e.transport not in allowed:
+                problem = f"transport {e.transport} not supported"
+            if problem is None:
+                kept.append(e)
+            elif self._opts.strict:
+                raise RequestError(-32602, f"MCP server '{e.name}' rejected: {problem}", {"server": e.name})
+            else:
+                log.warning("skipping MCP server '%s': %s", e.name, problem)
+        return kept
+
+    async def _connect(self, session: _Session) -> None:
+        session.attempted = True
+        if not session.entries:
+            return
+        conns, failures = await M.connect_all(
+            session.entries,
+            modern=self._opts.modern,
+            client_name=M.AGENT_NAME,
+            client_version=__version__,
+            connect_timeout=self._opts.connect_timeout,
+            call_timeout=self._opts.call_timeout,
+        )
+        if failures and self._opts.strict:
+            await M.close_all(conns.values())
+            raise RequestError(
+                -32603,
+                "; ".join(str(f) for f in failures),
+                {"servers": [{"name": f.name, "reason": f.reason} for f in failures]},
+            )
+        session.conns = conns
+
+    async def _open_session(self, session_id: str, cwd: str, mcp_servers: list[Any] | None) -> _Session:
+        entries = self._deliverable([M.entry_from_acp(s) for s in (mcp_servers or [])])
+        session = _Session(id=session_id, cwd=cwd, entries=entries)
+        names = ", ".join(f"'{e.name}' ({e.transport})" for e in entries) or "none"
+        log.info("session %s: MCP servers delivered: %s", session_id, names)
+        if self._opts.ignore_mcp:
+            log.info("ignore-mcp: not connecting")
+        elif self._opts.lazy:
+            log.info("lazy: connecting on the first prompt")
+        else:
+            await self._connect(session)
+        self._sessions[session_id] = session
+        return session
+
+    async def _drop_session(self, session_id: str) -> None:
+        old = self._sessions.pop(session_id, None)
+        if old is not None:
+            await M.close_all(old.conns.values())
+
+    async def shutdown(self) -> None:
+        sessions = list(self._sessions.values())
+        self._sessions.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(M.close_all(c for s in sessions for c in s.conns.values()), 5)
+
+    # ------------------------------------------------------------ ACP methods
+
+    async def initialize(
+        self, protocol_version: int, client_capabilities: Any = None, client_info: Any = None, **kwargs: Any
+    ) -> InitializeResponse:
+        who = f"{client_info.name} {client_info.version}" if client_info else "unnamed client"
+        log.info("initialize from %s (protocol %s)", who, protocol_version)
+        self.garbage()
+        return InitializeResponse(
+            protocol_version=acp.PROTOCOL_VERSION,
+            agent_capabilities=AgentCapabilities(
+                load_session=True,
+                mcp_capabilities=McpCapabilities(http=self._opts.advertise_http, sse=self._opts.advertise_sse),
+                session_capabilities=SessionCapabilities(close=SessionCloseCapabilities()),
+            ),
+            agent_info=Implementation(name=M.AGENT_NAME, title="agentctl reference agent", version=__version__),
+            auth_methods=[],
+        )
+
+    async def new_session(
+        self, cwd: str, additional_directories: Any = None, mcp_servers: list[Any] | None = None, **kwargs: Any
+    ) -> NewSessionResponse:
+        session = await self._open_session(f"ref-{uuid.uuid4().hex}", cwd, mcp_servers)
+        self.garbage()
+        return NewSessionResponse(session_id=session.id)
+
+    async def load_session(
+        self,
+        cwd: str,
+        session_id: str,
+        mcp_servers: list[Any] | None = None,
+        additional_directories: Any = None,
+        **kwargs: Any,
+    ) -> LoadSessionResponse:
+        await self._drop_session(session_id)  # no history to replay: reconnect with the new delivery
+        await self._open_session(session_id, cwd, mcp_servers)
+        self.garbage()
+        return LoadSessionResponse()
+
+    async def close_session(self, session_id: str, **kwargs: Any) -> CloseSessionResponse:
+        await self._drop_session(session_id)
+        return CloseSessionResponse()
+
+    async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        session = self._sessions.get(session_id)
+        if session is not None:
+            session.cancelled = True
+
+    async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> PromptResponse:
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise RequestError.invalid_params({"sessionId": session_id, "reason": "unknown session"})
+        session.cancelled = False
+        text = "".join(getattr(block, "text", "") for block in prompt if getattr(block, "type", "") == "text")
+        self.garbage()
+        if self._opts.ignore_mcp:
+            answer = f"Ignoring MCP servers ({len(session.entries)} delivered); no tool called."
+        else:
+            async with session.lock:
+                if not session.attempted:
+                    await self._connect(session)
+            outcome = await M.perform_turn(session.conns, self._opts.builtin_name, text)
+            if outcome["server"] and outcome["tool"]:
+                await self._client.session_update(
+                    session_id,
+                    acp.start_tool_call(
+                        f"call-{uuid.uuid4().hex[:12]}",
+                        f"{outcome['server']}/{outcome['tool']}",
+                        kind="read",
+                        status="completed" if outcome["ok"] else "failed",
+                    ),
+                )
+            answer = M.describe_turn(outcome)
+        self.garbage()
+        await self._client.session_update(session_id, acp.update_agent_message_text(answer))
+        self.garbage()
+        return PromptResponse(stop_reason="cancelled" if session.cancelled else "end_turn")

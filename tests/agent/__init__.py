@@ -1,0 +1,1 @@
+"""Tests for agent supervision and the stderr window."""

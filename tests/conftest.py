@@ -1,0 +1,89 @@
+"""Shared test helpers: spec files, a real `agentctl serve` subprocess, and deadline polling."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def poll(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02, what: str = "condition"):
+    """Poll with a deadline; returns the first truthy value or fails the test."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def write_spec(tmp_path: Path, extra: str = "", *, state_dir: Path | None = None, execution_id: str = "exec-test") -> Path:
+    state = state_dir or (tmp_path / "state")
+    path = tmp_path / "spec.toml"
+    path.write_text(
+        f"""
+[identity]
+task_id = "task-1"
+session_id = "session-1"
+agent_id = "agent-1"
+agent_profile_id = "profile-1"
+execution_id = "{execution_id}"
+
+[state]
+dir = "{state}"
+{extra}
+"""
+    )
+    return path
+
+
+class ServeProcess:
+    def __init__(self, proc: subprocess.Popen, ready: dict) -> None:
+        self.proc = proc
+        self.ready = ready
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=timeout)
+
+
+def agentctl_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "agentctl.cli", *args]
+
+
+def start_serve(spec: Path, socket: Path, env: dict[str, str] | None = None, extra_args: tuple[str, ...] = ()) -> ServeProcess:
+    full_env = {**os.environ, **(env or {})}
+    proc = subprocess.Popen(
+        agentctl_cmd("serve", str(spec), "--socket", str(socket), *extra_args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=full_env,
+        cwd=REPO,
+    )
+    line = proc.stdout.readline()  # blocks until ready or exit
+    if not line:
+        err = proc.stderr.read().decode()
+        proc.wait(timeout=10)
+        pytest.fail(f"agentctl serve exited before ready ({proc.returncode}): {err}")
+    return ServeProcess(proc, json.loads(line))
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A short directory for Unix sockets (AF_UNIX paths are limited to 107 bytes; pytest's tmp_path can be long)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="actl-", dir="/tmp") as d:
+        yield Path(d)

@@ -1,0 +1,1 @@
+"""Tests of the control socket, its API, the client commands and the human rendering."""

@@ -1,0 +1,44 @@
+"""Fixtures for the control tests (helpers live in control_support.py)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from tests.control.control_support import EXECUTION_ID, Served, make_ctx, serve_app
+
+from agentctl.control.socket import cleanup_socket_path
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A short directory under /tmp: pytest's tmp_path can push a socket path past 107 bytes."""
+    d = Path(tempfile.mkdtemp(prefix="actl-", dir="/tmp"))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _clean_socket_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("AGENTCTL_SOCKET", "RUNTIME_DIRECTORY", "NO_COLOR", "TERM"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+async def served(short_dir: Path, tmp_path: Path) -> AsyncIterator[Served]:
+    """The control API on a real socket at <short dir>/<execution>/control.sock, plus loopback TCP."""
+    socket_path = short_dir / EXECUTION_ID / "control.sock"
+    ctx = make_ctx(tmp_path / "state", socket_path)
+    ctx.report_path = Path("/var/lib/agentctl") / EXECUTION_ID / "report.json"
+    ctx.mcp_url = "http://127.0.0.1:40123/mcp"
+    s = await serve_app(ctx, socket_path)
+    try:
+        yield s
+    finally:
+        await s.runner.cleanup()
+        cleanup_socket_path(socket_path)

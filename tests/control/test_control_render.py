@@ -1,0 +1,264 @@
+"""Human rendering: every display state says what it means, colour only when asked, 80 columns."""
+
+from __future__ import annotations
+
+import io
+import re
+from datetime import UTC, datetime
+
+import pytest
+
+from agentctl.control.render import (
+    AMBER,
+    GREEN,
+    GREY,
+    RED,
+    RESET,
+    display_label,
+    render_health,
+    render_report,
+    render_status,
+    use_color,
+)
+from agentctl.evidence.contract import Attempt, EndpointTestResult, ErrorSummary, ServerRow
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+EXEC = "exec_0123456789abcdef0123456789abcdef"
+T0 = "2026-01-02T03:04:05Z"
+
+ROWS = [
+    {"name": "kandev", "source": "builtin", "status": "active", "tool_count": 7, "tool_calls": 2},
+    {"name": "kandev-cfg", "source": "builtin", "status": "connected"},
+    {"name": "kandev-new", "source": "builtin", "status": "delivered"},
+    {"name": "github", "source": "profile", "status": "delivered"},
+    {
+        "name": "broken",
+        "source": "profile",
+        "status": "failed",
+        "reason_code": "acp_session_error",
+        "summary": "the agent refused the server: transport not supported by this agent build",
+    },
+    {"name": "local-fs", "source": "profile", "status": "filtered", "reason_code": "transport_unsupported"},
+    {"name": "cli-only", "source": "profile", "status": "unavailable", "reason_code": "no_passthrough_strategy"},
+    {"name": "later", "source": "profile", "status": "configured"},
+]
+
+
+def flat(text: str) -> str:
+    """The text with wrapping undone (so a test can look for a sentence across wrapped lines)."""
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def status_body(rows=ROWS, **extra) -> dict:
+    body = {
+        "identity": {
+            "task_id": "task-1",
+            "session_id": "sess-1",
+            "execution_id": EXEC,
+            "instance_id": "inst_1",
+            "agent_id": "agent-1",
+            "agent_profile_id": "profile-1",
+        },
+        "ready": True,
+        "checks": {"mcp_listener": True},
+        "current": {
+            "attempt_id": "att_0123456789abcdef",
+            "task_id": "task-1",
+            "session_id": "sess-1",
+            "execution_id": EXEC,
+            "instance_id": "inst_1",
+            "origin": "session_new",
+            "acp_session_id": "acp-1",
+            "started_at": T0,
+            "updated_at": T0,
+            "servers": rows,
+        },
+        "report_path": "/var/lib/agentctl/report.json",
+        "mcp_url": "http://127.0.0.1:40123/mcp",
+        "rejected_events": 0,
+    }
+    body.update(extra)
+    return body
+
+
+SNAPSHOT = """\
+Daemon: ready
+
+  kandev      active
+              7 tools loaded, used
+  kandev-cfg  connected
+              initialized, tools not listed yet
+  kandev-new  delivered · connection unverified
+              sent to the agent; the agent has not contacted this endpoint yet
+  github      delivered · connection unverified
+              sent to the agent; third-party servers connect directly to the
+              agent, so this is expected
+  broken      failed
+              acp_session_error: the agent refused the server: transport not
+              supported by this agent build
+  local-fs    filtered
+              transport_unsupported
+  cli-only    unavailable
+              no_passthrough_strategy
+  later       configured
+              not sent to the agent yet
+
+  attempt    att_0123456789abcdef (session_new) · ACP session acp-1
+  execution  exec_0123456789abcdef0123456789abcdef
+  task       task-1 · session sess-1
+  MCP        http://127.0.0.1:40123/mcp
+  report     /var/lib/agentctl/report.json
+"""
+
+
+def test_snapshot_of_every_display_state_without_colour() -> None:
+    out = render_status(status_body(), color=False)
+    assert out == SNAPSHOT
+    assert "\x1b" not in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_colour_codes_follow_the_display_state() -> None:
+    out = render_status(status_body(), color=True)
+    assert f"{GREEN}active{RESET}" in out
+    assert f"{AMBER}connected{RESET}" in out
+    assert out.count(f"{AMBER}delivered · connection unverified{RESET}") == 2
+    assert f"{RED}failed{RESET}" in out
+    assert f"{GREY}filtered{RESET}" in out
+    assert f"{GREY}unavailable{RESET}" in out
+    # configured claims nothing: plain.
+    assert re.search(r"  later       configured\n", out)
+    # Same text once the codes are gone, and still 80 visible columns.
+    assert ANSI.sub("", out) == render_status(status_body(), color=False)
+    assert max(len(ANSI.sub("", line)) for line in out.splitlines()) <= 80
+
+
+@pytest.mark.parametrize(
+    ("row", "label", "meaning"),
+    [
+        ({"status": "active", "tool_count": 1}, "active", "1 tool loaded"),
+        ({"status": "active", "tool_count": 12, "tool_calls": 3}, "active", "12 tools loaded, used"),
+        ({"status": "connected"}, "connected", "initialized, tools not listed yet"),
+        (
+            {"status": "delivered", "source": "builtin"},
+            "delivered · connection unverified",
+            "sent to the agent; the agent has not contacted this endpoint yet",
+        ),
+        (
+            {"status": "delivered", "source": "profile"},
+            "delivered · connection unverified",
+            "third-party servers connect directly to the agent, so this is expected",
+        ),
+        ({"status": "failed", "reason_code": "initialize_failed"}, "failed", "initialize_failed"),
+        ({"status": "filtered", "reason_code": "duplicate_name"}, "filtered", "duplicate_name"),
+        ({"status": "unavailable", "reason_code": "no_strategy"}, "unavailable", "no_strategy"),
+        ({"status": "configured"}, "configured", "not sent to the agent yet"),
+    ],
+)
+def test_each_state_label_and_plain_language_line(row: dict, label: str, meaning: str) -> None:
+    row = {"name": "srv", **row}
+    assert display_label(row) == label
+    out = render_status(status_body(rows=[row]), color=False)
+    assert re.search(rf"^  srv +{re.escape(label)}$", out, re.M)
+    assert meaning in flat(out)
+    assert "\x1b" not in out
+
+
+def test_active_without_tool_use_does_not_claim_use() -> None:
+    out = render_status(status_body(rows=[{"name": "k", "status": "active", "tool_count": 3}]), color=False)
+    assert "3 tools loaded\n" in out and "used" not in out
+
+
+def test_contract_structs_render_like_their_json() -> None:
+    t = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    attempt = Attempt(
+        attempt_id="att_1",
+        task_id="task-1",
+        session_id="sess-1",
+        execution_id=EXEC,
+        instance_id="inst_1",
+        started_at=t,
+        updated_at=t,
+        servers=[
+            ServerRow(name="kandev", source="builtin", status="active", tool_count=4, disconnected_at=t),
+            ServerRow(
+                name="gh",
+                status="delivered",
+                endpoint_test=EndpointTestResult(succeeded=False, tested_at=t, reason_code="connect_refused"),
+            ),
+        ],
+        session_error=ErrorSummary(reason_code="acp_error", summary="session/new failed"),
+    )
+    assert display_label(attempt.servers[1]) == "delivered · connection unverified"
+    out = render_status(attempt, color=False)
+    assert "4 tools loaded" in out
+    assert "connection closed at 2026-01-02 03:04:05" in out
+    assert "endpoint test: unreachable (connect_refused)" in out
+    # A session error is a diagnostic, not a failed row.
+    assert "session error (not tied to one server): acp_error: session/new failed" in flat(out)
+    assert not re.search(r"^  \S+ +failed$", out, re.M)
+    assert f"execution  {EXEC}" in out
+
+
+def test_long_names_and_summaries_stay_within_80_columns() -> None:
+    rows = [
+        {"name": "a-really-long-server-name-from-some-profile", "status": "failed", "reason_code": "x" * 30,
+         "summary": "word " * 60},
+        {"name": "s", "status": "delivered"},
+    ]
+    out = render_status(status_body(rows=rows), color=True)
+    assert max(len(ANSI.sub("", line)) for line in out.splitlines()) <= 80
+    assert "a-really-long-server-na…" in out
+
+
+def test_not_ready_and_no_attempt_yet() -> None:
+    body = status_body(ready=False, checks={"mcp_listener": True, "upstream": False}, current=None)
+    out = render_status(body, color=False)
+    assert out.startswith("Daemon: not ready (waiting for upstream)\n")
+    assert "no attachment attempt yet" in out
+
+
+def test_report_shows_previous_attempts() -> None:
+    body = status_body()
+    previous = dict(body["current"], attempt_id="att_old", superseded_at=T0, servers=[ROWS[3]])
+    history = {
+        "version": 1,
+        "identity": body["identity"],
+        "updated_at": T0,
+        "current": body["current"],
+        "previous": [previous],
+        "http_refusals": [{"route": "/mcp", "method": "POST", "status": 401, "count": 3}],
+    }
+    out = render_report(history, color=False)
+    assert "Previous attempt att_old (session_new) · ACP session acp-1, superseded 2026-01-02 03:04:05" in flat(out)
+    assert "refused    3 HTTP requests before MCP" in out
+    assert "Daemon:" not in out  # a report has no live readiness
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_health_lines() -> None:
+    assert render_health({"live": True, "ready": False}, False, color=False) == "live\n"
+    assert render_health({"live": True, "ready": True}, True, color=True) == f"{GREEN}ready{RESET}\n"
+    body = {"live": True, "ready": False, "stopping": True, "checks": {"a": True}}
+    assert render_health(body, True, color=False) == "not ready (stopping)\n"
+
+
+class FakeStream(io.StringIO):
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self._tty = tty
+
+    def isatty(self) -> bool:
+        return self._tty
+
+
+def test_use_color_honours_no_color_and_tty(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert use_color(FakeStream(tty=True)) is True
+    assert use_color(FakeStream(tty=False)) is False
+    assert use_color(io.StringIO()) is False
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert use_color(FakeStream(tty=True)) is False
+    monkeypatch.setenv("NO_COLOR", "")  # present but empty: no effect (no-color.org)
+    assert use_color(FakeStream(tty=True)) is True
+    monkeypatch.setenv("TERM", "dumb")
+    assert use_color(FakeStream(tty=True)) is False
