@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="the main job: start the daemon, open a session, show status, persist")
     run.add_argument("spec", metavar="SPEC", help="execution spec (TOML or JSON)")
     run.add_argument("--socket", help="control socket path")
+    run.add_argument("--prompt", metavar="TEXT", help="send this prompt once the session is accepted")
     run.add_argument("--json", action="store_true", help="print the final report as JSON")
     run.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     run.set_defaults(func=cmd_run)
@@ -117,7 +118,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     spec, error = _load(args.spec)
     if error:
         return _fail(error)
-    return _run_daemon(spec, args.socket, lambda daemon: run_main_job(daemon, as_json=args.json))
+    return _run_daemon(spec, args.socket, lambda daemon: run_main_job(daemon, prompt=args.prompt, as_json=args.json))
 
 
 if __name__ == "__main__":

@@ -60,3 +60,7 @@ class TokenRegistry:
             if owner == attempt_id:
                 return token.decode()
         return None
+
+    def all_tokens(self) -> list[str]:
+        """Every live token, for redaction lists only."""
+        return [token.decode() for token, _ in self._tokens]

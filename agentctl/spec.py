@@ -39,6 +39,11 @@ class AgentSpec(_S):
     strategy: str | None = None
     workdir: str | None = None
     env: dict[str, str] = {}
+    permission: Literal["allow", "deny", "ask"] = "deny"  # answer to the agent's permission requests
+    initialize_timeout: float = 30.0
+    session_timeout: float = 60.0
+    stop_grace: float = 2.0  # after closing stdin, before SIGTERM to the agent's process group
+    linger: float | None = None  # after the agent exits, stop the daemon after this many seconds
 
 
 class ServerSpec(_S):
@@ -184,6 +189,13 @@ def _check(spec: Spec, source: str) -> None:
                 raise _fail(source, f"{where}.command", "required for type = \"stdio\"")
             if server.url is not None or server.headers:
                 raise _fail(source, f"{where}.url", "not allowed for type = \"stdio\"")
+    if spec.agent is not None:
+        for field in ("initialize_timeout", "session_timeout", "stop_grace"):
+            value = getattr(spec.agent, field)
+            if value <= 0 or value > 600:
+                raise _fail(source, f"agent.{field}", "must be > 0 and <= 600 seconds")
+        if spec.agent.linger is not None and spec.agent.linger < 0:
+            raise _fail(source, "agent.linger", "must be >= 0 seconds")
     if spec.daemon.shutdown_timeout <= 0 or spec.daemon.shutdown_timeout > 300:
         raise _fail(source, "daemon.shutdown_timeout", "must be > 0 and <= 300 seconds")
     if spec.daemon.persist_delay < 0 or spec.daemon.persist_delay > 10:
@@ -215,3 +227,28 @@ def _check_url(url: str, where: str, source: str) -> None:
 def listen_address(spec: Spec) -> tuple[str, int]:
     host, _, port = spec.mcp.listen.rpartition(":")
     return host.strip("[]"), int(port)
+
+
+def secret_values(spec: Spec) -> list[str]:
+    """Every value in the spec that must never appear in a report, frame or log: the redaction list.
+
+    Header and env values, command arguments, and the user info, path and query of server URLs.
+    """
+    values: list[str] = []
+    if spec.agent is not None:
+        values.extend(spec.agent.env.values())
+        values.extend(spec.agent.command[1:])
+    for server in spec.mcp.servers:
+        values.extend(server.headers.values())
+        values.extend(server.env.values())
+        values.extend(server.args)
+        if server.url:
+            try:
+                parts = urlsplit(server.url)
+            except ValueError:
+                values.append(server.url)
+                continue
+            values.extend(v for v in (parts.username, parts.password, parts.query, parts.fragment) if v)
+            if parts.path not in ("", "/"):
+                values.append(parts.path)
+    return [v for v in values if v and len(v) >= 4]

@@ -95,8 +95,11 @@ class StderrRing:
             self._append_partial(view)
             self._trim()
             return
-        # Only the last max_bytes before the final newline can survive; never copy more than that.
-        start = max(0, nl - self._max_bytes)
+        # Newlines do not count against the byte bound, so the window can reach back at most
+        # max_bytes of content plus max_lines newlines before the final newline; never copy more.
+        # If that region holds fewer than max_lines newlines, its content alone exceeds max_bytes,
+        # so everything stored before it is out of the window.
+        start = max(0, nl - self._max_bytes - self._max_lines)
         pieces = bytes(view[start:nl]).rsplit(b"\n", self._max_lines)
         if len(pieces) > self._max_lines:
             # rsplit left every older line joined in pieces[0]: all of it is outside the window.
@@ -106,6 +109,9 @@ class StderrRing:
             # pieces[0] starts somewhere inside a line whose head (and everything before) is gone.
             pieces[0] = _skip_continuation(pieces[0])
             self._forget_stored()
+            if not pieces[0] and len(pieces) > 1:
+                # A cut fragment with nothing left is not a line.
+                del pieces[0]
         else:
             pieces[0] = bytes(self._partial) + pieces[0]
             self._partial.clear()
@@ -156,8 +162,10 @@ class StderrRing:
 
     def _push_line(self, line: bytes) -> None:
         if len(line) > self._max_bytes:
+            # The window is a contiguous tail of the stream: once a line lost its head, nothing
+            # older may be shown.
             line = _skip_continuation(line[-self._max_bytes :])
-            self._dropped = True
+            self._forget_stored()
         self._lines.append(line)
         self._line_bytes += len(line)
 
@@ -165,14 +173,15 @@ class StderrRing:
         if len(data) >= self._max_bytes:
             # Replace rather than extend, so a huge chunk is never concatenated in full.
             if self._partial or len(data) > self._max_bytes:
-                self._dropped = True
-            self._partial = bytearray(data[len(data) - self._max_bytes :])
+                self._forget_stored()
+            self._partial = bytearray(_skip_continuation(bytes(data[len(data) - self._max_bytes :])))
             return
         self._partial += data
         excess = len(self._partial) - self._max_bytes
         if excess > 0:
-            del self._partial[:excess]
-            self._dropped = True
+            kept = _skip_continuation(bytes(self._partial[excess:]))
+            self._forget_stored()
+            self._partial = bytearray(kept)
 
     def _trim(self) -> None:
         while self._lines and (
@@ -185,9 +194,10 @@ class StderrRing:
             if len(self._lines) + (1 if self._partial else 0) <= self._max_lines and 0 < excess < len(oldest):
                 # Over the byte bound only: keep the tail of the oldest line instead of dropping it whole.
                 kept = _skip_continuation(oldest[excess:])
-                self._lines[0] = kept
-                self._line_bytes -= len(oldest) - len(kept)
-                continue
+                if kept:
+                    self._lines[0] = kept
+                    self._line_bytes -= len(oldest) - len(kept)
+                    continue
             self._lines.popleft()
             self._line_bytes -= len(oldest)
 

@@ -17,12 +17,11 @@ import psutil
 
 from agentctl.agent.stderr_ring import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, StderrRing, StderrWindow
 
-log = logging.getLogger(__name__)
+# The daemon's service-manager variables (an agent holding NOTIFY_SOCKET could tell systemd the daemon
+# is ready or stopping) are stripped from every agent environment.
+from agentctl.daemon.systemd import SERVICE_MANAGER_ENV_PREFIXES
 
-# Same list as agentctl.daemon.systemd.SERVICE_MANAGER_ENV_PREFIXES; kept local so process
-# supervision does not depend on the daemon's systemd module. These belong to the daemon's
-# service manager: an agent holding NOTIFY_SOCKET could tell systemd the daemon is ready or stopping.
-SERVICE_MANAGER_ENV_PREFIXES = ("NOTIFY_SOCKET", "WATCHDOG_", "LISTEN_")
+log = logging.getLogger(__name__)
 
 # The ACP SDK's own frame limit (acp.core.DEFAULT_STDIO_BUFFER_LIMIT_BYTES): a frame larger than the
 # StreamReader limit makes readline() fail, so stdout must allow what the SDK allows.
@@ -181,7 +180,6 @@ class AgentProcess:
         track_interval: float,
     ) -> None:
         self._transport = transport
-        self._protocol = protocol
         self._proc = asyncio.subprocess.Process(transport, protocol, asyncio.get_running_loop())
         self.pid: int = self._proc.pid
         self.stdin: asyncio.StreamWriter = self._proc.stdin  # type: ignore[assignment]
@@ -289,53 +287,46 @@ class AgentProcess:
 
     def _scan(self, full: bool) -> list[psutil.Process]:
         """Refresh `_known`; reap adopted zombies; return the members still alive (not the agent)."""
-        roots: list[psutil.Process] = [p for p in self._known.values()]
-        if self._ps is not None and self._exit_info is None:
+        # One pass over the process table per scan (psutil's children() re-reads it per call).
+        by_pid: dict[int, psutil.Process] = {}
+        by_parent: dict[int, list[psutil.Process]] = {}
+        for proc in psutil.process_iter(["ppid"]):
+            by_pid[proc.pid] = proc
+            by_parent.setdefault(proc.info["ppid"], []).append(proc)
+        me = os.getpid()
+        our_children = by_parent.get(me, [])
+
+        roots: list[psutil.Process] = []
+        if self._exit_info is None and self._ps is not None:
             roots.append(self._ps)
+        # A known pid now held by a different process (pid reuse) compares unequal and is not a root.
+        roots += [p for pid, p in self._known.items() if by_pid.get(pid) == p]
+        roots += [c for c in our_children if c.pid not in self._known and self._is_adopted(c)]
         found: dict[int, psutil.Process] = {}
-        for root in roots:
-            try:
-                if root is not self._ps and root.is_running():
-                    found[root.pid] = root
-                for child in root.children(recursive=True):
-                    found[child.pid] = child
-            except psutil.Error:
+        queue = list(roots)
+        while queue:
+            proc = queue.pop()
+            if proc.pid in found:
                 continue
-        me = psutil.Process()
-        try:
-            our_children = me.children()
-        except psutil.Error:
-            our_children = []
-        for child in our_children:
-            if child.pid in found or not self._is_adopted(child):
-                continue
-            found[child.pid] = child
-            try:
-                for grandchild in child.children(recursive=True):
-                    found[grandchild.pid] = grandchild
-            except psutil.Error:
-                pass
+            found[proc.pid] = proc
+            queue.extend(by_parent.get(proc.pid, ()))
         if full and self._group_is_ours():
             # Session members whose ancestry we never saw (e.g. their parent died while we were not
             # a subreaper): the agent is session leader, and a session cannot be rejoined once left.
-            for proc in psutil.process_iter():
-                if proc.pid in found or proc.pid == self.pid:
+            for pid, proc in by_pid.items():
+                if pid in found:
                     continue
                 try:
-                    if os.getsid(proc.pid) == self.pid and proc.create_time() >= self._start_ct:
-                        found[proc.pid] = proc
+                    if os.getsid(pid) == self.pid and proc.create_time() >= self._start_ct:
+                        found[pid] = proc
                 except (OSError, psutil.Error):
                     continue
         found.pop(self.pid, None)
-        found.pop(os.getpid(), None)
-        for pid in list(found):
-            if pid in _own_children:
-                del found[pid]
+        found.pop(me, None)
         for pid, proc in found.items():
-            known = self._known.get(pid)
-            if known is None or known != proc:
+            if pid not in _own_children and self._known.get(pid) != proc:
                 self._known[pid] = proc
-        self._reap_adopted()
+        self._reap_adopted(our_children)
         # Forget what is fully gone (zombies stay until reaped), so a long-lived agent that runs many
         # short tools does not grow this map.
         for pid, proc in list(self._known.items()):
@@ -343,14 +334,15 @@ class AgentProcess:
                 del self._known[pid]
         return [p for p in self._known.values() if _alive(p)]
 
-    def _reap_adopted(self) -> None:
+    def _reap_adopted(self, our_children: list[psutil.Process] | None = None) -> None:
         # Reap zombies of the agent tree re-parented to us, by specific pid: waitpid(-1) would also
         # take the exit status asyncio's child watcher is waiting for.
-        try:
-            children = psutil.Process().children()
-        except psutil.Error:
-            return
-        for child in children:
+        if our_children is None:
+            try:
+                our_children = psutil.Process().children()
+            except psutil.Error:
+                return
+        for child in our_children:
             if child.pid in _own_children:
                 continue
             try:
@@ -446,8 +438,7 @@ class AgentProcess:
     async def _finish(self) -> None:
         self._tracker_done.set()
         await self._tracker
-        # Orphans that were still zombies under a zombie parent get re-parented only once that
-        # parent is reaped: one more pass after the tree is gone.
+        # The last scan may have run between a member's death and its re-parenting to us.
         await asyncio.to_thread(self._reap_adopted)
         # Pipes close on their own once every holder is dead; anything still holding one after the
         # sweep is outside our reach, so stop waiting for it.
@@ -477,7 +468,7 @@ class Supervisor:
         stderr_max_lines: int = DEFAULT_MAX_LINES,
         stderr_max_bytes: int = DEFAULT_MAX_BYTES,
         stdout_limit: int = DEFAULT_STDOUT_LIMIT,
-        track_interval: float = 0.5,
+        track_interval: float = 1.0,
         subreaper: bool = True,
     ) -> None:
         self.secret_env_names = frozenset(secret_env_names)
@@ -502,7 +493,7 @@ class Supervisor:
         if not argv:
             raise AgentStartError("empty agent command")
         if self.process is not None and not self.process._stopped:
-            raise RuntimeError("an agent is already running under this supervisor; stop it first")
+            raise RuntimeError("the previous agent of this supervisor has not been stopped")
         if self._subreaper and not become_subreaper():
             log.warning("could not become a child subreaper; escaped agent descendants may be missed")
         loop = asyncio.get_running_loop()

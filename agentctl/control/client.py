@@ -107,3 +107,44 @@ class ControlClient:
                 f"the agentctl daemon at {self.path} answered {method} {path} with JSON that is not an object"
             )
         return status, data
+
+    def stream(self, path: str, body: Any = None, timeout: float | None = None):
+        """POST and yield each JSON line of an NDJSON response as it arrives (the prompt stream).
+
+        `timeout` bounds each read, not the whole stream: an agent may think for a while between updates.
+        """
+        conn = _UnixHTTPConnection(self.path, timeout if timeout is not None else self.timeout)
+        try:
+            try:
+                conn.connect()
+            except OSError as exc:
+                raise _connect_error(self.path, exc) from None
+            payload = json.dumps(body).encode() if body is not None else None
+            try:
+                conn.request("POST", path, body=payload, headers={"Content-Type": "application/json"})
+                response = conn.getresponse()
+                if response.status != 200:
+                    raw = response.read()
+                    try:
+                        data = json.loads(raw) if raw else {}
+                    except ValueError:
+                        data = {}
+                    yield {"type": "error", "http_status": response.status, **(data if isinstance(data, dict) else {})}
+                    return
+                for line in response:
+                    line = line.strip()
+                    if not line:
+                        continue
+                    try:
+                        item = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(item, dict):
+                        yield item
+            except TimeoutError:
+                raise ControlProtocolError(f"the agentctl daemon at {self.path} stopped answering {path}") from None
+            except (OSError, http.client.HTTPException) as exc:
+                why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+                raise ControlProtocolError(f"the connection to the agentctl daemon failed during {path}: {why}") from None
+        finally:
+            conn.close()

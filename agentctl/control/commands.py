@@ -100,6 +100,10 @@ def add_client_commands(subparsers: Any) -> None:
 
         p = subparsers.add_parser("stop", parents=[common], help="ask the daemon to stop (it drains, then exits)")
         p.set_defaults(func=cmd_stop)
+
+        from agentctl.control.session_commands import add_session_commands
+
+        add_session_commands(subparsers, common)
     finally:
         if saved is not None:
             subparsers._parser_class = saved
@@ -163,11 +167,11 @@ def locate_socket(args: argparse.Namespace) -> Path:
     raise _Usage(f"several daemons under {base} ({ids}); choose one with --execution ID or --socket PATH")
 
 
-def _request(args: argparse.Namespace, method: str, route: str) -> tuple[int, dict[str, Any]]:
+def _request(args: argparse.Namespace, method: str, route: str, body: Any = None) -> tuple[int, dict[str, Any]]:
     from agentctl.control.client import ControlClient
 
     client = ControlClient(locate_socket(args), timeout=getattr(args, "timeout", 5.0))
-    return client.get(route) if method == "GET" else client.post(route)
+    return client.get(route) if method == "GET" else client.post(route, body)
 
 
 def _answer_error(status: int, body: dict[str, Any], route: str) -> str:
@@ -175,12 +179,14 @@ def _answer_error(status: int, body: dict[str, Any], route: str) -> str:
     return f"the daemon refused {route} (HTTP {status})" + (f": {message}" if message else "")
 
 
-def _call(args: argparse.Namespace, method: str, route: str, ok: tuple[int, ...] = (200,)) -> dict[str, Any] | int:
+def _call(
+    args: argparse.Namespace, method: str, route: str, ok: tuple[int, ...] = (200,), body: Any = None
+) -> dict[str, Any] | int:
     """The decoded body, or an exit code after printing one error line."""
     from agentctl.control.client import ControlError, ControlUnavailable
 
     try:
-        status, body = _request(args, method, route)
+        status, body = _request(args, method, route, body)
     except _Usage as exc:
         return _err(str(exc), EXIT_USAGE)
     except ControlUnavailable as exc:

@@ -25,12 +25,12 @@ PREFIX = "/v1/"
 _UCRED = struct.Struct("3i")  # struct ucred { pid_t pid; uid_t uid; gid_t gid; }
 
 
-def _json(body: Any, status: int = 200) -> web.Response:
+def json_response(body: Any, status: int = 200) -> web.Response:
     return web.Response(body=encode(body), status=status, content_type="application/json")
 
 
-def _error(status: int, message: str) -> web.Response:
-    return _json({"error": message}, status=status)
+def error_response(status: int, message: str) -> web.Response:
+    return json_response({"error": message}, status=status)
 
 
 def peer_uid(sock: Any) -> int | None:
@@ -58,25 +58,25 @@ async def control_guard_middleware(request: web.Request, handler: Any) -> web.St
     sock = transport.get_extra_info("socket") if transport is not None else None
     if sock is None or getattr(sock, "family", None) != socket.AF_UNIX:
         # Over TCP the control API does not exist (not "forbidden": nothing to discover).
-        return _error(404, "not found")
+        return error_response(404, "not found")
     uid = peer_uid(sock)
     if uid is None or uid not in (0, os.getuid(), os.geteuid()):
-        return _error(403, "forbidden: the control socket serves only the daemon's own user and root")
+        return error_response(403, "forbidden: the control socket serves only the daemon's own user and root")
     try:
         return await handler(request)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         if exc.status == 405:
-            return _error(405, f"method {request.method} not allowed on {request.path}")
+            return error_response(405, f"method {request.method} not allowed on {request.path}")
         if exc.status == 404:
-            return _error(404, f"no control route {request.path}")
-        return _error(exc.status, exc.reason)
+            return error_response(404, f"no control route {request.path}")
+        return error_response(exc.status, exc.reason)
     except asyncio.CancelledError:
         raise
     except Exception:
         log.exception("control request %s %s failed", request.method, request.path)
-        return _error(500, "internal error")
+        return error_response(500, "internal error")
 
 
 def build_status(ctx: Any) -> StatusResponse:
@@ -100,10 +100,10 @@ def install_control_routes(app: web.Application, ctx_key: web.AppKey) -> None:
     app.middlewares.append(control_guard_middleware)
 
     async def status(request: web.Request) -> web.Response:
-        return _json(build_status(request.app[ctx_key]))
+        return json_response(build_status(request.app[ctx_key]))
 
     async def report(request: web.Request) -> web.Response:
-        return _json(request.app[ctx_key].ledger.history)
+        return json_response(request.app[ctx_key].ledger.history)
 
     async def health(request: web.Request) -> web.Response:
         readiness = request.app[ctx_key].readiness
@@ -114,11 +114,11 @@ def install_control_routes(app: web.Application, ctx_key: web.AppKey) -> None:
             checks=dict(readiness.checks),
             details=dict(readiness.details),
         )
-        return _json(body)
+        return json_response(body)
 
     async def stop(request: web.Request) -> web.StreamResponse:
         ctx = request.app[ctx_key]
-        response = _json({"stopping": True}, status=202)
+        response = json_response({"stopping": True}, status=202)
         # Send the whole response first: the stop trigger starts shutdown, which closes this connection.
         await response.prepare(request)
         await response.write_eof()

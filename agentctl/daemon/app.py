@@ -18,16 +18,20 @@ from typing import Any
 from aiohttp import web
 
 from agentctl import __version__
+from agentctl.backend.embedded import EmbeddedBackend
+from agentctl.control.agent_routes import install_agent_routes
 from agentctl.control.server import install_control_routes
 from agentctl.control.socket import cleanup_socket_path, prepare_socket_path, resolve_socket_path, start_unix_site
 from agentctl.daemon.context import CTX_KEY, DaemonContext
 from agentctl.daemon.health import install_health_routes
 from agentctl.daemon.systemd import Notifier
+from agentctl.evidence.catalog import EstimatorLoader
 from agentctl.evidence.contract import Identity
 from agentctl.evidence.ledger import Clock, Ledger, ServerSeed, utcnow
 from agentctl.evidence.sanitize import target_for_command, target_for_url
 from agentctl.evidence.store import Persister, ensure_state_dir, report_path, resolve_state_dir
 from agentctl.identity import new_execution_id, new_instance_id
+from agentctl.mcp_endpoint.server import McpEndpoint
 from agentctl.spec import Spec, listen_address
 
 log = logging.getLogger("agentctl.daemon")
@@ -71,6 +75,9 @@ class Daemon:
         self._runner: web.AppRunner | None = None
         self._watchdog: asyncio.Task[None] | None = None
         self.persister: Persister | None = None
+        self.endpoint: McpEndpoint | None = None
+        self.agent = None
+        self.ctx.open_attempt = self.open_attempt
 
     @property
     def ledger(self) -> Ledger:
@@ -86,7 +93,9 @@ class Daemon:
             prepare_socket_path(self.ctx.control_socket)
             await self._start_state()
             await self._start_http()
+            await self._start_mcp()
             await self._start_control()
+            await self._start_agent()
         except BaseException:
             await self.stop()
             raise
@@ -166,7 +175,11 @@ class Daemon:
         app = web.Application(client_max_size=1024 * 1024)
         app[CTX_KEY] = ctx
         install_control_routes(app, CTX_KEY)
+        install_agent_routes(app, CTX_KEY)
         install_health_routes(app, CTX_KEY)
+        self.endpoint = self._build_endpoint()
+        self.endpoint.mount(app)
+        ctx.endpoint = self.endpoint
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
         await runner.setup()
         self._runner = runner
@@ -181,7 +194,56 @@ class Daemon:
         host_txt = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
         ctx.mcp_base = f"http://{host_txt}:{bound[1]}"
         ctx.mcp_url = f"{ctx.mcp_base}/mcp"
+        self.endpoint.set_listen(bound[0], bound[1])
         ctx.readiness.set("mcp_listener", True)
+
+    def _build_endpoint(self) -> McpEndpoint:
+        spec, ctx = self.spec, self.ctx
+        ident = ctx.identity
+        self.backend = EmbeddedBackend(
+            ctx.state_dir / "tasks.sqlite3",
+            agents_info={
+                "agents": [
+                    {
+                        "agent_id": ident.agent_id,
+                        "agent_profile_id": ident.agent_profile_id,
+                        "protocol": spec.agent.protocol if spec.agent else None,
+                    }
+                ]
+            },
+            mcp_info=[
+                {"name": seed.name, "transport": seed.transport, "target": seed.target, "source": seed.source}
+                for seed in self.server_seeds()
+            ],
+            execution_info={"instance_id": ident.instance_id, "execution_id": ident.execution_id},
+        )
+        self._stoppers.append(("task store", self._close_backend))
+        return McpEndpoint(
+            ctx.ledger,
+            builtin_name=spec.mcp.builtin_name,
+            profile=spec.mcp.profile,
+            backend_getter=lambda: self.backend,
+            estimator_loader=EstimatorLoader(),
+        )
+
+    async def _close_backend(self) -> None:
+        self.backend.close()
+
+    async def _start_mcp(self) -> None:
+        await self.endpoint.start()
+        # Stopped before the runner: open SSE streams end first, so runner cleanup does not wait on them.
+        self._stoppers.append(("mcp endpoint", self.endpoint.stop))
+        self.ctx.readiness.set("mcp_endpoint", True)
+
+    async def _start_agent(self) -> None:
+        if self.spec.agent is None:
+            return
+        from agentctl.agent.manager import AgentManager
+
+        self.agent = AgentManager(self.ctx, self.server_seeds)
+        self.ctx.agent = self.agent
+        self._stoppers.append(("agent", self.agent.stop))
+        await self.agent.start()
 
     async def _start_control(self) -> None:
         ctx = self.ctx

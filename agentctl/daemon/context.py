@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -48,8 +49,11 @@ class DaemonContext:
     mcp_base: str | None = None  # http://host:port of the loopback listener
     mcp_url: str | None = None
     report_path: Path | None = None
-    # Hooks later components register (e.g. session/new once an agent is supervised).
-    extra: dict[str, Callable[..., object]] = field(default_factory=dict)
+    # Components the control API reaches (None when absent: MCP-only mode has no agent).
+    agent: Any = None  # agentctl.agent.manager.AgentManager
+    endpoint: Any = None  # agentctl.mcp_endpoint.server.McpEndpoint
+    # Opens a new attempt seeded with the configured servers (MCP-only mode and passthrough use it).
+    open_attempt: Callable[[str], tuple[str, str]] | None = None
 
     @property
     def identity(self):

@@ -1,29 +1,133 @@
-"""`agentctl run`: the main job for a person at a terminal, built on the same Daemon as `serve`."""
+"""`agentctl run`: the main job for a person at a terminal, built on the same Daemon as `serve`.
+
+Start the daemon in-process, start the agent, open a session, optionally prompt, print a line per
+evidence step as it arrives, then the status table and where the report is persisted, and stop.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import sys
+from typing import TextIO
 
 from agentctl.daemon.app import Daemon
-from agentctl.evidence.contract import encode
+from agentctl.evidence.contract import EvidenceEvent, encode
+
+SETTLE_SECONDS = 1.0  # after the session is accepted, give the agent a moment to list tools before the table
 
 
-async def run_main_job(daemon: Daemon, *, as_json: bool = False) -> int:
+def progress_line(event: EvidenceEvent) -> str | None:
+    """One line per step a person cares about; never any payload."""
+    server = event.server
+    kind = event.kind
+    if kind == "delivered":
+        return f"  delivered   {server} over {event.transport}"
+    if kind == "filtered":
+        return f"  filtered    {server}: {event.reason_code}"
+    if kind == "session_accepted":
+        return "  accepted    the agent accepted the session"
+    if kind == "initialize_observed":
+        client = event.client.name if event.client else "unknown client"
+        return f"  connected   {server} ({client}, {event.era or 'legacy'} MCP {event.protocol_version or ''})".rstrip()
+    if kind == "tools_list_observed":
+        return f"  tools       {server}: {event.tool_count} tools loaded"
+    if kind == "tool_call_observed":
+        return f"  used        {server}: {event.tool_name} ({event.outcome})"
+    if kind == "explicit_error":
+        where = server or "session"
+        return f"  error       {where}: {event.reason_code} {event.summary or ''}".rstrip()
+    return None
+
+
+async def run_main_job(
+    daemon: Daemon, *, prompt: str | None = None, as_json: bool = False, out: TextIO | None = None
+) -> int:
     from agentctl.control.render import render_status, use_color
     from agentctl.control.server import build_status
 
+    out = out or sys.stdout
+    show = (lambda line: None) if as_json else (lambda line: (out.write(line + "\n"), out.flush()))
+
+    def on_event(event: EvidenceEvent | None) -> None:
+        if event is not None and (line := progress_line(event)):
+            show(line)
+
+    daemon.ledger.subscribe(on_event)
+    code = 0
     await daemon.start()
     try:
-        daemon.open_attempt("manual")
+        show(f"agentctl: execution {daemon.ctx.identity.execution_id}, MCP at {daemon.ctx.mcp_url}")
+        agent = daemon.agent
+        if agent is None:
+            attempt_id, _ = daemon.open_attempt("manual")
+            show(f"attempt {attempt_id} (no [agent] in the spec: MCP only)")
+        elif agent.start_error is not None:
+            show(f"the agent did not start: {agent.start_error}")
+            code = 1
+        else:
+            history = daemon.ledger.history
+            show(f"agent {history.agent.name or '?'} {history.agent.version or ''} started".replace("  ", " "))
+            outcome = await agent.acp.new_session()
+            show(f"attempt {outcome.attempt_id}")
+            if not outcome.accepted:
+                code = 1
+            elif prompt is not None:
+                show("prompt sent")
+                printer = _AnswerPrinter(show)
+                await agent.acp.prompt(prompt, printer)
+                printer.flush()
+            await _settle(daemon)
         assert daemon.persister is not None
         await daemon.persister.flush()
-        history = daemon.ledger.history
         if as_json:
-            sys.stdout.write(encode(history).decode() + "\n")
+            out.write(encode(daemon.ledger.history).decode() + "\n")
         else:
-            status = build_status(daemon.ctx)
-            sys.stdout.write(render_status(status, color=use_color(sys.stdout)) + "\n")
-            sys.stdout.write(f"report persisted to {daemon.ctx.report_path}\n")
+            out.write("\n" + render_status(build_status(daemon.ctx), color=use_color(out)))
+            out.write(f"report persisted to {daemon.ctx.report_path}\n")
     finally:
         await daemon.stop()
-    return 0
+    return code
+
+
+class _AnswerPrinter:
+    """Shows the agent's answer on the terminal only (it is never recorded), a line at a time."""
+
+    def __init__(self, show) -> None:
+        self._show = show
+        self._parts: list[str] = []
+
+    def __call__(self, item: dict) -> None:
+        if item.get("type") == "agent_message_chunk":
+            self._parts.append(item.get("text", ""))
+            if "".join(self._parts).endswith("\n"):
+                self.flush()
+
+    def flush(self) -> None:
+        text = "".join(self._parts).strip()
+        self._parts.clear()
+        if text:
+            self._show("  agent       " + text[:200])
+
+
+async def _settle(daemon: Daemon, quiet: float = 0.3) -> None:
+    """Let in-flight MCP evidence land: return after `quiet` s without news, or SETTLE_SECONDS at most.
+
+    Missing evidence is then shown honestly (delivered, connection unverified); it is never waited out.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SETTLE_SECONDS
+    changed = asyncio.Event()
+
+    def listener(event: EvidenceEvent | None) -> None:
+        changed.set()
+
+    daemon.ledger.subscribe(listener)
+    try:
+        while (left := deadline - loop.time()) > 0:
+            changed.clear()
+            try:
+                await asyncio.wait_for(changed.wait(), timeout=min(quiet, left))
+            except TimeoutError:
+                return
+    finally:
+        daemon.ledger.unsubscribe(listener)

@@ -190,6 +190,33 @@ class Attempt(Base, kw_only=True):
     session_error: ErrorSummary | None = None
 
 
+class McpCapabilities(Base, kw_only=True):
+    """What the agent advertised in ACP initialize. Capability is not connection evidence."""
+
+    http: bool = False
+    sse: bool = False
+
+
+class AgentState(Base, kw_only=True):
+    """The supervised agent as a report-level fact: who it said it is, and how it ended. No output, no argv."""
+
+    protocol: Literal["acp", "passthrough"]
+    state: Literal["starting", "running", "exited"]
+    name: str | None = None
+    version: str | None = None
+    protocol_version: int | None = None
+    mcp_capabilities: McpCapabilities | None = None
+    started_at: datetime | None = None
+    exited_at: datetime | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    exit_reason: str | None = None
+    stopped_by_daemon: bool = False
+    stdout_skipped_lines: int = 0
+    permission_requests: int = 0
+    permissions_granted: int = 0
+
+
 class RefusalCount(Base, kw_only=True):
     """HTTP requests refused before the MCP SDK saw them: route, method and status only, never a body."""
 
@@ -210,6 +237,7 @@ class AttachmentHistory(Base, kw_only=True):
     last_seq: int = 0  # highest evidence sequence number folded in (per instance)
     rejected_events: int = 0  # evidence naming an attempt no longer kept, or a foreign execution
     http_refusals: list[RefusalCount] = []
+    agent: AgentState | None = None
 
 
 class StatusResponse(msgspec.Struct, kw_only=True):
@@ -232,6 +260,40 @@ class HealthResponse(msgspec.Struct, kw_only=True):
     stopping: bool
     checks: dict[str, bool]
     details: dict[str, str]
+
+
+class SessionResult(msgspec.Struct, kw_only=True):
+    """`agentctl session new|load|reset --json`: the attempt it created and the agent's answer."""
+
+    attempt_id: str
+    accepted: bool
+    with_agent: bool
+    acp_session_id: str | None = None
+    reason_code: str | None = None
+    summary: str | None = None
+    failed_servers: list[str] = []
+
+
+class McpConfig(msgspec.Struct, kw_only=True):
+    """`agentctl mcp-config --json`: how to reach the built-in server as the current attempt. SECRET-BEARING."""
+
+    name: str
+    attempt_id: str
+    url: str
+    sse_url: str
+    headers: dict[str, str]
+    secret: bool = True
+
+
+class StderrView(msgspec.Struct, kw_only=True):
+    """`agentctl stderr --json`: the on-demand window of agent output. May contain sensitive data; never stored."""
+
+    warning: str
+    agent_state: str | None
+    lines: list[str]
+    truncated: bool
+    total_bytes_seen: int
+    empty: bool
 
 
 def history_schema() -> dict[str, Any]:

@@ -17,6 +17,7 @@ import msgspec
 from agentctl.evidence import reducer
 from agentctl.evidence.contract import (
     CONTRACT_VERSION,
+    AgentState,
     AttachmentHistory,
     AttemptOrigin,
     EndpointTestResult,
@@ -65,6 +66,10 @@ class Ledger:
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
+
+    def unsubscribe(self, listener: Listener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
 
     def begin_attempt(self, origin: AttemptOrigin, seeds: list[ServerSeed] = ()) -> tuple[str, str]:
         """Create the new current attempt and its bearer token, then record `configured` for each seed."""
@@ -128,6 +133,17 @@ class Ledger:
     def count_refusal(self, route: str, method: str, status: int) -> None:
         reducer.count_refusal(self.history, route, method, status)
         self._notify(None)
+
+    def update_agent(self, **fields: Any) -> AgentState:
+        """Set report-level facts about the supervised agent (identity it declared, capabilities, exit)."""
+        agent = self.history.agent
+        if agent is None:
+            agent = AgentState(protocol=fields.pop("protocol", "acp"), state=fields.pop("state", "starting"))
+            self.history.agent = agent
+        for name, value in fields.items():
+            setattr(agent, name, value)
+        self._notify(None)
+        return agent
 
     def _prune_tokens(self) -> None:
         # A token outlives its attempt only while the attempt is kept in history.

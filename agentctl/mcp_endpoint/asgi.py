@@ -17,8 +17,9 @@ What it does, because the SDK depends on each point:
   `http.disconnect` (sse_starlette and the SDK's modern path watch for it to end streams).
 - A `send()` after the response is complete is dropped: `sse_app` sends a second response after its
   stream ends.
-- Response bodies are written as they come (SSE is never buffered); a response whose first body
-  message is also its last is sent with a Content-Length.
+- A response without Content-Length (SSE) is prepared at `http.response.start`, so the client sees its
+  headers before the first event, and each body message is written as it comes (never buffered); a
+  response whose first body message is also its last goes out in one write with a Content-Length.
 - The app runs in its own task, shielded from the aiohttp handler: a cancelled handler (client gone
   with `handler_cancellation`, or runner shutdown) turns into `http.disconnect` for the app instead of
   a CancelledError thrown into the SDK's anyio task groups.
@@ -157,49 +158,58 @@ class _Exchange:
         if self.complete or self.gone:
             return  # after the response (sse_app sends a second one) or after the client left
         kind = message["type"]
-        if kind == "http.response.start":
-            if self.status is None:
-                self.status = int(message["status"])
-                self._headers = list(message.get("headers") or ())
-            return
-        if kind != "http.response.body":
-            return
-        if self.status is None:
-            raise RuntimeError("ASGI app sent a body before http.response.start")
-        body = message.get("body") or b""
-        more = bool(message.get("more_body", False))
         try:
+            if kind == "http.response.start":
+                if self.status is None:
+                    self.status = int(message["status"])
+                    self._headers = list(message.get("headers") or ())
+                    if not any(name.lower() == b"content-length" for name, _ in self._headers):
+                        # A stream (SSE): the client must see the headers now, not with the first event.
+                        self.response = self._stream_response()
+                        await self.response.prepare(self.request)
+                return
+            if kind != "http.response.body":
+                return
+            if self.status is None:
+                raise RuntimeError("ASGI app sent a body before http.response.start")
+            body = bytes(message.get("body") or b"")
+            more = bool(message.get("more_body", False))
             response = self.response
-            if response is None:
-                response = self.response = self._prepare_response(len(body) if not more else None)
+            if response is None and not more:
+                # The whole body at once: one write for headers and body.
+                response = self.response = web.Response(
+                    status=self.status, headers=self._response_headers(drop_length=True), body=body
+                )
                 await response.prepare(self.request)
-            if more:
-                if body:
-                    await response.write(body)
+                await response.write_eof()
             else:
-                await response.write_eof(bytes(body))
-                self.complete = True
-                self._finished.set()
+                if response is None:
+                    response = self.response = self._stream_response()
+                    await response.prepare(self.request)
+                if more:
+                    if body:
+                        await response.write(body)
+                    return
+                await response.write_eof(body)
+            self.complete = True
+            self._finished.set()
         except (ConnectionError, OSError):
             # aiohttp raises ClientConnectionResetError (a ConnectionResetError) on a closed transport.
             self.client_gone()
 
-    def _prepare_response(self, content_length: int | None) -> web.StreamResponse:
+    def _response_headers(self, *, drop_length: bool = False) -> CIMultiDict[str]:
         headers: CIMultiDict[str] = CIMultiDict()
-        has_length = False
         for raw_name, raw_value in self._headers:
             name = raw_name.decode("latin-1")
             lname = name.lower()
-            if lname in _HOP_BY_HOP:
+            if lname in _HOP_BY_HOP or (drop_length and lname == "content-length"):
                 continue
-            if lname == "content-length":
-                has_length = True
             headers.add(name, raw_value.decode("latin-1"))
+        return headers
+
+    def _stream_response(self) -> web.StreamResponse:
         assert self.status is not None
-        response = web.StreamResponse(status=self.status, headers=headers)
-        if content_length is not None and not has_length:
-            response.content_length = content_length
-        return response
+        return web.StreamResponse(status=self.status, headers=self._response_headers())
 
 
 class AsgiBridge:
@@ -293,7 +303,7 @@ async def _finish(exchange: _Exchange) -> tuple[web.StreamResponse, int]:
         if exchange.status is None:
             return web.Response(status=500, text="internal error\n"), 500
         # Status sent but never a body: an empty response with that status.
-        return web.Response(status=status, headers=_plain_headers(exchange)), status
+        return web.Response(status=status, headers=exchange._response_headers(drop_length=True)), status
     if not exchange.complete and not exchange.gone:
         with contextlib.suppress(ConnectionError, OSError):
             await response.write_eof()
@@ -301,12 +311,3 @@ async def _finish(exchange: _Exchange) -> tuple[web.StreamResponse, int]:
         # The app stopped mid-stream: do not let aiohttp reuse a connection whose body was cut short.
         response.force_close()
     return response, response.status
-
-
-def _plain_headers(exchange: _Exchange) -> CIMultiDict[str]:
-    headers: CIMultiDict[str] = CIMultiDict()
-    for raw_name, raw_value in exchange._headers:
-        name = raw_name.decode("latin-1")
-        if name.lower() not in _HOP_BY_HOP:
-            headers.add(name, raw_value.decode("latin-1"))
-    return headers

@@ -15,7 +15,7 @@ bridge (asgi.py, where the measured reasons are). Each MCP route handler, in ord
    request ever reaching the MCP middleware: 406, 413, 421 (DNS rebinding), unsupported version,
    unknown session 404, ...
 
-Lifecycle (the composition root calls these; see the module's closing note for the exact wiring):
+Lifecycle (the composition root calls these):
     endpoint = McpEndpoint(ledger, builtin_name=..., profile=..., backend_getter=..., estimator_loader=...)
     endpoint.mount(app)                 # before the runner freezes the app
     endpoint.set_listen(host, port)     # after the TCP site is bound: exact Host/Origin allow-list
@@ -70,6 +70,8 @@ class McpEndpoint:
     estimates for the catalog when loaded (started here, never waited for).
     """
 
+    _set_app_status_class: bool = False  # this process set sse_starlette's global AppStatus.should_exit
+
     def __init__(
         self,
         ledger: Ledger,
@@ -121,7 +123,6 @@ class McpEndpoint:
         self._manager_task: asyncio.Task[None] | None = None
         self._manager_stop: asyncio.Event | None = None
         self._background: set[asyncio.Task[Any]] = set()
-        self._set_app_status = False
 
     # ---- wiring --------------------------------------------------------------------------------
 
@@ -172,9 +173,10 @@ class McpEndpoint:
         """Run the session manager in a dedicated task (its anyio cancel scope lives and dies there)."""
         if self._state != "new":
             raise RuntimeError(f"McpEndpoint.start() in state {self._state}")
-        if AppStatus.should_exit and McpEndpoint._set_app_status_class:
+        if McpEndpoint._set_app_status_class:
             # A previous endpoint in this process ended its streams through the global flag.
             AppStatus.should_exit = False
+            McpEndpoint._set_app_status_class = False
         if self.estimator_loader is not None:
             self.estimator_loader.start()
         self.bridge.start()
@@ -238,8 +240,6 @@ class McpEndpoint:
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         self._state = "stopped"
-
-    _set_app_status_class: bool = False
 
     # ---- profiles ------------------------------------------------------------------------------
 

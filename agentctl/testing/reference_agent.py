@@ -11,7 +11,8 @@ Modes, as flags or in `AGENTCTL_REF_MODE` (comma list; valued ones as `name=valu
 e.g. `lazy,strict,crash-after=5`): ignore-mcp, lazy, strict, modern, sse-only,
 no-mcp-capabilities, crash-after=S, crash-before-initialize, flood-stderr=MB,
 garbage-stdout, hang-on-shutdown, fork-grandchildren, passthrough=claude|codex,
-builtin-name=NAME, connect-timeout=S, call-timeout=S.
+builtin-name=NAME, connect-timeout=S, call-timeout=S. In passthrough mode `--prompt TEXT`
+chooses the call (`CALL <tool> <json-args>`), as a prompt does over ACP.
 
 stdout carries only ACP frames (plus, in garbage-stdout mode, deliberate non-JSON lines);
 diagnostics go to stderr and never contain header values, env values or URL queries.
@@ -249,7 +250,11 @@ async def _run_acp(opts: Options) -> int:
     main_task = asyncio.current_task()
     loop = asyncio.get_running_loop()
 
+    stopping = False
+
     def on_signal(sig: signal.Signals) -> None:
+        nonlocal stopping
+        stopping = True
         log.info("%s: shutting down", sig.name)
         if main_task is not None:
             main_task.cancel()
@@ -260,7 +265,8 @@ async def _run_acp(opts: Options) -> int:
     ticker = asyncio.create_task(agent.garbage_ticker()) if opts.garbage_stdout else None
     try:
         await acp.run_agent(agent, writer, reader, use_unstable_protocol=True)
-        log.info("stdin closed")
+        if not stopping:
+            log.info("stdin closed")
         if opts.hang_on_shutdown:
             log.info("hang-on-shutdown: ignoring stdin EOF and SIGTERM")
             await asyncio.Event().wait()
@@ -278,7 +284,11 @@ async def _run_passthrough(opts: Options) -> int:
     from agentctl.testing import _ref_passthrough as P
 
     argv = opts.extra
-    entries = P.parse_claude_args(argv) if opts.passthrough == "claude" else P.parse_codex_args(argv)
+    try:
+        entries = P.parse_claude_args(argv) if opts.passthrough == "claude" else P.parse_codex_args(argv)
+    except (OSError, ValueError, AttributeError) as exc:  # unreadable file, bad JSON, wrong shape
+        log.error("passthrough %s: cannot read MCP configuration: %s", opts.passthrough, type(exc).__name__)
+        return 1
     log.info("passthrough %s: %d MCP servers configured", opts.passthrough, len(entries))
     summary: dict[str, Any] = {"agent": AGENT_NAME, "version": __version__, "passthrough": opts.passthrough}
     conns: dict[str, Any] = {}

@@ -182,8 +182,10 @@ def agent_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-async def _drain(stream: asyncio.StreamReader, sink: bytearray) -> None:
+async def _drain(stream: asyncio.StreamReader, sink: bytearray, total: list[int] | None = None) -> None:
     while chunk := await stream.read(65536):
+        if total is not None:
+            total[0] += len(chunk)
         if len(sink) < 1_000_000:
             sink.extend(chunk)
 
@@ -220,6 +222,8 @@ async def spawn(*args: str, env: dict[str, str] | None = None) -> AsyncIterator[
     try:
         yield Agent(proc, conn, client, stderr, frames)
     finally:
+        if os.environ.get("REF_DEBUG"):
+            print(stderr.decode(errors="replace"))
         await _stop(proc)
         await conn.close()
         await asyncio.wait_for(drain, 5)
@@ -402,16 +406,18 @@ async def test_crash_before_initialize_exits_2() -> None:
 
 
 async def test_crash_after_exits_3() -> None:
-    async with spawn("--crash-after", "0.5") as agent:
-        await initialize(agent)
+    started = time.monotonic()
+    async with spawn("--crash-after", "1") as agent:
         assert await asyncio.wait_for(agent.proc.wait(), 10) == 3
+    assert time.monotonic() - started >= 1
+    assert b"crash-after" in agent.stderr
 
 
 async def test_fork_grandchildren_writes_pidfile(tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
-    pids: list[int] = []
-    try:
-        async with spawn("--fork-grandchildren", env={"AGENTCTL_REF_PIDFILE": str(pidfile)}) as agent:
+    async with spawn("--fork-grandchildren", env={"AGENTCTL_REF_PIDFILE": str(pidfile)}) as agent:
+        pids: list[int] = []
+        try:
             await initialize(agent)  # pids are written before the ACP loop starts
             pids = [int(p) for p in pidfile.read_text().split()]
             assert len(pids) == 2
@@ -419,10 +425,31 @@ async def test_fork_grandchildren_writes_pidfile(tmp_path: Path) -> None:
                 os.kill(pid, 0)
             assert os.getsid(pids[1]) == pids[1]  # the second one escaped with setsid
             assert os.getpgid(pids[0]) == agent.proc.pid  # the first stays in the agent's group
+        finally:
+            # they inherit the agent's stdout/stderr: until they die, nobody sees EOF on those pipes
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+async def test_flood_stderr_does_not_block_the_agent(mcp_server: McpFixture, tmp_path: Path) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agentctl.testing.reference_agent", "--flood-stderr", "50",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=agent_env(), start_new_session=True,
+    )
+    total = [0]
+    drain = asyncio.create_task(_drain(proc.stderr, bytearray(), total))
+    conn = acp.connect_to_agent(RecordingClient(), proc.stdin, proc.stdout)
+    try:
+        init = await asyncio.wait_for(conn.initialize(protocol_version=acp.PROTOCOL_VERSION), 15)
+        assert init.agent_info.name == "agentctl-reference-agent"
+        await wait_for(lambda: total[0] >= 50 * 1024 * 1024, timeout=20, what="50 MB of stderr")
     finally:
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        await _stop(proc)
+        await conn.close()
+        await asyncio.wait_for(drain, 5)
+    assert proc.returncode == 0
 
 
 async def test_hang_on_shutdown_ignores_eof_and_sigterm() -> None:

@@ -1,0 +1,307 @@
+"""The ACP side of the agent: initialize, and every session/new, session/load and reset as an attempt.
+
+Each session operation creates the new attempt *before* delivery, records configured / filtered /
+delivered, then the agent's answer: session_accepted, or an explicit error that is server-specific only
+when it names a server. Prompts stream the agent's updates to the caller and are never recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import acp
+from acp.schema import (
+    AllowedOutcome,
+    DeniedOutcome,
+    HttpMcpServer,
+    Implementation,
+    McpServerStdio,
+    RequestPermissionResponse,
+    SseMcpServer,
+)
+
+from agentctl import __version__
+from agentctl.agent.delivery import McpCaps, Planned, plan_delivery
+from agentctl.agent.transports import AgentStdioTransport
+from agentctl.evidence.contract import AttemptOrigin, McpCapabilities
+from agentctl.evidence.ledger import Ledger, ServerSeed
+from agentctl.evidence.sanitize import summarize
+from agentctl.spec import Spec, secret_values
+
+log = logging.getLogger(__name__)
+
+UpdateSink = Callable[[dict[str, Any]], Awaitable[None] | None]
+
+
+class AgentError(Exception):
+    """An agent operation that could not be done, phrased for the person at the CLI (sanitized)."""
+
+    def __init__(self, reason_code: str, summary: str) -> None:
+        super().__init__(f"{reason_code}: {summary}" if summary else reason_code)
+        self.reason_code = reason_code
+        self.summary = summary
+
+
+@dataclass
+class SessionOutcome:
+    attempt_id: str
+    accepted: bool
+    acp_session_id: str | None = None
+    reason_code: str | None = None
+    summary: str | None = None
+    failed_servers: tuple[str, ...] = ()
+
+
+class _DaemonClient:
+    """The ACP client object the SDK dispatches agent requests to (a plain class: see NOTES-SDK.md)."""
+
+    def __init__(self, runtime: AcpRuntime) -> None:
+        self._runtime = runtime
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        await self._runtime._on_update(session_id, update)
+
+    async def request_permission(self, session_id: str, tool_call: Any, options: Any, **kwargs: Any) -> Any:
+        return await self._runtime._on_permission(options)
+
+
+class AcpRuntime:
+    """One ACP connection to the supervised agent and the attempts it opens."""
+
+    def __init__(
+        self,
+        spec: Spec,
+        ledger: Ledger,
+        *,
+        builtin_base: Callable[[], str],
+        seeds: Callable[[], list[ServerSeed]],
+    ) -> None:
+        assert spec.agent is not None
+        self.spec = spec
+        self.agent_spec = spec.agent
+        self.ledger = ledger
+        self._builtin_base = builtin_base
+        self._seeds = seeds
+        self._conn: Any = None
+        self._transport: AgentStdioTransport | None = None
+        self.caps = McpCaps()
+        self.close_supported = False
+        self.acp_session_id: str | None = None
+        self._sink: UpdateSink | None = None
+        self._session_lock = asyncio.Lock()
+        self._secrets = secret_values(spec)
+
+    # -- connection ------------------------------------------------------------------------------
+
+    async def connect(self, stdin: asyncio.StreamWriter, stdout: asyncio.StreamReader) -> None:
+        """ACP initialize over the agent's pipes; records what the agent declared about itself."""
+        self._transport = AgentStdioTransport(stdout, stdin)
+        self._conn = acp.connect_to_agent(_DaemonClient(self), self._transport, use_unstable_protocol=True)
+        try:
+            resp = await asyncio.wait_for(
+                self._conn.initialize(
+                    protocol_version=acp.PROTOCOL_VERSION,
+                    client_info=Implementation(name="agentctl", version=__version__),
+                ),
+                timeout=self.agent_spec.initialize_timeout,
+            )
+        except TimeoutError:
+            raise AgentError("initialize_timeout", "the agent did not answer ACP initialize in time") from None
+        except acp.RequestError as exc:
+            raise AgentError("initialize_rejected", self._summary(str(exc))) from None
+        except (ConnectionError, OSError):
+            raise AgentError("agent_exited", "the agent closed its stdout before answering initialize") from None
+        caps = resp.agent_capabilities
+        mcp_caps = caps.mcp_capabilities if caps is not None else None
+        self.caps = McpCaps(http=bool(mcp_caps and mcp_caps.http), sse=bool(mcp_caps and mcp_caps.sse))
+        session_caps = getattr(caps, "session_capabilities", None) if caps is not None else None
+        self.close_supported = bool(session_caps is not None and getattr(session_caps, "close", None))
+        info = resp.agent_info
+        self.ledger.update_agent(
+            state="running",
+            name=_bounded(info.name) if info is not None else None,
+            version=_bounded(info.version) if info is not None else None,
+            protocol_version=resp.protocol_version,
+            mcp_capabilities=McpCapabilities(http=self.caps.http, sse=self.caps.sse),
+        )
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None and self._transport is not None and not self._transport.closed
+
+    @property
+    def skipped_stdout_lines(self) -> int:
+        return self._transport.skipped_lines if self._transport is not None else 0
+
+    async def close(self) -> None:
+        if self._transport is not None:
+            self.ledger.update_agent(stdout_skipped_lines=self._transport.skipped_lines)
+            await self._transport.close()
+
+    # -- sessions --------------------------------------------------------------------------------
+
+    async def new_session(self, origin: AttemptOrigin = "session_new") -> SessionOutcome:
+        async with self._session_lock:
+            return await self._open(origin, load_id=None)
+
+    async def load_session(self, acp_session_id: str) -> SessionOutcome:
+        async with self._session_lock:
+            return await self._open("session_load", load_id=acp_session_id)
+
+    async def reset(self) -> SessionOutcome:
+        """ACP has no reset: close (when the agent supports it) or abandon the session, then open a new one.
+
+        The new attempt becomes current before anything is sent, so a slow or failed reset can never keep
+        the old attempt's evidence green.
+        """
+        async with self._session_lock:
+            old = self.acp_session_id
+            attempt_id, token = self.ledger.begin_attempt("reset", self._seeds())
+            if old is not None and self.close_supported:
+                try:
+                    await asyncio.wait_for(self._conn.close_session(session_id=old), timeout=5.0)
+                except Exception:  # closing is a courtesy; the old session is abandoned either way
+                    log.debug("closing the previous ACP session failed")
+            self.acp_session_id = None
+            return await self._deliver(attempt_id, token, load_id=None)
+
+    async def _open(self, origin: AttemptOrigin, *, load_id: str | None) -> SessionOutcome:
+        attempt_id, token = self.ledger.begin_attempt(origin, self._seeds())
+        return await self._deliver(attempt_id, token, load_id=load_id)
+
+    async def _deliver(self, attempt_id: str, token: str, *, load_id: str | None) -> SessionOutcome:
+        ledger = self.ledger
+        plan = plan_delivery(self.spec, self.caps, builtin_base=self._builtin_base(), token=token)
+        for omitted in plan.filtered:
+            ledger.record("filtered", attempt_id, omitted.name, reason_code=omitted.reason_code, summary=omitted.summary)
+        if not self.connected:
+            ledger.record("explicit_error", attempt_id, reason_code="agent_not_running", summary="no ACP connection")
+            return SessionOutcome(attempt_id, False, reason_code="agent_not_running", summary="no ACP connection")
+        servers = [_to_model(p) for p in plan.delivered]
+        for planned in plan.delivered:
+            ledger.record("delivered", attempt_id, planned.name, transport=planned.transport, target=planned.target)
+        cwd = self._cwd()
+        try:
+            if load_id is None:
+                call = self._conn.new_session(cwd=cwd, mcp_servers=servers)
+            else:
+                call = self._conn.load_session(cwd=cwd, session_id=load_id, mcp_servers=servers)
+            resp = await asyncio.wait_for(call, timeout=self.agent_spec.session_timeout)
+        except TimeoutError:
+            return self._session_failed(attempt_id, plan.delivered, "session_timeout", "the agent did not answer in time", "")
+        except acp.RequestError as exc:
+            detail = json.dumps(exc.data, default=str) if getattr(exc, "data", None) is not None else ""
+            return self._session_failed(attempt_id, plan.delivered, "session_rejected", str(exc), detail)
+        except (ConnectionError, OSError):
+            return self._session_failed(attempt_id, plan.delivered, "agent_exited", "the agent closed the connection", "")
+        session_id = load_id if load_id is not None else getattr(resp, "session_id", None)
+        self.acp_session_id = session_id
+        ledger.record("session_accepted", attempt_id, acp_session_id=session_id)
+        return SessionOutcome(attempt_id, True, acp_session_id=session_id)
+
+    def _session_failed(
+        self, attempt_id: str, delivered: list[Planned], reason_code: str, message: str, detail: str
+    ) -> SessionOutcome:
+        """An error that names delivered servers fails those rows; one that names none is report-level."""
+        text = f"{message} {detail}".strip()
+        named = tuple(p.name for p in delivered if _names(text, p.name))
+        summary = self._summary(message)
+        if named:
+            for name in named:
+                self.ledger.record("explicit_error", attempt_id, name, reason_code=reason_code, summary=summary)
+        else:
+            self.ledger.record("explicit_error", attempt_id, reason_code=reason_code, summary=summary)
+        self.acp_session_id = None
+        return SessionOutcome(attempt_id, False, reason_code=reason_code, summary=summary, failed_servers=named)
+
+    # -- prompts ---------------------------------------------------------------------------------
+
+    async def prompt(self, text: str, sink: UpdateSink | None = None) -> str:
+        """Send a prompt to the current ACP session; updates go to `sink` only (never logged or stored)."""
+        if not self.connected:
+            raise AgentError("agent_not_running", "the agent is not running")
+        if self.acp_session_id is None:
+            raise AgentError("no_session", "no accepted ACP session: run `agentctl session new` first")
+        self._sink = sink
+        try:
+            resp = await self._conn.prompt(session_id=self.acp_session_id, prompt=[acp.text_block(text)])
+        except acp.RequestError as exc:
+            raise AgentError("prompt_rejected", self._summary(str(exc))) from None
+        except (ConnectionError, OSError):
+            raise AgentError("agent_exited", "the agent closed the connection during the prompt") from None
+        finally:
+            self._sink = None
+        return str(getattr(resp, "stop_reason", "end_turn"))
+
+    async def cancel(self) -> None:
+        if self.connected and self.acp_session_id is not None:
+            await self._conn.cancel(session_id=self.acp_session_id)
+
+    async def _on_update(self, session_id: str, update: Any) -> None:
+        sink = self._sink
+        if sink is None or session_id != self.acp_session_id:
+            return
+        kind = getattr(update, "session_update", None)
+        item: dict[str, Any] = {"type": kind}
+        if kind in ("agent_message_chunk", "agent_thought_chunk"):
+            content = getattr(update, "content", None)
+            item["text"] = getattr(content, "text", "") or ""
+        elif kind in ("tool_call", "tool_call_update"):
+            item["title"] = getattr(update, "title", None)
+            item["status"] = getattr(update, "status", None)
+        result = sink(item)
+        if asyncio.iscoroutine(result):
+            await result
+
+    async def _on_permission(self, options: Any) -> Any:
+        """Spec policy: allow picks the first allow option; deny (the default) and ask-without-upstream cancel."""
+        agent = self.ledger.history.agent
+        requests = (agent.permission_requests if agent else 0) + 1
+        granted = agent.permissions_granted if agent else 0
+        choice = None
+        if self.agent_spec.permission == "allow":
+            for option in options or []:
+                if str(getattr(option, "kind", "")).startswith("allow"):
+                    choice = option.option_id
+                    break
+        if choice is not None:
+            granted += 1
+        self.ledger.update_agent(permission_requests=requests, permissions_granted=granted)
+        if choice is None:
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=choice))
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _cwd(self) -> str:
+        workdir = self.agent_spec.workdir
+        return str(Path(workdir).resolve() if workdir else Path.cwd())
+
+    def _summary(self, text: str) -> str:
+        return summarize("x", text, self._secrets + self.ledger.tokens.all_tokens()).summary
+
+
+def _names(text: str, name: str) -> bool:
+    return re.search(rf"(?<![A-Za-z0-9_.-]){re.escape(name)}(?![A-Za-z0-9_-])", text) is not None
+
+
+def _bounded(value: str | None, limit: int = 128) -> str | None:
+    if value is None:
+        return None
+    return summarize("x", value).summary[:limit]
+
+
+def _to_model(planned: Planned) -> Any:
+    entry = planned.entry
+    if planned.transport == "http":
+        return HttpMcpServer.model_validate(entry)
+    if planned.transport == "sse":
+        return SseMcpServer.model_validate(entry)
+    return McpServerStdio.model_validate(entry)

@@ -1,0 +1,106 @@
+"""The agent as a daemon component: spawn under the supervisor, connect ACP, record lifecycle, stop in order."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import sys
+from collections.abc import Callable
+
+from agentctl.agent.acp import AcpRuntime, AgentError
+from agentctl.agent.supervisor import AgentStartError, ExitInfo, Supervisor
+from agentctl.daemon.context import DaemonContext
+from agentctl.evidence.ledger import ServerSeed
+
+log = logging.getLogger(__name__)
+
+# Environment of the daemon that is the daemon's own business, never the agent's.
+DAEMON_SECRET_ENV_PREFIXES = ("AGENTCTL_", "CREDENTIALS_DIRECTORY")
+
+
+def resolve_command(argv: list[str]) -> list[str]:
+    """Resolve a bare executable on PATH, then beside our own interpreter (the venv's bin directory).
+
+    That lets a spec name `agentctl-reference-agent` without the venv on PATH.
+    """
+    first = argv[0]
+    if os.sep in first:
+        return list(argv)
+    search = os.pathsep.join(filter(None, [os.environ.get("PATH", ""), os.path.dirname(sys.executable)]))
+    found = shutil.which(first, path=search)
+    return [found or first, *argv[1:]]
+
+
+class AgentManager:
+    def __init__(self, ctx: DaemonContext, seeds: Callable[[], list[ServerSeed]]) -> None:
+        spec = ctx.spec
+        assert spec.agent is not None
+        self.ctx = ctx
+        self.agent_spec = spec.agent
+        secret_names = [name for name in os.environ if name.startswith(DAEMON_SECRET_ENV_PREFIXES)]
+        self.supervisor = Supervisor(secret_env_names=secret_names, on_exit=self._on_exit)
+        self.acp = AcpRuntime(spec, ctx.ledger, builtin_base=lambda: ctx.mcp_base or "", seeds=seeds)
+        self.start_error: AgentError | None = None
+        self._linger: asyncio.TimerHandle | None = None
+        self._stopping = False
+
+    async def start(self) -> None:
+        """Spawn and initialize. A failing agent is evidence, not a daemon failure: the daemon stays up."""
+        ledger = self.ctx.ledger
+        ledger.update_agent(protocol=self.agent_spec.protocol, state="starting", started_at=ledger.now())
+        self.ctx.readiness.set("agent", False, "starting")
+        try:
+            await self.supervisor.start(
+                resolve_command(self.agent_spec.command), cwd=self.agent_spec.workdir, env=self.agent_spec.env
+            )
+        except AgentStartError as exc:
+            self._failed("agent_start_failed", str(exc))
+            return
+        try:
+            await self.acp.connect(self.supervisor.stdin, self.supervisor.stdout)
+        except AgentError as exc:
+            self._failed(exc.reason_code, exc.summary)
+            return
+        if self.supervisor.running:
+            self.ctx.readiness.set("agent", True)
+
+    def _failed(self, reason_code: str, summary: str) -> None:
+        self.start_error = AgentError(reason_code, summary)
+        self.ctx.readiness.set("agent", False, f"{reason_code}: {summary}")
+        agent = self.ctx.ledger.history.agent
+        if agent is not None and agent.state != "exited":
+            self.ctx.ledger.update_agent(exit_reason=summary)
+        log.warning("agent did not start: %s", reason_code)
+
+    def _on_exit(self, info: ExitInfo) -> None:
+        ctx = self.ctx
+        ctx.ledger.update_agent(
+            state="exited",
+            exited_at=ctx.ledger.now(),
+            exit_code=info.returncode,
+            exit_signal=info.signal,
+            exit_reason=info.reason,
+            stopped_by_daemon=info.stopped,
+            stdout_skipped_lines=self.acp.skipped_stdout_lines,
+        )
+        ctx.readiness.set("agent", False, f"exited: {info.reason}")
+        if info.stopped or self._stopping:
+            return
+        log.info("agent %s", info.reason)
+        attempt = ctx.ledger.current_attempt_id
+        if attempt is not None:
+            # Report-level: an exit is not tied to one server, so it marks no row failed.
+            ctx.ledger.record("explicit_error", attempt, reason_code="agent_exited", summary=info.reason)
+        if self.agent_spec.linger is not None:
+            loop = asyncio.get_running_loop()
+            self._linger = loop.call_later(self.agent_spec.linger, ctx.request_stop)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._linger is not None:
+            self._linger.cancel()
+        await self.acp.close()
+        if self.supervisor.process is not None:
+            await self.supervisor.stop(grace=self.agent_spec.stop_grace)

@@ -1,0 +1,172 @@
+"""Control routes that act on the session: session new/load/reset, prompt, cancel, mcp-config, profile, stderr.
+
+They live under /v1/ so the control guard (AF_UNIX, same uid or root) protects them like the rest.
+Prompt text and the agent's answers pass through the response stream only; nothing here logs or stores them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from agentctl.agent.acp import AgentError, SessionOutcome
+from agentctl.control.server import error_response, json_response
+from agentctl.daemon.context import DaemonContext
+from agentctl.evidence.contract import McpConfig, SessionResult, StderrView
+
+STDERR_WARNING = (
+    "recent agent output may contain sensitive data (prompts, file contents, tokens); "
+    "it is kept only in memory and never persisted or sent upstream"
+)
+MAX_PROMPT_BYTES = 256 * 1024
+
+
+class _LoadBody(msgspec.Struct, forbid_unknown_fields=True):
+    session_id: str
+
+
+class _PromptBody(msgspec.Struct, forbid_unknown_fields=True):
+    text: str
+
+
+class _ProfileBody(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+
+
+async def _body(request: web.Request, kind: type) -> Any:
+    raw = await request.read()
+    try:
+        return msgspec.json.decode(raw or b"{}", type=kind)
+    except msgspec.ValidationError as exc:
+        raise web.HTTPBadRequest(reason=f"bad request body: {str(exc).split(' - ')[0]}") from None
+    except msgspec.DecodeError:
+        raise web.HTTPBadRequest(reason="bad request body: not JSON") from None
+
+
+def _result(outcome: SessionOutcome) -> SessionResult:
+    return SessionResult(
+        attempt_id=outcome.attempt_id,
+        accepted=outcome.accepted,
+        with_agent=True,
+        acp_session_id=outcome.acp_session_id,
+        reason_code=outcome.reason_code,
+        summary=outcome.summary,
+        failed_servers=list(outcome.failed_servers),
+    )
+
+
+def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext]) -> None:
+    def ctx_of(request: web.Request) -> DaemonContext:
+        return request.app[ctx_key]
+
+    def agent_acp(ctx: DaemonContext):
+        agent = ctx.agent
+        if agent is None or getattr(agent, "acp", None) is None:
+            return None
+        return agent.acp
+
+    async def session_new(request: web.Request) -> web.Response:
+        ctx = ctx_of(request)
+        acp = agent_acp(ctx)
+        if acp is None:
+            # MCP-only mode: an attempt with no agent, so a person can attach an MCP client by hand.
+            attempt_id, _ = ctx.open_attempt("manual")
+            return json_response(SessionResult(attempt_id=attempt_id, accepted=False, with_agent=False))
+        return json_response(_result(await acp.new_session()))
+
+    async def session_reset(request: web.Request) -> web.Response:
+        ctx = ctx_of(request)
+        acp = agent_acp(ctx)
+        if acp is None:
+            attempt_id, _ = ctx.open_attempt("reset")
+            return json_response(SessionResult(attempt_id=attempt_id, accepted=False, with_agent=False))
+        return json_response(_result(await acp.reset()))
+
+    async def session_load(request: web.Request) -> web.Response:
+        body = await _body(request, _LoadBody)
+        acp = agent_acp(ctx_of(request))
+        if acp is None:
+            return error_response(409, "session load needs an ACP agent; this daemon hosts MCP only")
+        return json_response(_result(await acp.load_session(body.session_id)))
+
+    async def prompt(request: web.Request) -> web.StreamResponse:
+        if request.content_length is not None and request.content_length > MAX_PROMPT_BYTES:
+            return error_response(413, f"prompt over {MAX_PROMPT_BYTES} bytes")
+        body = await _body(request, _PromptBody)
+        acp = agent_acp(ctx_of(request))
+        if acp is None:
+            return error_response(409, "prompt needs an ACP agent; this daemon hosts MCP only")
+        response = web.StreamResponse(status=200, headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+
+        async def sink(item: dict[str, Any]) -> None:
+            await response.write(json.dumps(item).encode() + b"\n")
+
+        try:
+            stop_reason = await acp.prompt(body.text, sink)
+            final = {"type": "done", "stop_reason": stop_reason}
+        except AgentError as exc:
+            final = {"type": "error", "reason_code": exc.reason_code, "summary": exc.summary}
+        await response.write(json.dumps(final).encode() + b"\n")
+        await response.write_eof()
+        return response
+
+    async def cancel(request: web.Request) -> web.Response:
+        acp = agent_acp(ctx_of(request))
+        if acp is None:
+            return error_response(409, "cancel needs an ACP agent")
+        await acp.cancel()
+        return json_response({"cancelled": True})
+
+    async def mcp_config(request: web.Request) -> web.Response:
+        ctx = ctx_of(request)
+        attempt_id = ctx.ledger.current_attempt_id
+        token = ctx.ledger.tokens.token_of(attempt_id) if attempt_id else None
+        if attempt_id is None or token is None or ctx.mcp_base is None:
+            return error_response(404, "no current attempt yet: run `agentctl session new` first")
+        return json_response(
+            McpConfig(
+                name=ctx.spec.mcp.builtin_name,
+                attempt_id=attempt_id,
+                url=f"{ctx.mcp_base}/mcp",
+                sse_url=f"{ctx.mcp_base}/sse",
+                headers={"Authorization": f"Bearer {token}"},
+            )
+        )
+
+    async def mcp_profile(request: web.Request) -> web.Response:
+        body = await _body(request, _ProfileBody)
+        endpoint = ctx_of(request).endpoint
+        if endpoint is None:
+            return error_response(409, "the MCP endpoint is not running")
+        try:
+            count = endpoint.set_profile(body.name)
+        except ValueError as exc:
+            return error_response(400, str(exc))
+        return json_response({"profile": body.name, "tool_count": count})
+
+    async def stderr(request: web.Request) -> web.Response:
+        ctx = ctx_of(request)
+        agent = ctx.agent
+        state = ctx.ledger.history.agent.state if ctx.ledger.history.agent else None
+        if agent is None or agent.supervisor.process is None:
+            view = StderrView(warning=STDERR_WARNING, agent_state=state, lines=[], truncated=False,
+                              total_bytes_seen=0, empty=True)
+        else:
+            window = agent.supervisor.stderr_snapshot()
+            view = StderrView(warning=STDERR_WARNING, agent_state=state, lines=list(window.lines),
+                              truncated=window.truncated, total_bytes_seen=window.total_bytes_seen,
+                              empty=window.empty)
+        return json_response(view)
+
+    app.router.add_post("/v1/session/new", session_new)
+    app.router.add_post("/v1/session/load", session_load)
+    app.router.add_post("/v1/session/reset", session_reset)
+    app.router.add_post("/v1/prompt", prompt)
+    app.router.add_post("/v1/cancel", cancel)
+    app.router.add_get("/v1/mcp-config", mcp_config, allow_head=False)
+    app.router.add_post("/v1/mcp/profile", mcp_profile)
+    app.router.add_get("/v1/stderr", stderr, allow_head=False)

@@ -1,0 +1,300 @@
+"""tools/call throughput and latency: agentctl's MCP endpoint vs a bare MCPServer on uvicorn.
+
+Run:  .venv/bin/python bench/mcp_throughput.py [--seconds 5] [--concurrency 8]
+
+Each server runs in its own subprocess with the same trivial async tool (`echo`):
+- bare:     `MCPServer.streamable_http_app()` served by uvicorn (whatever HTTP implementation uvicorn picks
+            here; printed), no auth, no observation; once as shipped and once with TCP_NODELAY on its
+            listener (the fair baseline: uvicorn sets no TCP_NODELAY, aiohttp does);
+- agentctl: `McpEndpoint` mounted in an aiohttp AppRunner (the daemon's hosting), bearer auth, a real
+            Ledger recording tool_call_observed for every call.
+The load generator (this process) speaks raw HTTP with prebuilt bodies (aiohttp client), so the client
+is cheap and the server is what is measured: legacy era (an initialized Mcp-Session-Id session, POST
+tools/call, SSE response) and modern era (2026-07-28 self-contained POST). Latency is measured at
+concurrency 1, throughput at --concurrency. Prints both side by side with agentctl/bare ratios.
+
+Not a test: numbers depend on the machine. The issue's target: agentctl >= 0.95 of bare throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+LEGACY = "2025-11-25"
+MODERN = "2026-07-28"
+ACCEPT = "application/json, text/event-stream"
+
+
+async def echo(text: str = "") -> str:
+    """Return the text."""
+    return text
+
+
+# ---- servers (subprocesses) ---------------------------------------------------------------------------
+
+
+def _listen_socket(nodelay: bool = False) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if nodelay:
+        # Linux: accepted sockets inherit TCP_NODELAY from the listening socket.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    return sock
+
+
+async def serve_bare(nodelay: bool) -> None:
+    import logging
+
+    import uvicorn
+    from mcp.server import MCPServer
+
+    server = MCPServer("bare")
+    server.add_tool(echo, name="echo")
+    logging.getLogger().handlers.clear()
+    app = server.streamable_http_app()
+    sock = _listen_socket(nodelay)
+    config = uvicorn.Config(app, log_level="error", access_log=False, lifespan="on", loop="asyncio")
+    uv = uvicorn.Server(config)
+    task = asyncio.create_task(uv.serve(sockets=[sock]))
+    while not uv.started:
+        await asyncio.sleep(0.01)
+    impl = getattr(config, "http_protocol_class", None)
+    impl_name = getattr(impl, "__name__", str(config.http))
+    delay = "TCP_NODELAY set on the listener" if nodelay else "as shipped: uvicorn sets no TCP_NODELAY"
+    print(
+        json.dumps({"port": sock.getsockname()[1], "token": None, "http": f"uvicorn {uvicorn.__version__} {impl_name}, {delay}"}),
+        flush=True,
+    )
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    uv.should_exit = True
+    await task
+
+
+async def serve_agentctl() -> None:
+    import aiohttp
+    from aiohttp import web
+
+    from agentctl.evidence.contract import Identity
+    from agentctl.evidence.ledger import Ledger, ServerSeed
+    from agentctl.logs import quiet_third_party
+    from agentctl.mcp_endpoint.server import McpEndpoint
+
+    quiet_third_party()
+    ident = Identity(task_id="t", session_id="s", execution_id="e", instance_id="i", agent_id="a", agent_profile_id="p")
+    ledger = Ledger(ident)
+    endpoint = McpEndpoint(ledger, builtin_name="kandev", profile="task", backend_getter=lambda: None, estimator_loader=None)
+    endpoint.server.add_tool(echo, name="echo")
+    app = web.Application(client_max_size=1024 * 1024)
+    endpoint.mount(app)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
+    await runner.setup()
+    sock = _listen_socket()
+    site = web.SockSite(runner, sock)
+    await site.start()
+    port = sock.getsockname()[1]
+    endpoint.set_listen("127.0.0.1", port)
+    await endpoint.start()
+    _, token = ledger.begin_attempt("manual", [ServerSeed(name="kandev", source="builtin", transport="http", target=None)])
+    print(json.dumps({"port": port, "token": token, "http": f"aiohttp {aiohttp.__version__} + agentctl bridge"}), flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    row = ledger.history.current.servers[0] if ledger.history.current else None
+    await endpoint.stop()
+    await runner.cleanup()
+    print(json.dumps({"tool_calls_observed": row.tool_calls if row else 0}), flush=True)
+
+
+# ---- load generator ----------------------------------------------------------------------------------
+
+
+class Target:
+    def __init__(self, name: str, info: dict[str, Any]) -> None:
+        self.name = name
+        self.port = info["port"]
+        self.token = info["token"]
+        self.http = info["http"]
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+
+    def headers(self, **extra: str) -> dict[str, str]:
+        h = {"Content-Type": "application/json", "Accept": ACCEPT, **extra}
+        if self.token:
+            h["Authorization"] = f"Bearer {self.token}"
+        return h
+
+
+def _call_body(era: str, i: int) -> bytes:
+    params: dict[str, Any] = {"name": "echo", "arguments": {"text": "hi"}}
+    if era == "modern":
+        params["_meta"] = {
+            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
+        }
+    return json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": params}).encode()
+
+
+async def _legacy_session(http: Any, target: Target) -> dict[str, str]:
+    init = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}},
+    }
+    async with http.post(target.url, json=init, headers=target.headers()) as resp:
+        assert resp.status == 200, resp.status
+        sid = resp.headers["mcp-session-id"]
+        await resp.read()
+    headers = target.headers(**{"Mcp-Session-Id": sid, "MCP-Protocol-Version": LEGACY})
+    note = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
+    async with http.post(target.url, data=note, headers=headers) as resp:
+        assert resp.status == 202, resp.status
+    return headers
+
+
+async def run_load(target: Target, era: str, seconds: float, concurrency: int) -> dict[str, float]:
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(limit=concurrency * 2)
+    async with aiohttp.ClientSession(connector=connector) as http:
+        if era == "legacy":
+            headers = await _legacy_session(http, target)
+        else:
+            headers = target.headers(**{"MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": "echo"})
+        latencies: list[float] = []
+        count = 0
+        errors = 0
+        stop_at = 0.0
+
+        async def worker(wid: int) -> None:
+            nonlocal count, errors
+            i = wid * 10_000_000
+            while time.perf_counter() < stop_at:
+                i += 1
+                body = _call_body(era, i)
+                t0 = time.perf_counter()
+                async with http.post(target.url, data=body, headers=headers) as resp:
+                    payload = await resp.read()
+                    ok = resp.status == 200 and b'"isError":false' in payload.replace(b" ", b"")
+                latencies.append(time.perf_counter() - t0)
+                count += 1
+                if not ok:
+                    errors += 1
+
+        # warm-up
+        stop_at = time.perf_counter() + min(1.0, seconds / 3)
+        await asyncio.gather(*(worker(w) for w in range(concurrency)))
+        latencies.clear()
+        count = errors = 0
+        started = time.perf_counter()
+        stop_at = started + seconds
+        await asyncio.gather(*(worker(w) for w in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    latencies.sort()
+    q = statistics.quantiles(latencies, n=100) if len(latencies) >= 100 else [latencies[len(latencies) // 2]] * 99
+    return {"rps": count / elapsed, "p50_ms": q[49] * 1000, "p99_ms": q[98] * 1000, "n": count, "errors": errors}
+
+
+def start_server(kind: str) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve", kind],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        raise SystemExit(f"{kind} server failed to start: {proc.stderr.read() if proc.stderr else ''}")
+    return proc, json.loads(line)
+
+
+def stop_server(proc: subprocess.Popen[str]) -> str:
+    try:
+        out, _ = proc.communicate(input="", timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    return out.strip()
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    results: dict[tuple[str, str, str], dict[str, float]] = {}
+    notes: list[str] = []
+    for kind in ("bare", "bare-nodelay", "agentctl"):
+        proc, info = start_server(kind)
+        target = Target(kind, info)
+        notes.append(f"{kind}: {target.http}")
+        try:
+            for era in ("legacy", "modern"):
+                results[(kind, era, "lat")] = await run_load(target, era, args.seconds, 1)
+                results[(kind, era, "tput")] = await run_load(target, era, args.seconds, args.concurrency)
+        finally:
+            tail = stop_server(proc)
+            if kind == "agentctl" and tail:
+                notes.append(f"agentctl observed: {tail.splitlines()[-1]}")
+
+    print(f"# tools/call of a trivial tool; {args.seconds:g}s per run; {os.cpu_count()} CPUs; python {sys.version.split()[0]}")
+    for note in notes:
+        print(f"# {note}")
+    header = f"{'era':<7} {'metric':<22} {'bare*':>10} {'bare':>10} {'agentctl':>10} {'ratio':>7}"
+    print(header)
+    print("-" * len(header))
+    for era in ("legacy", "modern"):
+        rows = [
+            ("throughput req/s", "tput", "rps", True),
+            ("p50 ms (conc 1)", "lat", "p50_ms", False),
+            ("p99 ms (conc 1)", "lat", "p99_ms", False),
+            (f"p50 ms (conc {args.concurrency})", "tput", "p50_ms", False),
+            (f"p99 ms (conc {args.concurrency})", "tput", "p99_ms", False),
+            ("single-client req/s", "lat", "rps", True),
+        ]
+        for label, run, key, higher_better in rows:
+            shipped = results[("bare", era, run)][key]
+            bare = results[("bare-nodelay", era, run)][key]
+            ours = results[("agentctl", era, run)][key]
+            ratio = ours / bare if bare else float("nan")
+            print(f"{era:<7} {label:<22} {shipped:>10.2f} {bare:>10.2f} {ours:>10.2f} {ratio:>7.3f}")
+        errs = {(k, r): results[(k, era, r)]["errors"] for k in ("bare", "bare-nodelay", "agentctl") for r in ("lat", "tput")}
+        if any(errs.values()):
+            print(f"# {era}: errors {errs}")
+    print("# bare* = uvicorn as shipped (Nagle + delayed ACK cost it ~40 ms per SSE response here);")
+    print("# bare = the same with TCP_NODELAY: the baseline the ratio uses (agentctl / bare).")
+    print("# Target: throughput ratio >= 0.95; latency ratio <= ~1.05 is parity.")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--serve", choices=("bare", "bare-nodelay", "agentctl"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve in ("bare", "bare-nodelay"):
+        asyncio.run(serve_bare(nodelay=args.serve == "bare-nodelay"))
+    elif args.serve == "agentctl":
+        asyncio.run(serve_agentctl())
+    else:
+        asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    main()

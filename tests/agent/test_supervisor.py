@@ -1,0 +1,305 @@
+"""Supervisor with real subprocesses: whole-tree stop, SIGTERM/SIGKILL deadlines, environment scrubbing, exit evidence, parent death, stderr flood."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from agentctl.agent.supervisor import (
+    AgentStartError,
+    ExitInfo,
+    Supervisor,
+    build_agent_env,
+    register_own_child,
+    unregister_own_child,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REPO = Path(__file__).resolve().parents[2]
+MIB = 1024 * 1024
+TREE = ("agent", "plain", "ignores_term", "escaped", "double_forked")
+
+
+def fixture_cmd(name: str, *args: str) -> list[str]:
+    return [sys.executable, str(FIXTURES / name), *args]
+
+
+async def until(predicate: Callable[[], object], timeout: float, what: str) -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def dead(proc: psutil.Process) -> bool:
+    """Gone, or a zombie nobody will run again. Reaps it if it was re-parented to this process."""
+    try:
+        os.waitpid(proc.pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def read_pids(directory: Path) -> dict[str, psutil.Process]:
+    return {name: psutil.Process(int((directory / f"{name}.pid").read_text())) for name in TREE}
+
+
+@pytest.fixture
+async def make_supervisor() -> AsyncIterator[Callable[..., Supervisor]]:
+    created: list[Supervisor] = []
+
+    def make(**kwargs: object) -> Supervisor:
+        supervisor = Supervisor(**kwargs)  # type: ignore[arg-type]
+        created.append(supervisor)
+        return supervisor
+
+    yield make
+    for supervisor in created:
+        if supervisor.process is not None:
+            await supervisor.stop(grace=0.1, term_timeout=0.1)
+
+
+async def start_tree(make_supervisor: Callable[..., Supervisor], directory: Path, *args: str) -> tuple[Supervisor, dict[str, psutil.Process]]:
+    supervisor = make_supervisor(track_interval=0.05)
+    await supervisor.start(fixture_cmd("tree_agent.py", str(directory), *args), cwd=None, env={})
+    await until(lambda: all((directory / f"{n}.pid").exists() for n in TREE), 15, "the agent tree to start")
+    procs = read_pids(directory)
+    assert procs["agent"].pid == supervisor.pid
+    # The fixture really built the awkward cases: a session escapee and an orphan adopted by us.
+    assert os.getsid(procs["escaped"].pid) == procs["escaped"].pid
+    assert procs["double_forked"].ppid() == os.getpid()
+    return supervisor, procs
+
+
+@pytest.mark.parametrize("stubborn", [False, True], ids=["agent-exits-on-stdin-close", "agent-ignores-everything"])
+async def test_stop_leaves_no_process_of_the_tree(make_supervisor, tmp_path: Path, stubborn: bool) -> None:
+    supervisor, procs = await start_tree(make_supervisor, tmp_path, *(["--stubborn"] if stubborn else []))
+    started = time.monotonic()
+    info = await supervisor.stop(grace=1.0, term_timeout=0.5)
+    elapsed = time.monotonic() - started
+    assert elapsed < 1.0 + 0.5 + 10  # generous: the point is that stop returns
+    survivors = {name: p.pid for name, p in procs.items() if p.is_running()}
+    # is_running() is true for zombies too: everything was killed *and* reaped.
+    assert survivors == {}
+    assert info.stopped
+    if stubborn:
+        assert (info.signal, info.reason) == (signal.SIGKILL, "killed by SIGKILL")
+    else:
+        assert (info.returncode, info.reason) == (0, "exited with code 0")
+    assert not supervisor.running
+
+
+async def test_exit_is_reported_while_descendants_hold_the_pipes(make_supervisor, tmp_path: Path) -> None:
+    supervisor, procs = await start_tree(make_supervisor, tmp_path)
+    supervisor.stdin.close()
+    # asyncio's Process.wait() would hang here: grandchildren still hold stdout and stderr.
+    info = await asyncio.wait_for(supervisor.wait_exit(), 10)
+    assert info == ExitInfo(0, None, "exited with code 0", stopped=False)
+    assert procs["plain"].is_running()
+    await supervisor.stop(grace=0.1, term_timeout=0.2)
+    assert not any(p.is_running() for p in procs.values())
+
+
+async def test_adopted_orphans_are_reaped_while_the_agent_runs(make_supervisor, tmp_path: Path) -> None:
+    supervisor, procs = await start_tree(make_supervisor, tmp_path)
+    orphan = procs["double_forked"]
+    orphan.kill()
+    # Only the tracker can reap it: it is our child, not asyncio's.
+    await until(lambda: not orphan.is_running(), 5, "the adopted zombie to be reaped")
+    assert supervisor.running
+
+
+async def test_daemon_children_are_not_swept_or_reaped(make_supervisor, tmp_path: Path) -> None:
+    same_session = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
+    registered = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"], start_new_session=True)
+    register_own_child(registered.pid)
+    try:
+        supervisor, procs = await start_tree(make_supervisor, tmp_path)
+        short_lived = await asyncio.create_subprocess_exec(sys.executable, "-c", "raise SystemExit(7)")
+        assert await asyncio.wait_for(short_lived.wait(), 10) == 7
+        await supervisor.stop(grace=0.1, term_timeout=0.2)
+        assert not any(p.is_running() for p in procs.values())
+        assert same_session.poll() is None
+        assert registered.poll() is None
+    finally:
+        unregister_own_child(registered.pid)
+        for proc in (same_session, registered):
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+async def test_agent_ignoring_stdin_close_and_sigterm_is_killed_within_deadlines(make_supervisor) -> None:
+    exits: list[ExitInfo] = []
+    supervisor = make_supervisor(on_exit=exits.append)
+    await supervisor.start(fixture_cmd("stubborn_agent.py"), cwd=None, env={})
+    assert await asyncio.wait_for(supervisor.stdout.readline(), 15) == b"ready\n"
+    started = time.monotonic()
+    info = await supervisor.stop(grace=0.3, term_timeout=0.3)
+    elapsed = time.monotonic() - started
+    assert 0.5 <= elapsed < 0.6 + 5
+    assert info == ExitInfo(None, signal.SIGKILL, "killed by SIGKILL", stopped=True)
+    assert exits == [info]
+    assert supervisor.exit_info == info
+    assert not psutil.pid_exists(supervisor.pid)  # reaped
+    # A second stop is a no-op answering the same evidence.
+    assert await supervisor.stop() == info
+    assert exits == [info]
+
+
+async def test_environment_is_scrubbed(make_supervisor, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name, value in {
+        "NOTIFY_SOCKET": "/run/systemd/notify",
+        "WATCHDOG_USEC": "30000000",
+        "WATCHDOG_PID": "1",
+        "LISTEN_FDS": "2",
+        "LISTEN_PID": "1",
+        "LISTEN_FDNAMES": "a:b",
+        "AGENTCTL_TEST_SECRET": "hunter2",
+        "AGENTCTL_TEST_INHERITED": "kept",
+    }.items():
+        monkeypatch.setenv(name, value)
+    supervisor = make_supervisor(secret_env_names={"AGENTCTL_TEST_SECRET"})
+    await supervisor.start(
+        fixture_cmd("env_agent.py"),
+        cwd=str(tmp_path),
+        env={"SPEC_VAR": "from-spec", "AGENTCTL_TEST_INHERITED": "overridden", "WATCHDOG_FROM_SPEC": "x"},
+        extra_env={"AGENTCTL_EXTRA": "daemon-supplied"},
+    )
+    seen = json.loads(await asyncio.wait_for(supervisor.stdout.readline(), 15))
+    env = seen["env"]
+    for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "WATCHDOG_FROM_SPEC", "AGENTCTL_TEST_SECRET"):
+        assert name not in env
+    assert "hunter2" not in json.dumps(env)
+    assert env["SPEC_VAR"] == "from-spec"
+    assert env["AGENTCTL_TEST_INHERITED"] == "overridden"
+    assert env["AGENTCTL_EXTRA"] == "daemon-supplied"
+    assert env["PATH"] == os.environ["PATH"]
+    assert seen["cwd"] == str(tmp_path)
+    assert (await asyncio.wait_for(supervisor.wait_exit(), 10)).returncode == 0
+
+
+def test_build_agent_env_precedence() -> None:
+    env = build_agent_env(
+        {"A": "spec", "NOTIFY_SOCKET": "spec"},
+        {"A": "extra"},
+        secret_env_names={"TOKEN"},
+        base={"TOKEN": "t", "HOME": "/h", "LISTEN_FDS": "3", "A": "base"},
+    )
+    assert env == {"HOME": "/h", "A": "extra"}
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("code", "3"), ExitInfo(3, None, "exited with code 3")),
+        (("code", "0"), ExitInfo(0, None, "exited with code 0")),
+        (("signal", "SIGUSR1"), ExitInfo(None, signal.SIGUSR1, "killed by SIGUSR1")),
+    ],
+)
+async def test_exit_code_and_signal_are_reported_sanitized(make_supervisor, args: tuple[str, str], expected: ExitInfo) -> None:
+    exits: list[ExitInfo] = []
+    supervisor = make_supervisor(on_exit=exits.append)
+    await supervisor.start(fixture_cmd("exit_agent.py", *args), cwd=None, env={})
+    info = await asyncio.wait_for(supervisor.wait_exit(), 15)
+    assert info == expected
+    assert "MARKER" not in info.reason
+    assert exits == [info]
+    assert not supervisor.running
+    assert await supervisor.stop() == info
+    assert exits == [info]
+    # The output went where it belongs: stdout to the reader, stderr to the window only.
+    assert await supervisor.stdout.readline() == b"SECRET-STDOUT-MARKER\n"
+    assert supervisor.stderr_snapshot().lines == ["SECRET-STDERR-MARKER"]
+
+
+async def test_async_on_exit_is_awaited(make_supervisor) -> None:
+    seen = asyncio.Event()
+
+    async def on_exit(info: ExitInfo) -> None:
+        seen.set()
+
+    supervisor = make_supervisor(on_exit=on_exit)
+    await supervisor.start(fixture_cmd("exit_agent.py", "code", "1"), cwd=None, env={})
+    await asyncio.wait_for(seen.wait(), 15)
+
+
+async def test_start_failures_are_sanitized(make_supervisor, tmp_path: Path) -> None:
+    supervisor = make_supervisor()
+    with pytest.raises(AgentStartError, match="^cannot start agent: executable not found$"):
+        await supervisor.start([str(tmp_path / "no-such-agent")], cwd=None, env={})
+    with pytest.raises(AgentStartError, match="^cannot start agent: working directory not found$"):
+        await supervisor.start([sys.executable, "-c", "pass"], cwd=str(tmp_path / "missing"), env={})
+    assert supervisor.process is None
+
+
+async def test_agent_dies_when_the_daemon_is_sigkilled(tmp_path: Path) -> None:
+    pidfile = tmp_path / "agent.pid"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    daemon = subprocess.Popen([sys.executable, str(FIXTURES / "mini_daemon.py"), str(pidfile)], env=env, cwd=REPO)
+    try:
+        await until(pidfile.exists, 15, "the stand-in daemon to start its agent")
+        agent = psutil.Process(int(pidfile.read_text()))
+        assert agent.ppid() == daemon.pid
+    finally:
+        daemon.kill()
+        daemon.wait(timeout=10)
+    await until(lambda: dead(agent), 5, "the agent to die with its daemon")
+
+
+async def test_stderr_flood_does_not_block_the_agent_or_grow_memory(make_supervisor) -> None:
+    me = psutil.Process()
+    baseline = me.memory_info().rss
+    peak = baseline
+    supervisor = make_supervisor()
+    await supervisor.start(fixture_cmd("flood_agent.py", "500", str(MIB)), cwd=None, env={})
+
+    async def sample() -> None:
+        nonlocal peak
+        while True:
+            peak = max(peak, me.memory_info().rss)
+            await asyncio.sleep(0.05)
+
+    sampler = asyncio.create_task(sample())
+    try:
+        # Generous bound: the point is that the agent is never stuck on a full stderr pipe.
+        info = await asyncio.wait_for(supervisor.wait_exit(), 60)
+    finally:
+        sampler.cancel()
+    assert info.returncode == 0
+    assert await asyncio.wait_for(supervisor.stdout.readline(), 5) == b"done\n"
+    await supervisor.stop(grace=0.1, term_timeout=0.1)
+    peak = max(peak, me.memory_info().rss)
+    assert peak - baseline < 20 * MIB
+    window = supervisor.stderr_snapshot()
+    assert window.total_bytes_seen == 500 * MIB
+    assert window.truncated
+    # Each line is 1 MiB: the window is the tail of the last one.
+    assert window.lines == ["x" * (16 * 1024)]
+
+
+async def test_ten_megabyte_line_without_newline(make_supervisor) -> None:
+    supervisor = make_supervisor()
+    await supervisor.start(fixture_cmd("flood_agent.py", "10", str(MIB), "--no-newline"), cwd=None, env={})
+    assert (await asyncio.wait_for(supervisor.wait_exit(), 30)).returncode == 0
+    await supervisor.stop(grace=0.1, term_timeout=0.1)
+    window = supervisor.stderr_snapshot()
+    assert window.lines == ["x" * (16 * 1024)]
+    assert window.truncated
+    assert window.total_bytes_seen == 10 * MIB

@@ -1,0 +1,216 @@
+"""Harness for the MCP endpoint tests: a real aiohttp AppRunner + TCPSite on loopback hosting
+McpEndpoint.mount(), a real Ledger, the embedded SQLite backend, and the SDK's own client."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import httpx2
+import pytest
+from aiohttp import web
+from mcp.client import Client
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+
+from agentctl.backend import EmbeddedBackend
+from agentctl.evidence import reducer
+from agentctl.evidence.catalog import EstimatorLoader
+from agentctl.evidence.contract import Attempt, EvidenceEvent, Identity, ServerRow
+from agentctl.evidence.ledger import Ledger, ServerSeed
+from agentctl.mcp_endpoint.server import McpEndpoint
+
+BUILTIN = "kandev"
+MODERN = "2026-07-28"
+O200K_FILE = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "o200k_base.tiktoken"
+
+
+async def eventually(predicate: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> Any:
+    """Poll `predicate` on the event loop until truthy, or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def identity() -> Identity:
+    return Identity(
+        task_id="task-1",
+        session_id="session-1",
+        execution_id="exec-1",
+        instance_id="inst-1",
+        agent_id="agent-1",
+        agent_profile_id="profile-1",
+    )
+
+
+@dataclass
+class Harness:
+    ledger: Ledger
+    endpoint: McpEndpoint
+    runner: web.AppRunner
+    host: str
+    port: int
+    backend_box: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        assert self.endpoint.url
+        return self.endpoint.url
+
+    @property
+    def sse_url(self) -> str:
+        assert self.endpoint.sse_url
+        return self.endpoint.sse_url
+
+    @property
+    def base(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def new_attempt(self) -> tuple[str, str]:
+        seed = ServerSeed(name=BUILTIN, source="builtin", transport="http", target=self.base)
+        return self.ledger.begin_attempt("manual", [seed])
+
+    def attempt(self, attempt_id: str) -> Attempt:
+        found = reducer.find_attempt(self.ledger.history, attempt_id)
+        assert found is not None, "attempt no longer kept"
+        return found
+
+    def row(self, attempt_id: str) -> ServerRow:
+        row = reducer.find_row(self.attempt(attempt_id), BUILTIN)
+        assert row is not None
+        return row
+
+    def events(self, attempt_id: str, kind: str | None = None) -> list[EvidenceEvent]:
+        return [e for e in self.attempt(attempt_id).evidence if kind is None or e.kind == kind]
+
+    def refusals(self) -> dict[tuple[str, str, int], int]:
+        return {(r.route, r.method, r.status): r.count for r in self.ledger.history.http_refusals}
+
+    async def wait_refusal(self, key: tuple[str, str, int], count: int = 1, timeout: float = 5.0) -> int:
+        await eventually(lambda: self.refusals().get(key, 0) >= count, timeout, f"refusal {key}")
+        return self.refusals()[key]
+
+    async def settle(self) -> None:
+        """A barrier: evidence is folded in order, so once a refusal made now is counted, everything
+        observed before it is in the ledger. Used to assert that something was NOT recorded."""
+        key = ("/mcp", "POST", 401)
+        before = self.refusals().get(key, 0)
+        status, _, _ = await self.http("POST", "/mcp", body=b"{}")
+        assert status == 401
+        await self.wait_refusal(key, before + 1)
+
+    async def wait_events(self, attempt_id: str, kind: str, count: int = 1, timeout: float = 5.0) -> list[EvidenceEvent]:
+        await eventually(lambda: len(self.events(attempt_id, kind)) >= count, timeout, f"{count} x {kind}")
+        return self.events(attempt_id, kind)
+
+    @asynccontextmanager
+    async def client(self, token: str | None, mode: str = "auto", **kwargs: Any) -> AsyncIterator[Client]:
+        """The SDK client on /mcp (streamable HTTP), authenticated with `token`."""
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(10.0, read=30.0)) as http:
+            async with Client(streamable_http_client(self.url, http_client=http), mode=mode, **kwargs) as client:
+                yield client
+
+    @asynccontextmanager
+    async def sse(self, token: str | None, mode: str = "legacy", **kwargs: Any) -> AsyncIterator[Client]:
+        """The SDK client on the legacy HTTP+SSE transport (/sse + /messages/)."""
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        async with Client(sse_client(self.sse_url, headers=headers, timeout=10.0), mode=mode, **kwargs) as client:
+            yield client
+
+    async def http(
+        self,
+        method: str,
+        path: str,
+        *,
+        token: str | None = None,
+        headers: dict[str, str] | None = None,
+        body: bytes | None = None,
+    ) -> tuple[int, dict[str, str], bytes]:
+        """One raw HTTP exchange (aiohttp client) for the edges the SDK client never produces."""
+        all_headers = dict(headers or {})
+        if token:
+            all_headers["Authorization"] = f"Bearer {token}"
+        async with aiohttp.ClientSession() as session:
+            async with session.request(method, self.base + path, headers=all_headers, data=body) as resp:
+                return resp.status, dict(resp.headers), await resp.read()
+
+
+@pytest.fixture
+async def make_harness(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Harness]]]:
+    """Build and start a harness; everything started is stopped at teardown (bounded)."""
+    started: list[Harness] = []
+
+    async def make(
+        *,
+        profile: str = "task",
+        estimator_loader: EstimatorLoader | None = None,
+        **endpoint_kwargs: Any,
+    ) -> Harness:
+        ledger = Ledger(identity())
+        box: dict[str, Any] = {}
+        db = tmp_path / f"tasks-{len(started)}.sqlite"
+        box["backend"] = EmbeddedBackend(
+            db,
+            agents_info={"agents": [{"id": "agent-1", "profiles": ["profile-1"]}]},
+            mcp_info=[{"name": BUILTIN, "type": "http", "url": "http://127.0.0.1:1/mcp"}],
+            execution_info={"task_id": "task-1", "session_id": "session-1", "execution_id": "exec-1"},
+        )
+        endpoint = McpEndpoint(
+            ledger,
+            builtin_name=BUILTIN,
+            profile=profile,
+            backend_getter=lambda: box.get("backend"),
+            estimator_loader=estimator_loader,
+            **endpoint_kwargs,
+        )
+        app = web.Application()
+        endpoint.mount(app)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = site._server.sockets[0].getsockname()[:2]  # type: ignore[union-attr]
+        endpoint.set_listen(host, port)
+        await endpoint.start()
+        harness = Harness(ledger=ledger, endpoint=endpoint, runner=runner, host=host, port=port, backend_box=box)
+        started.append(harness)
+        return harness
+
+    yield make
+
+    for harness in started:
+        await asyncio.wait_for(harness.endpoint.stop(), 10)
+        await asyncio.wait_for(harness.runner.cleanup(), 10)
+        backend = harness.backend_box.get("backend")
+        if backend is not None:
+            backend.close()
+
+
+@pytest.fixture
+async def harness(make_harness: Callable[..., Awaitable[Harness]]) -> Harness:
+    return await make_harness()
+
+
+@pytest.fixture
+def loaded_estimator(tmp_path_factory: pytest.TempPathFactory) -> EstimatorLoader:
+    if not O200K_FILE.is_file():
+        pytest.skip(f"o200k_base ranks not found at {O200K_FILE}")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path_factory.mktemp("tiktoken-cache")))
+        loader = EstimatorLoader(str(O200K_FILE))
+        loader.start()
+        assert loader.wait(60), "o200k_base did not load"
+    assert loader.get() is not None
+    return loader

@@ -1,0 +1,172 @@
+"""Both MCP eras on the same routes, each observed as the right evidence in the right attempt."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentctl.evidence.contract import TOKEN_ESTIMATE_METHOD
+from tests.mcp_endpoint.conftest import MODERN, Harness, eventually
+
+TASK_TOOL_COUNT = 10
+
+
+async def test_discovery_in_auto_mode_is_a_modern_client_seen_listing_and_calling_without_a_connection(
+    harness: Harness,
+):
+    attempt, token = harness.new_attempt()
+    async with harness.client(token, mode="auto") as client:
+        assert client.protocol_version == MODERN
+        listed = await client.list_tools()
+        result = await client.call_tool("get_task", {})
+        assert not result.is_error
+    assert len(listed.tools) == TASK_TOOL_COUNT
+
+    (init,) = await harness.wait_events(attempt, "initialize_observed")
+    (lists,) = await harness.wait_events(attempt, "tools_list_observed")
+    (call,) = await harness.wait_events(attempt, "tool_call_observed")
+    assert init.era == "modern" and init.protocol_version == MODERN and init.requested_protocol_version == MODERN
+    assert init.client is not None and init.client.name
+    assert lists.tool_count == TASK_TOOL_COUNT and lists.era == "modern"
+    assert call.tool_name == "get_task" and call.outcome == "ok"
+    assert all(e.connection_id is None for e in harness.events(attempt))
+    row = harness.row(attempt)
+    assert row.status == "active" and row.era == "modern" and row.source == "builtin"
+    await eventually(lambda: harness.endpoint.bridge.open_exchanges == 0, what="all exchanges to end")
+    await harness.settle()
+    assert harness.events(attempt, "connection_closed") == []  # nothing is invented after the client leaves
+
+
+async def test_direct_modern_mode_is_observed_from_its_first_request_without_discover(harness: Harness):
+    attempt, token = harness.new_attempt()
+    async with harness.client(token, mode=MODERN) as client:
+        await client.call_tool("list_tasks", {})
+        await client.call_tool("get_task", {})
+    (init,) = await harness.wait_events(attempt, "initialize_observed")
+    calls = await harness.wait_events(attempt, "tool_call_observed", 2)
+    assert init.era == "modern" and init.connection_id is None
+    assert [c.tool_name for c in calls] == ["list_tasks", "get_task"]
+    kinds = [e.kind for e in harness.events(attempt) if e.kind != "configured"]
+    assert kinds[0] == "initialize_observed", "the first modern request is the client's first contact"
+
+
+async def test_legacy_initialize_gets_a_connection_id_that_closes_when_the_client_deletes_its_session(
+    harness: Harness,
+):
+    attempt, token = harness.new_attempt()
+    async with harness.client(token, mode="legacy") as client:
+        negotiated = client.protocol_version
+        await client.list_tools()
+        await client.call_tool("get_task", {})
+        (init,) = await harness.wait_events(attempt, "initialize_observed")
+        assert harness.endpoint.open_connections == 1
+    assert init.era == "legacy"
+    assert init.connection_id and init.connection_id.startswith("conn_")
+    assert init.protocol_version == negotiated and init.requested_protocol_version == negotiated
+    assert init.client is not None and init.client.name == "mcp"
+    (closed,) = await harness.wait_events(attempt, "connection_closed")
+    assert closed.connection_id == init.connection_id
+    same = {e.connection_id for e in harness.events(attempt) if e.kind != "configured"}
+    assert same == {init.connection_id}
+    row = harness.row(attempt)
+    assert row.status == "active" and row.disconnected_at is not None and row.connection_id == init.connection_id
+    assert harness.endpoint.open_connections == 0
+
+
+async def test_legacy_sse_is_one_connection_from_initialize_until_the_stream_ends(harness: Harness):
+    attempt, token = harness.new_attempt()
+    async with harness.sse(token, mode="legacy") as client:
+        await client.list_tools()
+        await client.call_tool("get_task", {})
+        (init,) = await harness.wait_events(attempt, "initialize_observed")
+    assert init.era == "legacy" and init.connection_id
+    (closed,) = await harness.wait_events(attempt, "connection_closed")
+    assert closed.connection_id == init.connection_id
+    (call,) = harness.events(attempt, "tool_call_observed")
+    assert call.connection_id == init.connection_id and call.era == "legacy"
+    assert harness.row(attempt).status == "active"
+
+
+async def test_sse_in_auto_mode_is_attributed_as_modern_requests_with_no_connection_and_no_invented_close(
+    harness: Harness,
+):
+    attempt, token = harness.new_attempt()
+    async with harness.sse(token, mode="auto") as client:
+        assert client.protocol_version == MODERN
+        await client.list_tools()
+        await client.call_tool("get_task", {})
+    init = (await harness.wait_events(attempt, "initialize_observed"))[0]
+    await harness.wait_events(attempt, "tool_call_observed")
+    assert init.era == "modern"
+    await eventually(lambda: harness.endpoint.bridge.open_exchanges == 0, what="the SSE stream to end")
+    await harness.settle()
+    assert all(e.connection_id is None for e in harness.events(attempt))
+    assert harness.events(attempt, "connection_closed") == []
+
+
+async def test_tools_list_records_a_catalog_with_estimates_once_the_encoding_is_loaded(
+    make_harness, loaded_estimator
+):
+    harness: Harness = await make_harness(estimator_loader=loaded_estimator)
+    attempt, token = harness.new_attempt()
+    async with harness.client(token, mode=MODERN) as client:
+        await client.list_tools()
+    (listed,) = await harness.wait_events(attempt, "tools_list_observed")
+    catalog = listed.catalog
+    assert catalog is not None and catalog.estimator == TOKEN_ESTIMATE_METHOD
+    assert len(catalog.tools) == TASK_TOOL_COUNT
+    assert all(t.token_estimate and t.token_estimate > 0 for t in catalog.tools)
+    assert [t.name for t in catalog.tools] == sorted(t.name for t in catalog.tools)
+    assert harness.row(attempt).catalog == catalog
+
+
+async def test_without_an_encoding_the_catalog_says_the_estimator_is_unavailable_and_has_no_estimates(
+    harness: Harness,
+):
+    attempt, token = harness.new_attempt()
+    async with harness.client(token, mode="legacy") as client:
+        await client.list_tools()
+    (listed,) = await harness.wait_events(attempt, "tools_list_observed")
+    assert listed.catalog is not None
+    assert listed.catalog.estimator is None and listed.catalog.estimator_unavailable_reason
+    assert all(t.token_estimate is None for t in listed.catalog.tools)
+
+
+async def test_a_failing_tool_is_detail_on_an_active_row_not_a_failure(harness: Harness):
+    attempt, token = harness.new_attempt()
+    harness.backend_box["backend"] = None  # the backend goes away: every tool answers a tool error
+    async with harness.client(token, mode="legacy") as client:
+        await client.list_tools()
+        result = await client.call_tool("get_task", {})
+        assert result.is_error
+        missing = await client.call_tool("no_such_tool", {})
+        assert missing.is_error
+    calls = await harness.wait_events(attempt, "tool_call_observed", 2)
+    assert [(c.tool_name, c.outcome) for c in calls] == [("get_task", "error"), ("no_such_tool", "error")]
+    row = harness.row(attempt)
+    assert row.status == "active" and row.tool_calls == 2 and row.tool_errors == 2
+    assert harness.events(attempt, "explicit_error") == []
+
+
+async def test_tool_arguments_and_results_never_reach_the_evidence(harness: Harness):
+    attempt, token = harness.new_attempt()
+    secret = "sentinel-argument-7f3a"
+    async with harness.client(token, mode=MODERN) as client:
+        result = await client.call_tool("post_task_message", {"text": secret})
+        assert not result.is_error
+        await client.call_tool("get_task", {})  # the result now contains the message text
+    await harness.wait_events(attempt, "tool_call_observed", 2)
+    from agentctl.evidence.contract import encode
+
+    assert secret.encode() not in encode(harness.ledger.history)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto", MODERN])
+async def test_every_mode_lands_its_evidence_in_the_attempt_of_its_token_only(harness: Harness, mode: str):
+    first, first_token = harness.new_attempt()
+    second, second_token = harness.new_attempt()
+    async with harness.client(second_token, mode=mode) as client:
+        await client.list_tools()
+    await harness.wait_events(second, "tools_list_observed")
+    assert harness.row(second).status == "active"
+    assert harness.events(first, "tools_list_observed") == []
+    assert harness.row(first).status == "configured"
