@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test schema clean
+.PHONY: demo test schema dist clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentctl needs Python >= 3.11 (set PYTHON=...)")'
@@ -21,6 +21,11 @@ test: $(STAMP)
 
 schema: $(STAMP)
 	$(BIN)/agentctl schema > docs/report.schema.json
+
+# Release artifacts into dist/: wheel, shiv zipapp, PyInstaller onedir (+ .tar.gz); then their sizes and start times.
+dist: $(STAMP)
+	$(BIN)/python packaging/build.py all --archive
+	$(BIN)/python packaging/build.py measure
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis state

@@ -9,6 +9,13 @@ from agentctl import __version__
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["reference-agent"]:
+        # Hidden: the shipped reference agent, so a zipapp or frozen build provides agentctl-reference-agent
+        # too (agentctl.bundled). Dispatched before argparse: its flags belong to the agent, not to us.
+        from agentctl.testing.reference_agent import main as reference_agent
+
+        return int(reference_agent(argv[1:]) or 0)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -48,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     from agentctl.control.commands import add_client_commands
 
     add_client_commands(sub)
+    from agentctl.probe.commands import add_probe_commands
+
+    add_probe_commands(sub)
+    from agentctl.upstream.commands import add_hub_commands
+
+    add_hub_commands(sub)
     return parser
 
 

@@ -20,6 +20,8 @@ QUIET_LOGGERS = (
     "aiohttp.web",
     "httpx",
     "httpcore",
+    "httpx2",
+    "httpcore2",
     "opentelemetry",
     "acp",
 )

@@ -170,6 +170,11 @@ def _check(spec: Spec, source: str) -> None:
             raise _fail(source, "agent.command", "must be a non-empty argv list")
         if agent.protocol == "acp" and agent.strategy is not None:
             raise _fail(source, "agent.strategy", "only valid with protocol = \"passthrough\"")
+        if agent.protocol == "passthrough" and agent.strategy is not None:
+            from agentctl.agent.passthrough import STRATEGY_NAMES  # here: the strategies import this module
+
+            if agent.strategy not in STRATEGY_NAMES:
+                raise _fail(source, "agent.strategy", f"unknown passthrough strategy (known: {', '.join(STRATEGY_NAMES)})")
     mcp = spec.mcp
     _check_listen(mcp.listen, source)
     if not _NAME_RE.match(mcp.builtin_name):

@@ -96,13 +96,17 @@ class AcpRuntime:
         self.acp_session_id: str | None = None
         self._sink: UpdateSink | None = None
         self._session_lock = asyncio.Lock()
+        self._prompt_lock = asyncio.Lock()
+        # The delivery whose session/new or session/load frame is on its way: recorded as `delivered`
+        # only once the frame was written to the agent's stdin (see _on_sent).
+        self._pending_delivery: tuple[str, list[Planned], list[Planned]] | None = None
         self._secrets = secret_values(spec)
 
     # -- connection ------------------------------------------------------------------------------
 
     async def connect(self, stdin: asyncio.StreamWriter, stdout: asyncio.StreamReader) -> None:
         """ACP initialize over the agent's pipes; records what the agent declared about itself."""
-        self._transport = AgentStdioTransport(stdout, stdin)
+        self._transport = AgentStdioTransport(stdout, stdin, on_sent=self._on_sent, on_eof=self._on_eof)
         self._conn = acp.connect_to_agent(_DaemonClient(self), self._transport, use_unstable_protocol=True)
         try:
             resp = await asyncio.wait_for(
@@ -113,11 +117,17 @@ class AcpRuntime:
                 timeout=self.agent_spec.initialize_timeout,
             )
         except TimeoutError:
+            await self.close()
             raise AgentError("initialize_timeout", "the agent did not answer ACP initialize in time") from None
         except acp.RequestError as exc:
+            await self.close()
             raise AgentError("initialize_rejected", self._summary(str(exc))) from None
         except (ConnectionError, OSError):
+            await self.close()
             raise AgentError("agent_exited", "the agent closed its stdout before answering initialize") from None
+        except Exception as exc:  # an answer the SDK could not validate: the agent is not usable
+            await self.close()
+            raise AgentError("initialize_invalid", f"unusable initialize answer ({type(exc).__name__})") from None
         caps = resp.agent_capabilities
         mcp_caps = caps.mcp_capabilities if caps is not None else None
         self.caps = McpCaps(http=bool(mcp_caps and mcp_caps.http), sse=bool(mcp_caps and mcp_caps.sse))
@@ -134,16 +144,30 @@ class AcpRuntime:
 
     @property
     def connected(self) -> bool:
-        return self._conn is not None and self._transport is not None and not self._transport.closed
+        t = self._transport
+        return self._conn is not None and t is not None and not t.closed and not t.eof
 
     @property
     def skipped_stdout_lines(self) -> int:
         return self._transport.skipped_lines if self._transport is not None else 0
 
+    def _on_eof(self) -> None:
+        # The count is final once stdout ended; record it even when the daemon lingers without a stop.
+        self.ledger.update_agent(stdout_skipped_lines=self.skipped_stdout_lines)
+
     async def close(self) -> None:
-        if self._transport is not None:
-            self.ledger.update_agent(stdout_skipped_lines=self._transport.skipped_lines)
-            await self._transport.close()
+        """Close the ACP connection: pending requests fail, the receive loop and handler tasks end."""
+        transport, conn = self._transport, self._conn
+        if transport is None:
+            return
+        if transport.skipped_lines:
+            self.ledger.update_agent(stdout_skipped_lines=transport.skipped_lines)
+        if conn is not None:
+            try:
+                await asyncio.wait_for(conn.close(), timeout=5.0)
+            except Exception:  # closing is best effort; the process is stopped by the supervisor anyway
+                log.debug("closing the ACP connection failed")
+        await transport.close()
 
     # -- sessions --------------------------------------------------------------------------------
 
@@ -164,7 +188,7 @@ class AcpRuntime:
         async with self._session_lock:
             old = self.acp_session_id
             attempt_id, token = self.ledger.begin_attempt("reset", self._seeds())
-            if old is not None and self.close_supported:
+            if old is not None and self.close_supported and self.connected:
                 try:
                     await asyncio.wait_for(self._conn.close_session(session_id=old), timeout=5.0)
                 except Exception:  # closing is a courtesy; the old session is abandoned either way
@@ -184,61 +208,96 @@ class AcpRuntime:
         if not self.connected:
             ledger.record("explicit_error", attempt_id, reason_code="agent_not_running", summary="no ACP connection")
             return SessionOutcome(attempt_id, False, reason_code="agent_not_running", summary="no ACP connection")
-        servers = [_to_model(p) for p in plan.delivered]
-        for planned in plan.delivered:
-            ledger.record("delivered", attempt_id, planned.name, transport=planned.transport, target=planned.target)
         cwd = self._cwd()
+        sent: list[Planned] = []
+        self._pending_delivery = (attempt_id, sent, plan.delivered)
         try:
+            servers = [_to_model(p) for p in plan.delivered]
             if load_id is None:
                 call = self._conn.new_session(cwd=cwd, mcp_servers=servers)
             else:
                 call = self._conn.load_session(cwd=cwd, session_id=load_id, mcp_servers=servers)
             resp = await asyncio.wait_for(call, timeout=self.agent_spec.session_timeout)
         except TimeoutError:
-            return self._session_failed(attempt_id, plan.delivered, "session_timeout", "the agent did not answer in time", "")
+            return self._session_failed(attempt_id, sent, "session_timeout", "the agent did not answer in time")
         except acp.RequestError as exc:
-            detail = json.dumps(exc.data, default=str) if getattr(exc, "data", None) is not None else ""
-            return self._session_failed(attempt_id, plan.delivered, "session_rejected", str(exc), detail)
+            return self._session_failed(attempt_id, sent, "session_rejected", str(exc), getattr(exc, "data", None))
         except (ConnectionError, OSError):
-            return self._session_failed(attempt_id, plan.delivered, "agent_exited", "the agent closed the connection", "")
+            return self._session_failed(attempt_id, sent, "agent_exited", "the agent closed the connection")
+        except Exception as exc:  # e.g. an answer the SDK could not validate: not tied to any server
+            return self._session_failed(attempt_id, sent, "session_error", f"unusable answer ({type(exc).__name__})")
+        finally:
+            self._pending_delivery = None
         session_id = load_id if load_id is not None else getattr(resp, "session_id", None)
         self.acp_session_id = session_id
-        ledger.record("session_accepted", attempt_id, acp_session_id=session_id)
+        ledger.record("session_accepted", attempt_id, acp_session_id=_bounded_id(session_id))
         return SessionOutcome(attempt_id, True, acp_session_id=session_id)
 
+    def _on_sent(self, message: dict[str, Any]) -> None:
+        """The session request reached the agent's stdin: now, and only now, its servers are delivered."""
+        pending = self._pending_delivery
+        if pending is None or message.get("method") not in ("session/new", "session/load"):
+            return
+        attempt_id, sent, planned = pending
+        if sent:
+            return
+        for p in planned:
+            self.ledger.record("delivered", attempt_id, p.name, transport=p.transport, target=p.target)
+        sent.extend(planned)
+
     def _session_failed(
-        self, attempt_id: str, delivered: list[Planned], reason_code: str, message: str, detail: str
+        self, attempt_id: str, delivered: list[Planned], reason_code: str, message: str, data: Any = None
     ) -> SessionOutcome:
-        """An error that names delivered servers fails those rows; one that names none is report-level."""
+        """An error that names delivered servers fails those rows; one that names none is report-level.
+
+        A structured error (`data.servers[].name/reason`, or `data.server`) gives each named server its own
+        reason; otherwise a server counts as named when its name appears in the message or data as a word.
+        """
+        detail = json.dumps(data, default=str) if data is not None else ""
+        reasons = _server_reasons(data)
         text = f"{message} {detail}".strip()
-        named = tuple(p.name for p in delivered if _names(text, p.name))
-        summary = self._summary(message)
+        named = tuple(p.name for p in delivered if p.name in reasons or _names(text, p.name))
         if named:
             for name in named:
+                summary = self._summary(reasons.get(name) or message)
                 self.ledger.record("explicit_error", attempt_id, name, reason_code=reason_code, summary=summary)
+            summary = self._summary(message)
         else:
+            summary = self._summary(message)
             self.ledger.record("explicit_error", attempt_id, reason_code=reason_code, summary=summary)
         self.acp_session_id = None
         return SessionOutcome(attempt_id, False, reason_code=reason_code, summary=summary, failed_servers=named)
 
     # -- prompts ---------------------------------------------------------------------------------
 
-    async def prompt(self, text: str, sink: UpdateSink | None = None) -> str:
-        """Send a prompt to the current ACP session; updates go to `sink` only (never logged or stored)."""
+    @property
+    def prompt_running(self) -> bool:
+        return self._prompt_lock.locked()
+
+    def check_prompt(self) -> None:
+        """Raise the AgentError a prompt would fail with right now (so the route can answer 409 up front)."""
         if not self.connected:
             raise AgentError("agent_not_running", "the agent is not running")
         if self.acp_session_id is None:
             raise AgentError("no_session", "no accepted ACP session: run `agentctl session new` first")
-        self._sink = sink
-        try:
-            resp = await self._conn.prompt(session_id=self.acp_session_id, prompt=[acp.text_block(text)])
-        except acp.RequestError as exc:
-            raise AgentError("prompt_rejected", self._summary(str(exc))) from None
-        except (ConnectionError, OSError):
-            raise AgentError("agent_exited", "the agent closed the connection during the prompt") from None
-        finally:
-            self._sink = None
-        return str(getattr(resp, "stop_reason", "end_turn"))
+        if self.prompt_running:
+            raise AgentError("prompt_busy", "a prompt is already running: wait for it or `agentctl cancel`")
+
+    async def prompt(self, text: str, sink: UpdateSink | None = None) -> str:
+        """Send a prompt to the current ACP session; updates go to `sink` only (never logged or stored)."""
+        self.check_prompt()
+        async with self._prompt_lock:
+            self._sink = sink
+            try:
+                resp = await self._conn.prompt(session_id=self.acp_session_id, prompt=[acp.text_block(text)])
+            except acp.RequestError as exc:
+                # Goes to the prompt's caller only (never recorded): the agent's reason helps them.
+                raise AgentError("prompt_rejected", self._summary(str(exc))) from None
+            except (ConnectionError, OSError):
+                raise AgentError("agent_exited", "the agent closed the connection during the prompt") from None
+            finally:
+                self._sink = None
+        return _bounded(str(getattr(resp, "stop_reason", None) or "end_turn"), 32) or "end_turn"
 
     async def cancel(self) -> None:
         if self.connected and self.acp_session_id is not None:
@@ -256,9 +315,13 @@ class AcpRuntime:
         elif kind in ("tool_call", "tool_call_update"):
             item["title"] = getattr(update, "title", None)
             item["status"] = getattr(update, "status", None)
-        result = sink(item)
-        if asyncio.iscoroutine(result):
-            await result
+        try:
+            result = sink(item)
+            if asyncio.iscoroutine(result):
+                await result
+        except Exception:  # the caller went away (closed the stream): keep the prompt, drop the output
+            if self._sink is sink:
+                self._sink = None
 
     async def _on_permission(self, options: Any) -> Any:
         """Spec policy: allow picks the first allow option; deny (the default) and ask-without-upstream cancel."""
@@ -296,6 +359,31 @@ def _bounded(value: str | None, limit: int = 128) -> str | None:
     if value is None:
         return None
     return summarize("x", value).summary[:limit]
+
+
+def _bounded_id(value: str | None, limit: int = 128) -> str | None:
+    """An agent-chosen session id as evidence: kept as is when short and printable, else cut and marked."""
+    if value is None:
+        return None
+    text = "".join(ch if ch.isprintable() else "?" for ch in str(value)[: limit + 1])
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _server_reasons(data: Any) -> dict[str, str]:
+    """Per-server reasons from a structured ACP error's data: {"servers": [{"name", "reason"|"message"}]}."""
+    out: dict[str, str] = {}
+    if not isinstance(data, dict):
+        return out
+    if isinstance(data.get("server"), str):
+        out[data["server"]] = str(data.get("reason") or data.get("message") or "")
+    servers = data.get("servers")
+    if isinstance(servers, list):
+        for item in servers[:64]:
+            if isinstance(item, dict) and isinstance(item.get("name"), str):
+                out[item["name"]] = str(item.get("reason") or item.get("message") or "")
+            elif isinstance(item, str):
+                out[item] = ""
+    return out
 
 
 def _to_model(planned: Planned) -> Any:

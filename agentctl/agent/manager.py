@@ -18,6 +18,9 @@ log = logging.getLogger(__name__)
 
 # Environment of the daemon that is the daemon's own business, never the agent's.
 DAEMON_SECRET_ENV_PREFIXES = ("AGENTCTL_", "CREDENTIALS_DIRECTORY")
+# The agent's stdout is read in chunks of at most this much: AgentStdioTransport joins a frame from
+# chunks (up to its own frame cap), so a bigger reader buffer would only add memory, never capacity.
+STDOUT_CHUNK_LIMIT = 1024 * 1024
 
 
 def resolve_command(argv: list[str]) -> list[str]:
@@ -40,11 +43,15 @@ class AgentManager:
         self.ctx = ctx
         self.agent_spec = spec.agent
         secret_names = [name for name in os.environ if name.startswith(DAEMON_SECRET_ENV_PREFIXES)]
-        self.supervisor = Supervisor(secret_env_names=secret_names, on_exit=self._on_exit)
+        # The Supervisor spawns with PR_SET_PDEATHSIG (SIGKILL): a SIGKILLed daemon takes its agent along.
+        self.supervisor = Supervisor(
+            secret_env_names=secret_names, on_exit=self._on_exit, stdout_limit=STDOUT_CHUNK_LIMIT
+        )
         self.acp = AcpRuntime(spec, ctx.ledger, builtin_base=lambda: ctx.mcp_base or "", seeds=seeds)
         self.start_error: AgentError | None = None
         self._linger: asyncio.TimerHandle | None = None
         self._stopping = False
+        self._exit: ExitInfo | None = None
 
     async def start(self) -> None:
         """Spawn and initialize. A failing agent is evidence, not a daemon failure: the daemon stays up."""
@@ -57,35 +64,52 @@ class AgentManager:
             )
         except AgentStartError as exc:
             self._failed("agent_start_failed", str(exc))
+            ledger.update_agent(state="exited", exited_at=ledger.now())
             return
         try:
             await self.acp.connect(self.supervisor.stdin, self.supervisor.stdout)
         except AgentError as exc:
             self._failed(exc.reason_code, exc.summary)
+            if self.supervisor.running:
+                # Without ACP the process is of no use, and it must not outlive the evidence of why.
+                await self.supervisor.stop(grace=min(self.agent_spec.stop_grace, 1.0))
             return
         if self.supervisor.running:
             self.ctx.readiness.set("agent", True)
 
     def _failed(self, reason_code: str, summary: str) -> None:
         self.start_error = AgentError(reason_code, summary)
-        self.ctx.readiness.set("agent", False, f"{reason_code}: {summary}")
-        agent = self.ctx.ledger.history.agent
-        if agent is not None and agent.state != "exited":
-            self.ctx.ledger.update_agent(exit_reason=summary)
+        reason = self._exit_reason()
+        self.ctx.readiness.set("agent", False, f"exited: {reason}" if self._exit else reason)
+        self.ctx.ledger.update_agent(exit_reason=reason)
         log.warning("agent did not start: %s", reason_code)
+
+    def _exit_reason(self) -> str:
+        """The start failure (if any) is the news; how the process ended is the detail. Same text whichever
+        of the two the daemon noticed first."""
+        parts = []
+        if self.start_error is not None:
+            parts.append(self.start_error.reason_code)
+        if self._exit is not None:
+            parts.append(self._exit.reason)
+        elif self.start_error is not None and self.start_error.summary:
+            parts[-1] += f": {self.start_error.summary}"
+        return "; ".join(parts)
 
     def _on_exit(self, info: ExitInfo) -> None:
         ctx = self.ctx
+        self._exit = info
+        reason = self._exit_reason()
         ctx.ledger.update_agent(
             state="exited",
             exited_at=ctx.ledger.now(),
             exit_code=info.returncode,
             exit_signal=info.signal,
-            exit_reason=info.reason,
+            exit_reason=reason,
             stopped_by_daemon=info.stopped,
             stdout_skipped_lines=self.acp.skipped_stdout_lines,
         )
-        ctx.readiness.set("agent", False, f"exited: {info.reason}")
+        ctx.readiness.set("agent", False, f"exited: {reason}")
         if info.stopped or self._stopping:
             return
         log.info("agent %s", info.reason)
@@ -98,9 +122,15 @@ class AgentManager:
             self._linger = loop.call_later(self.agent_spec.linger, ctx.request_stop)
 
     async def stop(self) -> None:
+        """Stop the process tree first (stdin close, grace, TERM, KILL, sweep), then drop the ACP connection.
+
+        That order lets a well-behaved agent see EOF on stdin and answer what is pending before it goes.
+        """
         self._stopping = True
         if self._linger is not None:
             self._linger.cancel()
-        await self.acp.close()
-        if self.supervisor.process is not None:
-            await self.supervisor.stop(grace=self.agent_spec.stop_grace)
+        try:
+            if self.supervisor.process is not None:
+                await self.supervisor.stop(grace=self.agent_spec.stop_grace)
+        finally:
+            await self.acp.close()

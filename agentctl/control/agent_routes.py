@@ -7,7 +7,8 @@ Prompt text and the agent's answers pass through the response stream only; nothi
 from __future__ import annotations
 
 import json
-from typing import Any
+import logging
+from typing import Annotated, Any
 
 import msgspec
 from aiohttp import web
@@ -23,9 +24,11 @@ STDERR_WARNING = (
 )
 MAX_PROMPT_BYTES = 256 * 1024
 
+log = logging.getLogger(__name__)
+
 
 class _LoadBody(msgspec.Struct, forbid_unknown_fields=True):
-    session_id: str
+    session_id: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 
 
 class _PromptBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -99,6 +102,10 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
         acp = agent_acp(ctx_of(request))
         if acp is None:
             return error_response(409, "prompt needs an ACP agent; this daemon hosts MCP only")
+        try:
+            acp.check_prompt()
+        except AgentError as exc:
+            return json_response({"error": exc.summary, "reason_code": exc.reason_code}, status=409)
         response = web.StreamResponse(status=200, headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
 
@@ -110,8 +117,14 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
             final = {"type": "done", "stop_reason": stop_reason}
         except AgentError as exc:
             final = {"type": "error", "reason_code": exc.reason_code, "summary": exc.summary}
-        await response.write(json.dumps(final).encode() + b"\n")
-        await response.write_eof()
+        except Exception as exc:  # the stream is open: end it with a line, never a traceback with content
+            log.warning("prompt failed: %s", type(exc).__name__)
+            final = {"type": "error", "reason_code": "internal_error", "summary": type(exc).__name__}
+        try:
+            await response.write(json.dumps(final).encode() + b"\n")
+            await response.write_eof()
+        except (ConnectionError, RuntimeError):
+            pass  # the caller went away; the prompt itself completed
         return response
 
     async def cancel(request: web.Request) -> web.Response:

@@ -104,6 +104,10 @@ def add_client_commands(subparsers: Any) -> None:
         from agentctl.control.session_commands import add_session_commands
 
         add_session_commands(subparsers, common)
+
+        from agentctl.diagnostics.commands import add_diagnostics_commands
+
+        add_diagnostics_commands(subparsers, common)
     finally:
         if saved is not None:
             subparsers._parser_class = saved

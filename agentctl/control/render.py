@@ -134,9 +134,12 @@ def _row_details(row: Any) -> list[str]:
         if _get(test, "succeeded", False):
             count = _get(test, "tool_count")
             extra = f", {_plural(count, 'tool')}" if isinstance(count, int) else ""
-            details.append(f"endpoint test: reachable{extra} (reachability only)")
+            details.append(f"endpoint test: reachable from the daemon{extra} (reachability, not attachment)")
         else:
-            details.append(f"endpoint test: unreachable ({_get(test, 'reason_code', 'error')})")
+            details.append(
+                f"endpoint test failed: {_get(test, 'reason_code', 'error')} "
+                "(a test from the daemon, not what the agent saw)"
+            )
     return details
 
 

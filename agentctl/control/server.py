@@ -90,6 +90,7 @@ def build_status(ctx: Any) -> StatusResponse:
         report_path=str(ctx.report_path) if ctx.report_path is not None else None,
         mcp_url=ctx.mcp_url,
         rejected_events=history.rejected_events,
+        upstream=ctx.upstream.status() if getattr(ctx, "upstream", None) is not None else None,
     )
 
 

@@ -25,6 +25,7 @@ from agentctl.control.socket import cleanup_socket_path, prepare_socket_path, re
 from agentctl.daemon.context import CTX_KEY, DaemonContext
 from agentctl.daemon.health import install_health_routes
 from agentctl.daemon.systemd import Notifier
+from agentctl.diagnostics.routes import install_diagnostics_routes, tester_of
 from agentctl.evidence.catalog import EstimatorLoader
 from agentctl.evidence.contract import Identity
 from agentctl.evidence.ledger import Clock, Ledger, ServerSeed, utcnow
@@ -76,6 +77,7 @@ class Daemon:
         self._watchdog: asyncio.Task[None] | None = None
         self.persister: Persister | None = None
         self.endpoint: McpEndpoint | None = None
+        self.tunnel = None  # agentctl.upstream.tunnel.TunnelBackend when [upstream] is configured
         self.agent = None
         self.ctx.open_attempt = self.open_attempt
 
@@ -95,6 +97,7 @@ class Daemon:
             await self._start_http()
             await self._start_mcp()
             await self._start_control()
+            await self._start_upstream()
             await self._start_agent()
         except BaseException:
             await self.stop()
@@ -176,6 +179,8 @@ class Daemon:
         app[CTX_KEY] = ctx
         install_control_routes(app, CTX_KEY)
         install_agent_routes(app, CTX_KEY)
+        install_diagnostics_routes(app, CTX_KEY)
+        ctx.extra_endpoint_test = tester_of(ctx).upstream_test
         install_health_routes(app, CTX_KEY)
         self.endpoint = self._build_endpoint()
         self.endpoint.mount(app)
@@ -222,7 +227,7 @@ class Daemon:
             ctx.ledger,
             builtin_name=spec.mcp.builtin_name,
             profile=spec.mcp.profile,
-            backend_getter=lambda: self.backend,
+            backend_getter=lambda: self.tunnel or self.backend,
             estimator_loader=EstimatorLoader(),
         )
 
@@ -235,12 +240,30 @@ class Daemon:
         self._stoppers.append(("mcp endpoint", self.endpoint.stop))
         self.ctx.readiness.set("mcp_endpoint", True)
 
+    async def _start_upstream(self) -> None:
+        if not self.spec.upstream.socket:
+            return  # no [upstream]: the embedded backend answers the tools
+        from agentctl.upstream.publisher import Publisher
+        from agentctl.upstream.tunnel import TunnelBackend
+
+        publisher = Publisher(self.ctx, self.spec.upstream.socket)
+        self.tunnel = TunnelBackend(publisher, local=self.backend)
+        self.ctx.upstream = publisher
+        # Never awaits the upstream: an absent one means "buffering", and readiness stays true.
+        publisher.start()
+        self._stoppers.append(("upstream", publisher.stop))
+
     async def _start_agent(self) -> None:
         if self.spec.agent is None:
             return
-        from agentctl.agent.manager import AgentManager
+        if self.spec.agent.protocol == "passthrough":
+            from agentctl.agent.passthrough.manager import PassthroughManager
 
-        self.agent = AgentManager(self.ctx, self.server_seeds)
+            self.agent = PassthroughManager(self.ctx, self.server_seeds)
+        else:
+            from agentctl.agent.manager import AgentManager
+
+            self.agent = AgentManager(self.ctx, self.server_seeds)
         self.ctx.agent = self.agent
         self._stoppers.append(("agent", self.agent.stop))
         await self.agent.start()

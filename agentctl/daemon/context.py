@@ -52,8 +52,11 @@ class DaemonContext:
     # Components the control API reaches (None when absent: MCP-only mode has no agent).
     agent: Any = None  # agentctl.agent.manager.AgentManager
     endpoint: Any = None  # agentctl.mcp_endpoint.server.McpEndpoint
+    upstream: Any = None  # agentctl.upstream.publisher.Publisher (None without [upstream])
     # Opens a new attempt seeded with the configured servers (MCP-only mode and passthrough use it).
     open_attempt: Callable[[str], tuple[str, str]] | None = None
+    # async (name, timeout) -> EndpointTestResult: the endpoint test by stored name, for upstream requests.
+    extra_endpoint_test: Any = None
 
     @property
     def identity(self):

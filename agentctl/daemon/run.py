@@ -10,6 +10,7 @@ import asyncio
 import sys
 from typing import TextIO
 
+from agentctl.agent.acp import AgentError
 from agentctl.daemon.app import Daemon
 from agentctl.evidence.contract import EvidenceEvent, encode
 
@@ -48,8 +49,16 @@ async def run_main_job(
     out = out or sys.stdout
     show = (lambda line: None) if as_json else (lambda line: (out.write(line + "\n"), out.flush()))
 
+    attempts: list[str] = []
+
     def on_event(event: EvidenceEvent | None) -> None:
-        if event is not None and (line := progress_line(event)):
+        if event is None:
+            return
+        if event.attempt_id not in attempts:
+            # The attempt exists before anything is delivered for it: say so first.
+            attempts.append(event.attempt_id)
+            show(f"attempt {event.attempt_id}")
+        if line := progress_line(event):
             show(line)
 
     daemon.ledger.subscribe(on_event)
@@ -68,14 +77,19 @@ async def run_main_job(
             history = daemon.ledger.history
             show(f"agent {history.agent.name or '?'} {history.agent.version or ''} started".replace("  ", " "))
             outcome = await agent.acp.new_session()
-            show(f"attempt {outcome.attempt_id}")
             if not outcome.accepted:
                 code = 1
             elif prompt is not None:
                 show("prompt sent")
                 printer = _AnswerPrinter(show)
-                await agent.acp.prompt(prompt, printer)
-                printer.flush()
+                try:
+                    stop_reason = await agent.acp.prompt(prompt, printer)
+                    printer.flush()
+                    show(f"  done        {stop_reason}")
+                except AgentError as exc:
+                    printer.flush()
+                    show(f"  error       prompt: {exc}")
+                    code = 1
             await _settle(daemon)
         assert daemon.persister is not None
         await daemon.persister.flush()

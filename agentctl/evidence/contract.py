@@ -250,6 +250,7 @@ class StatusResponse(msgspec.Struct, kw_only=True):
     report_path: str | None
     mcp_url: str | None
     rejected_events: int
+    upstream: UpstreamStatus | None = None  # null when the spec has no [upstream]
 
 
 class HealthResponse(msgspec.Struct, kw_only=True):
@@ -296,6 +297,116 @@ class StderrView(msgspec.Struct, kw_only=True):
     empty: bool
 
 
+class EndpointTestResponse(msgspec.Struct, kw_only=True):
+    """`agentctl test-endpoint NAME --json` and POST /v1/test-endpoint: one reachability test by stored name.
+
+    `stored` says whether the result was kept beside the row of `attempt_id` (false when there is no
+    current attempt yet). Reachability from the daemon is not attachment: the row's status is unchanged.
+    """
+
+    name: str
+    attempt_id: str | None
+    stored: bool
+    result: EndpointTestResult
+
+
+ChecklistStepName = Literal[
+    "configured",
+    "filtered",
+    "unavailable",
+    "delivered",
+    "session_accepted",
+    "initialize",
+    "tools_loaded",
+    "used",
+    "disconnected",
+    "failed",
+]
+
+
+class ChecklistStep(Base, kw_only=True):
+    """One step of a server's attachment checklist: observed or not, when, and a short value-free detail."""
+
+    step: ChecklistStepName
+    done: bool
+    at: datetime | None = None
+    detail: str | None = None
+
+
+class ServerDiagnostics(Base, kw_only=True):
+    """One server row of one attempt as a checklist. `endpoint_test` is reachability, never attachment."""
+
+    name: str
+    source: Source = "profile"
+    transport: Transport | None = None
+    target: str | None = None
+    status: Status
+    reason_code: str | None = None
+    summary: str | None = None
+    steps: list[ChecklistStep] = []
+    tool_count: int | None = None
+    catalog_truncated: bool = False
+    endpoint_test: EndpointTestResult | None = None
+
+
+class AttemptDiagnostics(Base, kw_only=True):
+    attempt_id: str
+    origin: AttemptOrigin = "manual"
+    acp_session_id: str | None = None
+    started_at: datetime
+    accepted_at: datetime | None = None
+    superseded_at: datetime | None = None
+    session_error: ErrorSummary | None = None
+    dropped_events: int = 0
+    servers: list[ServerDiagnostics] = []
+
+
+class Diagnostics(Base, kw_only=True):
+    """`agentctl diagnostics --json` and GET /v1/diagnostics: a report a person can paste into a bug.
+
+    Built only from sanitized evidence: no agent output, prompt, argument, header or env value, token or
+    full URL. Previous attempts are newest first.
+    """
+
+    contract_version: int
+    daemon_version: str
+    generated_at: datetime
+    identity: Identity
+    ready: bool  # required so it is always encoded, even when false
+    checks: dict[str, bool] = {}
+    current: AttemptDiagnostics | None = None
+    previous: list[AttemptDiagnostics] = []
+    http_refusals: list[RefusalCount] = []
+    rejected_events: int = 0
+    agent: AgentState | None = None
+    upstream: UpstreamStatus | None = None  # absent when the spec has no [upstream]
+
+
+class ToolsView(Base, kw_only=True):
+    """`agentctl tools --json` and GET /v1/tools: the built-in server's catalog in the current attempt.
+
+    `loaded` is false until the agent's tools/list was observed. `third_party` names the servers agentctl
+    has no catalog for (they connect directly to the agent).
+    """
+
+    server: str
+    attempt_id: str | None = None
+    loaded: bool  # required so it is always encoded, even when false
+    status: Status | None = None
+    tool_count: int | None = None
+    catalog: ToolCatalog | None = None
+    third_party: list[str] = []
+
+
+class ToolDetail(Base, kw_only=True):
+    """`agentctl tools NAME --json` and GET /v1/tools/{name}: one built-in tool as the agent saw it."""
+
+    server: str
+    attempt_id: str
+    estimator: str | None = None
+    tool: ToolSummary
+
+
 def history_schema() -> dict[str, Any]:
     """JSON Schema of the report contract (what `agentctl schema` prints and docs/ commits)."""
     return msgspec.json.schema(AttachmentHistory)
@@ -310,3 +421,171 @@ def encode(obj: Any) -> bytes:
 
 def decode_history(data: bytes | str) -> AttachmentHistory:
     return msgspec.json.decode(data, type=AttachmentHistory)
+
+
+# ---- the developer probe (`agentctl probe mcp`) -----------------------------------------------------
+
+ProbeContactKind = Literal["contact", "initialize", "tools_list", "tool_call", "closed"]
+
+
+class ProbeContact(Base, kw_only=True):
+    """One thing the probe's sentinel MCP server saw. Never arguments, results, headers or env values.
+
+    `contact` is the first HTTP request of a connection (any route, refused or not) or a stdio sentinel
+    process starting; `closed` is a legacy connection ending. `credential_seen` says whether the header
+    (http/sse) or env value (stdio) delivered with the sentinel reached it on this request.
+    """
+
+    kind: ProbeContactKind
+    at: datetime
+    elapsed_s: float  # seconds since the probe started
+    transport: Transport
+    era: Era | None = None
+    connection_id: str | None = None  # opaque, minted by the probe
+    protocol_version: str | None = None
+    requested_protocol_version: str | None = None
+    client: ClientInfo | None = None
+    tool_count: int | None = None
+    tool_name: str | None = None
+    outcome: ToolOutcome | None = None
+    credential_seen: bool | None = None
+    http_route: str | None = None
+    http_status: int | None = None
+
+
+class ProbeSession(Base, kw_only=True):
+    """The sentinel's delivery in ACP session/new and the agent's answer (accepted None: no answer)."""
+
+    server_name: str
+    transport: Transport
+    target: str
+    delivered_at: datetime
+    delivered_elapsed_s: float
+    accepted: bool | None = None
+    answered_at: datetime | None = None
+    answered_elapsed_s: float | None = None
+    acp_session_id: str | None = None
+    error: ErrorSummary | None = None
+
+
+class ProbePrompt(Base, kw_only=True):
+    """The probe's prompt: whether it was sent and how it ended. Never its text or the agent's answer."""
+
+    sent_at: datetime
+    sent_elapsed_s: float
+    default_text: bool
+    finished_at: datetime | None = None
+    finished_elapsed_s: float | None = None
+    stop_reason: str | None = None
+    error: ErrorSummary | None = None
+
+
+class ProbeReport(Base, kw_only=True):
+    """`agentctl probe mcp --json`: the probe's findings, kept separate, each with its time.
+
+    No finding is a failure of the agent: `unobserved` says the sentinel was not contacted within the
+    window. `ran` false (with `error`) means the probe itself could not run.
+    """
+
+    version: int
+    started_at: datetime
+    finished_at: datetime
+    timeout_s: float
+    ran: bool
+    error: ErrorSummary | None = None
+    agent: AgentState | None = None
+    advertised_at: datetime | None = None
+    advertised_elapsed_s: float | None = None
+    session: ProbeSession | None = None
+    prompt: ProbePrompt | None = None
+    first_contact: ProbeContact | None = None
+    initialize: ProbeContact | None = None
+    tools_list: ProbeContact | None = None
+    tool_call: ProbeContact | None = None
+    contacts: list[ProbeContact] = []
+    contacts_dropped: int = 0
+    unobserved: str | None = None
+    raw_frames_recorded: bool = False
+
+
+class ProbeJsonlLine(Base, kw_only=True):
+    """One line of the probe's --jsonl file: a raw ACP frame, a sentinel contact, or a probe step.
+
+    The only shape in agentctl that carries raw frames; written only when the developer asks for it.
+    """
+
+    type: Literal["acp", "sentinel", "probe"]
+    at: datetime
+    elapsed_s: float
+    direction: Literal["to_agent", "from_agent"] | None = None
+    frame: dict[str, Any] | None = None
+    contact: ProbeContact | None = None
+    step: str | None = None
+    detail: dict[str, Any] | None = None
+
+
+# ---- upstream and the reference hub (`agentctl hub`) -------------------------------------------------
+
+
+class UpstreamStatus(msgspec.Struct, kw_only=True):
+    """The daemon's upstream publisher as `agentctl status --json` shows it. Counters since the daemon started.
+
+    `connected` from the moment hello is written (a snapshot follows at once), else `buffering`: evidence
+    stays in the live report and the next connection's snapshot carries it. An outage never flips readiness.
+    """
+
+    state: Literal["connected", "buffering"]
+    connects: int = 0
+    dropped_events: int = 0  # evidence frames dropped on overflow; the resync snapshot repaired the gap
+    resyncs: int = 0  # snapshots sent because frames were dropped
+    buffered_bytes: int = 0  # held for the upstream now: queued frames plus the socket's send buffer
+    last_connected_at: datetime | None = None
+    last_error: str | None = None  # reason code of the last failed connect or disconnect
+
+
+class HubExecution(Base, kw_only=True):
+    """One execution of a session as the hub knows it (`agentctl hub report --json`)."""
+
+    execution_id: str
+    instance_id: str
+    agent_id: str
+    agent_profile_id: str
+    daemon_version: str
+    current: bool  # the newest execution of the session that said hello
+    connected: bool  # as last recorded by the hub
+    first_hello_at: datetime
+    last_contact_at: datetime
+    rejected_frames: int = 0  # frames refused because a newer execution of the session said hello
+
+
+class HubSession(Base, kw_only=True):
+    """One session in `agentctl hub status --json`: its current execution and that execution's current attempt.
+
+    `current_attempt` is listed without its evidence log and catalog (`agentctl hub report` has them).
+    """
+
+    task_id: str
+    session_id: str
+    current_execution_id: str
+    connected: bool
+    last_contact_at: datetime
+    executions: int = 1
+    stale_rejected: int = 0  # frames from older executions of this session, rejected
+    current_attempt: Attempt | None = None
+    agent: AgentState | None = None
+
+
+class HubStatus(Base, kw_only=True):
+    """`agentctl hub status --json`: every session the hub has heard of, most recent contact first."""
+
+    version: int
+    sessions: list[HubSession] = []
+
+
+class HubSessionReport(Base, kw_only=True):
+    """`agentctl hub report SESSION_ID --json`: the session, its executions (newest first) and one history."""
+
+    version: int
+    session: HubSession
+    executions: list[HubExecution] = []
+    history: AttachmentHistory | None = None  # the current execution's, unless another was asked for

@@ -315,8 +315,11 @@ def _append_event(attempt: Attempt, event: EvidenceEvent) -> None:
     """Keep the log in occurrence order; when full, drop the oldest and count it."""
     log = attempt.evidence
     key = (event.occurred_at, event.seq)
-    index = bisect.bisect_right([(e.occurred_at, e.seq) for e in log], key)
-    log.insert(index, event)
+    if not log or (log[-1].occurred_at, log[-1].seq) <= key:
+        log.append(event)  # the common case (events arrive in order): no key list to build
+    else:
+        index = bisect.bisect_right(log, key, key=lambda e: (e.occurred_at, e.seq))
+        log.insert(index, event)
     overflow = len(log) - MAX_EVENTS_PER_ATTEMPT
     if overflow > 0:
         del log[:overflow]

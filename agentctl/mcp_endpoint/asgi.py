@@ -26,9 +26,9 @@ What it does, because the SDK depends on each point:
 
 Client-gone detection: aiohttp tells a handler nothing when the peer closes an idle response (unless
 the runner cancels handlers). The bridge notices it three ways: a failed write, a cancelled handler, and
-one shared ticker that checks the transport of every open streaming exchange (`tick` seconds, default
-0.1 s); the transport is gone within milliseconds of the peer's FIN (measured). Exchanges that finish
-quickly never wait for the ticker.
+one shared ticker that checks the transport of every in-flight exchange (`tick` seconds, default 0.1 s,
+and only while exchanges are open); the transport is gone within milliseconds of the peer's FIN
+(measured). Exchanges that finish quickly never wait for the ticker.
 """
 
 from __future__ import annotations
@@ -215,12 +215,12 @@ class _Exchange:
 class AsgiBridge:
     """Runs ASGI apps for aiohttp requests; `stop()` ends every open exchange (SSE streams included)."""
 
-    def __init__(self, *, tick: float = 0.1, app_grace: float = 2.0) -> None:
+    def __init__(self, *, tick: float = 0.1) -> None:
         self._tick = tick
-        self._app_grace = app_grace
         self._open: set[_Exchange] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._ticker: asyncio.Task[None] | None = None
+        self._busy = asyncio.Event()  # set while exchanges are open: an idle daemon does not tick
 
     @property
     def open_exchanges(self) -> int:
@@ -232,6 +232,9 @@ class AsgiBridge:
 
     async def _watch(self) -> None:
         while True:
+            if not self._open:
+                self._busy.clear()
+                await self._busy.wait()
             await asyncio.sleep(self._tick)
             for exchange in [e for e in self._open if e.in_flight]:
                 if exchange.transport_lost():
@@ -263,6 +266,7 @@ class AsgiBridge:
         """Run `app` for `request`; returns the (finished) aiohttp response and the status sent."""
         exchange = _Exchange(request)
         self._open.add(exchange)
+        self._busy.set()
         task = asyncio.get_running_loop().create_task(_run_app(app, scope, exchange))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -51,12 +51,22 @@ def attempt_of(request: web.BaseRequest, tokens: TokenRegistry) -> str | None:
     return tokens.attempt_for(bearer_token(request))
 
 
+_PRINCIPALS: dict[str, AuthenticatedUser] = {}
+_MAX_PRINCIPALS: Final = 64
+
+
 def principal(attempt_id: str) -> AuthenticatedUser:
     """The SDK principal for an attempt: sessions are bound to it (see the module docstring).
 
     `token` is deliberately empty: the SDK only compares client ids, and nothing secret is kept.
+    Cached per attempt (a handful per daemon); the SDK never mutates it.
     """
-    return AuthenticatedUser(AccessToken(token="", client_id=attempt_id, scopes=[]))
+    user = _PRINCIPALS.get(attempt_id)
+    if user is None:
+        if len(_PRINCIPALS) >= _MAX_PRINCIPALS:
+            _PRINCIPALS.clear()
+        user = _PRINCIPALS[attempt_id] = AuthenticatedUser(AccessToken(token="", client_id=attempt_id, scopes=[]))
+    return user
 
 
 def unauthorized() -> web.Response:

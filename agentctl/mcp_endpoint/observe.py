@@ -62,7 +62,6 @@ log = logging.getLogger(__name__)
 
 # ASGI scope keys the HTTP layer (server.py) sets and middleware reads.
 SCOPE_ATTEMPT: Final = "agentctl.attempt_id"
-SCOPE_ROUTE: Final = "agentctl.route"
 SCOPE_REACHED: Final = "agentctl.reached_sdk"  # set by middleware: the request was not refused before it
 
 CONNECTION_STATE_KEY: Final = "agentctl.connection_id"
@@ -132,7 +131,7 @@ class Observer:
         self.advertise_list_changed = advertise_list_changed
         # Open legacy connections by connection id (for notifications/tools/list_changed).
         self.connections: dict[str, Connection] = {}
-        self._modern_seen: set[tuple[str, str | None, str | None, str]] = set()
+        self._modern_seen: set[tuple[str, Any, Any, str]] = set()
         self._catalogs: dict[tuple[int, str | None], tuple[int, ToolCatalog]] = {}
         self.hook_missing = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -264,13 +263,12 @@ class Observer:
     def _observe_modern_contact(self, ctx: ServerRequestContext[Any, Any], attempt_id: str, *, always: bool) -> None:
         try:
             client_params = ctx.session.client_params
-            client = _client_info(
-                {"name": client_params.client_info.name, "version": client_params.client_info.version}
-                if client_params is not None
-                else None
-            )
+            info = client_params.client_info if client_params is not None else None
+            name = info.name if info is not None else None
+            client_version = info.version if info is not None else None
             version = ctx.protocol_version
-            key = (attempt_id, client.name if client else None, client.version if client else None, version)
+            # Keyed on the raw values: the common case (already seen) costs one set lookup.
+            key = (attempt_id, name, client_version, version)
             if not always and key in self._modern_seen:
                 return
             if len(self._modern_seen) >= MAX_MODERN_CLIENTS:
@@ -282,7 +280,7 @@ class Observer:
                 era="modern",
                 protocol_version=_version(version),
                 requested_protocol_version=_version(version),
-                client=client,
+                client=_client_info({"name": name, "version": client_version}),
             )
         except Exception:
             log.exception("observing a modern request failed")

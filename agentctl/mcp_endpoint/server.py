@@ -23,6 +23,11 @@ Lifecycle (the composition root calls these):
     ...
     await endpoint.stop()               # before runner.cleanup(): ends SSE streams, sessions, bounded
 
+Attribution (observe.py has the details): by the bearer token's attempt, per request. Legacy
+connections (streamable-HTTP sessions, SSE streams speaking the handshake era) carry a daemon-minted
+connection id and end with connection_closed; modern requests, including a modern client on the SSE
+transport, carry neither.
+
 DNS-rebinding protection stays on: one `TransportSecuritySettings` object is shared by the streamable
 HTTP manager, the modern path and the SSE transport, so `set_listen` tightens all of them at once.
 """
@@ -49,7 +54,7 @@ from agentctl.evidence.catalog import EstimatorLoader
 from agentctl.evidence.ledger import Ledger
 from agentctl.mcp_endpoint import auth
 from agentctl.mcp_endpoint.asgi import ASGIApp, AsgiBridge, build_scope
-from agentctl.mcp_endpoint.observe import SCOPE_ATTEMPT, SCOPE_REACHED, SCOPE_ROUTE, Observer
+from agentctl.mcp_endpoint.observe import SCOPE_ATTEMPT, SCOPE_REACHED, Observer
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +182,7 @@ class McpEndpoint:
             # A previous endpoint in this process ended its streams through the global flag.
             AppStatus.should_exit = False
             McpEndpoint._set_app_status_class = False
+        install_sdk_log_redaction()  # again: SDK modules imported since construction have new loggers
         if self.estimator_loader is not None:
             self.estimator_loader.start()
         self.bridge.start()
@@ -294,7 +300,6 @@ class McpEndpoint:
             return web.Response(status=503, text="the MCP endpoint is not running\n", headers={"Retry-After": "1"})
         scope = build_scope(request)
         scope[SCOPE_ATTEMPT] = attempt_id
-        scope[SCOPE_ROUTE] = route
         scope["user"] = auth.principal(attempt_id)
         response, status = await self.bridge.serve(request, app, scope)
         if status >= 400 and not scope.get(SCOPE_REACHED):

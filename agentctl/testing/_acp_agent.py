@@ -24,9 +24,11 @@ from acp.schema import (
     LoadSessionResponse,
     McpCapabilities,
     NewSessionResponse,
+    PermissionOption,
     PromptResponse,
     SessionCapabilities,
     SessionCloseCapabilities,
+    ToolCallUpdate,
 )
 
 from agentctl import __version__
@@ -193,6 +195,19 @@ class ReferenceAgent:
         await self._drop_session(session_id)
         return CloseSessionResponse()
 
+    async def _ask_permission(self, session_id: str) -> str:
+        """request-permission mode: ask the client before the turn; returns the option chosen or 'cancelled'."""
+        response = await self._client.request_permission(
+            session_id=session_id,
+            tool_call=ToolCallUpdate(tool_call_id=f"perm-{uuid.uuid4().hex[:12]}", title="reference-agent: read the task", kind="read"),
+            options=[
+                PermissionOption(option_id="allow-once", name="Allow once", kind="allow_once"),
+                PermissionOption(option_id="reject-once", name="Reject", kind="reject_once"),
+            ],
+        )
+        outcome = response.outcome
+        return getattr(outcome, "option_id", None) or getattr(outcome, "outcome", "unknown")
+
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         session = self._sessions.get(session_id)
         if session is not None:
@@ -205,6 +220,7 @@ class ReferenceAgent:
         session.cancelled = False
         text = "".join(getattr(block, "text", "") for block in prompt if getattr(block, "type", "") == "text")
         self.garbage()
+        permission = await self._ask_permission(session_id) if self._opts.request_permission else None
         if self._opts.ignore_mcp:
             answer = f"Ignoring MCP servers ({len(session.entries)} delivered); no tool called."
         else:
@@ -223,6 +239,8 @@ class ReferenceAgent:
                     ),
                 )
             answer = M.describe_turn(outcome)
+        if permission is not None:
+            answer = f"Permission {permission}. {answer}"
         self.garbage()
         await self._client.session_update(session_id, acp.update_agent_message_text(answer))
         self.garbage()

@@ -10,7 +10,7 @@ built-in server (named by `--builtin-name`, default "kandev") and answers with a
 Modes, as flags or in `AGENTCTL_REF_MODE` (comma list; valued ones as `name=value`,
 e.g. `lazy,strict,crash-after=5`): ignore-mcp, lazy, strict, modern, sse-only,
 no-mcp-capabilities, crash-after=S, crash-before-initialize, flood-stderr=MB,
-garbage-stdout, hang-on-shutdown, fork-grandchildren, passthrough=claude|codex,
+garbage-stdout, hang-on-shutdown, fork-grandchildren, request-permission, passthrough=claude|codex,
 builtin-name=NAME, connect-timeout=S, call-timeout=S. In passthrough mode `--prompt TEXT`
 chooses the call (`CALL <tool> <json-args>`), as a prompt does over ACP.
 
@@ -58,6 +58,7 @@ class Options:
     garbage_stdout: bool = False
     hang_on_shutdown: bool = False
     fork_grandchildren: bool = False
+    request_permission: bool = False
     passthrough: str | None = None
     builtin_name: str = "kandev"
     connect_timeout: float = 10.0
@@ -92,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--garbage-stdout", action="store_true", help="write non-JSON lines to stdout between frames")
     p.add_argument("--hang-on-shutdown", action="store_true", help="ignore SIGTERM and stdin EOF")
     p.add_argument("--fork-grandchildren", action="store_true", help=f"spawn 2 sleepers (one setsid); pids to ${ENV_PIDFILE}")
+    p.add_argument("--request-permission", action="store_true", help="ask the client's permission on every prompt")
     p.add_argument("--passthrough", choices=["claude", "codex"], help="not ACP: read that CLI's MCP config")
     p.add_argument("--builtin-name", help="name of the built-in MCP server (default kandev)")
     p.add_argument("--connect-timeout", type=float, metavar="SECONDS", help="per-server connect timeout (10)")

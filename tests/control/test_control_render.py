@@ -193,7 +193,8 @@ def test_contract_structs_render_like_their_json() -> None:
     out = render_status(attempt, color=False)
     assert "4 tools loaded" in out
     assert "connection closed at 2026-01-02 03:04:05" in out
-    assert "endpoint test: unreachable (connect_refused)" in out
+    # Labelled as a test failure from the daemon, not as what happened inside the agent.
+    assert "endpoint test failed: connect_refused (a test from the daemon, not what the agent saw)" in flat(out)
     # A session error is a diagnostic, not a failed row.
     assert "session error (not tied to one server): acp_error: session/new failed" in flat(out)
     assert not re.search(r"^  \S+ +failed$", out, re.M)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 
 from agentctl.evidence.contract import TOKEN_ESTIMATE_METHOD
 from tests.mcp_endpoint.conftest import MODERN, Harness, eventually
 
 TASK_TOOL_COUNT = 10
+ACCEPT = "application/json, text/event-stream"
 
 
 async def test_discovery_in_auto_mode_is_a_modern_client_seen_listing_and_calling_without_a_connection(
@@ -170,3 +174,37 @@ async def test_every_mode_lands_its_evidence_in_the_attempt_of_its_token_only(ha
     assert harness.row(second).status == "active"
     assert harness.events(first, "tools_list_observed") == []
     assert harness.row(first).status == "configured"
+
+
+async def test_a_failed_legacy_initialize_is_an_explicit_attachment_error(harness: Harness):
+    attempt, token = harness.new_attempt()
+    bad = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 7}}).encode()
+    status, _, body = await harness.http(
+        "POST", "/mcp", token=token, headers={"Content-Type": "application/json", "Accept": ACCEPT}, body=bad
+    )
+    assert status == 200 and b'"error"' in body
+    (error,) = await harness.wait_events(attempt, "explicit_error")
+    assert error.reason_code == "initialize_failed" and error.server == "kandev"
+    # A stable phrase and the error code or type, never text the client sent.
+    assert re.fullmatch(r"the initialize request failed \((MCP error -?\d+|\w+)\)", error.summary or "")
+    assert harness.row(attempt).status == "failed"
+    assert harness.events(attempt, "initialize_observed") == []
+
+
+async def test_a_failed_tools_list_is_an_explicit_attachment_error(harness: Harness):
+    from mcp.shared.exceptions import MCPError
+
+    async def broken_list(ctx, call_next):
+        if ctx.method == "tools/list":
+            raise MCPError(code=-32603, message="listing broke")
+        return await call_next(ctx)
+
+    harness.endpoint.server.middleware.append(broken_list)  # inside agentctl's observer
+    attempt, token = harness.new_attempt()
+    async with harness.client(token, mode=MODERN) as client:
+        with pytest.raises(Exception):
+            await client.list_tools()
+    (error,) = await harness.wait_events(attempt, "explicit_error")
+    assert error.reason_code == "tools_list_failed" and error.era == "modern"
+    assert "listing broke" not in (error.summary or "")
+    assert harness.row(attempt).status == "failed"

@@ -296,3 +296,20 @@ async def test_shutdown_with_open_sse_streams_completes_within_its_bound_and_clo
             status, _, _ = await harness.http("POST", "/mcp", token=token, headers=POST_HEADERS, body=_init())
             assert status == 503
             await harness.wait_refusal(("/mcp", "POST", 503))
+
+
+async def test_mcp_routes_are_not_served_on_the_control_socket(harness: Harness, short_tmp):
+    from aiohttp import web
+
+    path = short_tmp / "ctl.sock"
+    site = web.UnixSite(harness.runner, str(path))
+    await site.start()
+    _, token = harness.new_attempt()
+    connector = aiohttp.UnixConnector(path=str(path))
+    async with aiohttp.ClientSession(connector=connector) as http:
+        async with http.post(
+            "http://localhost/mcp", data=_init(), headers={**POST_HEADERS, "Authorization": f"Bearer {token}"}
+        ) as resp:
+            assert resp.status == 404
+    await harness.wait_refusal(("/mcp", "POST", 404))
+    await site.stop()

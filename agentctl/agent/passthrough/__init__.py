@@ -1,0 +1,24 @@
+"""The passthrough strategy registry: one module per CLI, looked up by the spec's `agent.strategy`.
+
+Names are listed here without importing the modules, so spec validation can check a name without
+pulling in the strategies (and without an import cycle: the strategies import the spec types).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from agentctl.agent.passthrough.base import Strategy
+
+STRATEGY_NAMES: tuple[str, ...] = ("claude", "codex", "cursor", "gemini", "opencode")
+
+
+def get_strategy(name: str | None) -> Strategy | None:
+    """The strategy registered under `name`, or None (no strategy configured, or an unknown name)."""
+    if name not in STRATEGY_NAMES:
+        return None
+    module = importlib.import_module(f"agentctl.agent.passthrough.{name}")
+    return module.STRATEGY
+
+
+__all__ = ["STRATEGY_NAMES", "Strategy", "get_strategy"]

@@ -1,0 +1,73 @@
+"""The `gemini` strategy: merge the servers into the workspace settings `<workdir>/.gemini/settings.json`.
+
+Format (Gemini CLI docs, https://github.com/google-gemini/gemini-cli/blob/main/docs/tools/mcp-server.md
+and docs/get-started/configuration.md — the project settings file is `.gemini/settings.json` in the
+workspace, merged over the user's `~/.gemini/settings.json`):
+
+    {"mcpServers": {"<name>": {"httpUrl": "...", "headers": {...}},    streamable HTTP
+                    "<name>": {"url": "...", "headers": {...}},        legacy SSE
+                    "<name>": {"command": "...", "args": [...], "env": {...}}}}   stdio
+
+All three transports are expressible. The workspace file's own server filters are honoured: a server
+listed in `mcp.excluded` (or the older `excludeMCPServers`), or missing from a present `mcp.allowed`
+(`allowMCPServers`), would be skipped by the CLI, so it is `filtered` (`excluded_by_workspace_settings`)
+rather than claimed as delivered. Filters in the user's global settings are not read.
+
+Merging and restoring work as for cursor: the user's entries and every other setting are kept, ours
+replace same-named entries for the run, the file is written 0600 atomically and never through a symlink,
+and at stop the original is restored byte for byte (or removed with a `.gemini` directory we created).
+Gemini CLI ignores workspace settings in a folder it does not trust (folder trust enabled): the servers
+then stay `delivered`, connection unverified, which is what the evidence can honestly say.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentctl.agent.passthrough.base import (
+    Materialization,
+    MaterializeRequest,
+    drop,
+    json_section,
+    merge_workspace_json,
+    plan_servers,
+)
+
+PARTS = (".gemini", "settings.json")
+EXCLUDED = "excluded_by_workspace_settings"
+
+
+def _names(value: Any) -> list[str] | None:
+    return [str(v) for v in value] if isinstance(value, list) else None
+
+
+class GeminiStrategy:
+    name = "gemini"
+    transports = frozenset({"http", "sse", "stdio"})
+
+    def materialize(self, req: MaterializeRequest) -> Materialization:
+        plan = plan_servers(req, self.transports)
+
+        def mutate(doc: dict[str, Any]) -> None:
+            mcp = doc.get("mcp") if isinstance(doc.get("mcp"), dict) else {}
+            excluded = _names(mcp.get("excluded")) or _names(doc.get("excludeMCPServers")) or []
+            allowed = _names(mcp.get("allowed"))
+            if allowed is None:
+                allowed = _names(doc.get("allowMCPServers"))
+            for entry in list(plan.delivered):
+                if entry.name in excluded or (allowed is not None and entry.name not in allowed):
+                    drop(plan, entry, EXCLUDED, "the workspace settings exclude this server")
+            servers = json_section(doc, "mcpServers", "/".join(PARTS))
+            for entry in plan.delivered:
+                if entry.transport == "stdio":
+                    servers[entry.name] = {"command": entry.command, "args": entry.args, "env": entry.env}
+                elif entry.transport == "http":
+                    servers[entry.name] = {"httpUrl": entry.url, "headers": entry.headers}
+                else:
+                    servers[entry.name] = {"url": entry.url, "headers": entry.headers}
+
+        plan.restores.append(merge_workspace_json(req.workdir, PARTS, mutate))
+        return plan
+
+
+STRATEGY = GeminiStrategy()

@@ -1,0 +1,236 @@
+"""A passthrough CLI agent as a daemon component: each process start is an attempt whose MCP configuration
+is materialized in the CLI's own format, with honest evidence of what was written, passed or left out.
+
+Same component interface as agentctl/agent/manager.py AgentManager (start, stop, start_error,
+supervisor), plus `restart()`. Order per start: new attempt (configured, via the seeds) -> materialize
+(filtered, or explicit_error and no process) -> spawn -> delivered + session_accepted. With no strategy
+every server is `unavailable` (`no_passthrough_strategy`) and the CLI still runs, without MCP config.
+
+The CLI runs non-interactively: stdin is closed at once (print-mode CLIs otherwise wait on it) and its
+stdout is drained into the in-memory output window with its stderr (never logged or persisted). When
+the process ends, on its own or stopped, its temporary files are removed and merged workspace files are
+restored, so the attempt token does not outlive the process on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from agentctl.agent.acp import AgentError
+from agentctl.agent.manager import DAEMON_SECRET_ENV_PREFIXES, resolve_command
+from agentctl.agent.passthrough import get_strategy
+from agentctl.agent.passthrough.base import (
+    NO_PASSTHROUGH_STRATEGY,
+    BuiltinEndpoint,
+    Materialization,
+    MaterializeError,
+    MaterializeRequest,
+    Omitted,
+    cleanup,
+    insert_args,
+    plan_servers,
+)
+from agentctl.agent.supervisor import AgentProcess, AgentStartError, ExitInfo, Supervisor
+from agentctl.daemon.context import DaemonContext
+from agentctl.evidence.ledger import ServerSeed
+from agentctl.evidence.sanitize import summarize
+from agentctl.spec import secret_values
+
+log = logging.getLogger(__name__)
+
+TMP_PREFIX = "agentctl-pt-"
+
+
+class PassthroughManager:
+    def __init__(self, ctx: DaemonContext, seeds: Callable[[], list[ServerSeed]]) -> None:
+        spec = ctx.spec
+        assert spec.agent is not None
+        self.ctx = ctx
+        self.agent_spec = spec.agent
+        self.seeds = seeds
+        self.strategy = get_strategy(spec.agent.strategy)
+        secret_names = [name for name in os.environ if name.startswith(DAEMON_SECRET_ENV_PREFIXES)]
+        self.supervisor = Supervisor(secret_env_names=secret_names, on_exit=self._on_exit)
+        # No ACP connection: the session routes and `agentctl run` see "no ACP agent".
+        self.acp = None
+        self.start_error: AgentError | None = None
+        self.attempt_id: str | None = None
+        self._mat: Materialization | None = None
+        self._tmpdir: Path | None = None
+        self._drain: asyncio.Task[None] | None = None
+        self._linger: asyncio.TimerHandle | None = None
+        self._stopping = False
+        self._lock = asyncio.Lock()
+        self._secrets = secret_values(spec)
+
+    # -- component interface ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Materialize and spawn. A failure is evidence, not a daemon failure: the daemon stays up."""
+        ledger = self.ctx.ledger
+        ledger.update_agent(protocol="passthrough", state="starting", started_at=ledger.now())
+        async with self._lock:
+            await self._launch()
+
+    async def restart(self) -> str | None:
+        """Stop the CLI (if it still runs) and start it again: a new attempt with a new token."""
+        if self._linger is not None:  # the previous run's exit must not stop the daemon under the new one
+            self._linger.cancel()
+            self._linger = None
+        async with self._lock:
+            await self._halt()
+            if self._stopping:
+                return None
+            self.start_error = None
+            self.ctx.ledger.update_agent(
+                state="starting", started_at=self.ctx.ledger.now(), exited_at=None, exit_code=None,
+                exit_signal=None, exit_reason=None, stopped_by_daemon=False,
+            )
+            await self._launch()
+            return self.attempt_id
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._linger is not None:
+            self._linger.cancel()
+        async with self._lock:
+            await self._halt()
+
+    # -- one process start --------------------------------------------------------------------------
+
+    async def _launch(self) -> None:
+        ctx, ledger = self.ctx, self.ctx.ledger
+        ctx.readiness.set("agent", False, "starting")
+        seeds = self.seeds()
+        attempt_id, token = ledger.begin_attempt("passthrough_start", seeds)
+        self.attempt_id = attempt_id
+        workdir = Path(self.agent_spec.workdir).resolve() if self.agent_spec.workdir else Path.cwd()
+        argv = resolve_command(self.agent_spec.command)
+        mat = Materialization()
+        if self.strategy is None:
+            for seed in seeds:
+                ledger.record(
+                    "unavailable", attempt_id, seed.name, reason_code=NO_PASSTHROUGH_STRATEGY,
+                    summary="the passthrough agent has no strategy to hand it MCP configuration",
+                )
+        else:
+            base = ctx.mcp_base or ""
+            builtin = BuiltinEndpoint(ctx.spec.mcp.builtin_name, f"{base}/mcp", f"{base}/sse", token)
+            try:
+                self._tmpdir = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))  # 0700, ours alone
+                req = MaterializeRequest(ctx.spec, builtin, workdir, self._tmpdir)
+                mat = self.strategy.materialize(req)
+            except MaterializeError as exc:
+                self._materialize_failed(attempt_id, builtin, workdir, exc.summary)
+                return
+            except OSError as exc:  # mkdtemp: the private directory itself
+                summary = f"cannot create a private directory: {exc.strerror}"
+                self._materialize_failed(attempt_id, builtin, workdir, summary)
+                return
+            self._mat = mat
+            self._record_filtered(attempt_id, mat.filtered)
+        try:
+            await self.supervisor.start(
+                insert_args(argv, mat.argv), cwd=str(workdir), env=self.agent_spec.env, extra_env=mat.env
+            )
+        except AgentStartError as exc:
+            self._cleanup()
+            ledger.record("explicit_error", attempt_id, reason_code="agent_start_failed", summary=str(exc))
+            self._failed("agent_start_failed", str(exc))
+            return
+        process = self.supervisor.process
+        assert process is not None
+        for entry in mat.delivered:
+            ledger.record("delivered", attempt_id, entry.name, transport=entry.transport, target=entry.target)
+        ledger.record("session_accepted", attempt_id)
+        with contextlib.suppress(Exception):
+            process.stdin.close()
+        self._drain = asyncio.create_task(self._drain_stdout(process), name=f"passthrough-stdout-{process.pid}")
+        if process.running:
+            ledger.update_agent(state="running")
+            ctx.readiness.set("agent", True)
+        log.info("passthrough agent started (%s, %d servers delivered)", self.agent_spec.strategy, len(mat.delivered))
+
+    def _materialize_failed(self, attempt_id: str, builtin: BuiltinEndpoint, workdir: Path, summary: str) -> None:
+        # Nothing was handed over: every server this attempt would have delivered failed explicitly; the
+        # ones policy or the CLI's format leave out are still `filtered`. The CLI is not started without
+        # the configuration it was meant to get.
+        ledger = self.ctx.ledger
+        summary = summarize("materialize_failed", summary, self._secrets + ledger.tokens.all_tokens()).summary
+        assert self.strategy is not None
+        plan = plan_servers(MaterializeRequest(self.ctx.spec, builtin, workdir, Path()), self.strategy.transports)
+        self._record_filtered(attempt_id, plan.filtered)
+        for entry in plan.delivered:
+            ledger.record("explicit_error", attempt_id, entry.name, reason_code="materialize_failed", summary=summary)
+        self._cleanup()
+        self._failed("materialize_failed", summary)
+
+    def _record_filtered(self, attempt_id: str, omitted: list[Omitted]) -> None:
+        for item in omitted:
+            self.ctx.ledger.record(
+                "filtered", attempt_id, item.name, reason_code=item.reason_code, summary=item.summary
+            )
+
+    async def _drain_stdout(self, process: AgentProcess) -> None:
+        # Nothing reads a passthrough CLI's stdout; a full pipe would block it. Its output joins the
+        # bounded in-memory window (`agentctl stderr`), never a log or a file.
+        with contextlib.suppress(Exception):
+            while chunk := await process.stdout.read(65536):
+                process.stderr_ring.feed(chunk)
+
+    # -- endings ------------------------------------------------------------------------------------
+
+    async def _halt(self) -> None:
+        if self.supervisor.process is not None:  # idempotent: a stopped process is not stopped twice
+            await self.supervisor.stop(grace=self.agent_spec.stop_grace)
+        if self._drain is not None:
+            self._drain.cancel()
+            with contextlib.suppress(BaseException):
+                await self._drain
+            self._drain = None
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        if self._mat is not None:
+            cleanup(self._mat)
+            self._mat = None
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+
+    def _failed(self, reason_code: str, summary: str) -> None:
+        self.start_error = AgentError(reason_code, summary)
+        self.ctx.readiness.set("agent", False, f"{reason_code}: {summary}")
+        # No process was started for this attempt: the agent is not "starting" any more.
+        self.ctx.ledger.update_agent(state="exited", exited_at=self.ctx.ledger.now(), exit_reason=summary)
+        log.warning("passthrough agent did not start: %s", reason_code)
+
+    def _on_exit(self, info: ExitInfo) -> None:
+        ctx = self.ctx
+        ctx.ledger.update_agent(
+            state="exited",
+            exited_at=ctx.ledger.now(),
+            exit_code=info.returncode,
+            exit_signal=info.signal,
+            exit_reason=info.reason,
+            stopped_by_daemon=info.stopped,
+        )
+        ctx.readiness.set("agent", False, f"exited: {info.reason}")
+        # The process is gone: its configuration (and the token in it) goes with it.
+        self._cleanup()
+        if info.stopped or self._stopping:
+            return
+        log.info("passthrough agent %s", info.reason)
+        if info.returncode != 0 and self.attempt_id is not None:
+            # A print-mode CLI exiting 0 has simply finished; anything else is a report-level diagnostic.
+            ctx.ledger.record("explicit_error", self.attempt_id, reason_code="agent_exited", summary=info.reason)
+        if self.agent_spec.linger is not None:
+            loop = asyncio.get_running_loop()
+            self._linger = loop.call_later(self.agent_spec.linger, ctx.request_stop)

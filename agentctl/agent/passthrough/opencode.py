@@ -1,0 +1,71 @@
+"""The `opencode` strategy: opencode reads an extra config file named by the `OPENCODE_CONFIG` env var.
+
+Format (opencode docs, https://opencode.ai/docs/mcp-servers/ and https://opencode.ai/docs/config/ —
+`OPENCODE_CONFIG` is the "custom config" layer, loaded after the global one and merged with it):
+
+    {"$schema": "https://opencode.ai/config.json",
+     "mcp": {"<name>": {"type": "remote", "url": "...", "headers": {...}, "enabled": true},
+             "<name>": {"type": "local", "command": ["cmd", "arg", ...], "environment": {...},
+                        "enabled": true}}}
+
+The servers sit directly under `mcp` (the V1 layout): opencode 2 still reads it
+(https://opencode.ai/docs/migrate-v1/), while 2's own `mcp.servers` layout would not reach opencode 1.
+So a server literally named `servers` is filtered (`name_unsupported_by_strategy`).
+
+A `remote` server is tried as streamable HTTP, then as legacy SSE at the same URL (opencode's
+packages/opencode/src/mcp/index.ts), so http and sse servers are both expressed as `remote`. The
+built-in server sets `"oauth": false`: it authenticates with the attempt's bearer token and must not
+start opencode's OAuth discovery. The file is written 0600 into the attempt's private temporary
+directory and removed at stop. A user's own OPENCODE_CONFIG is replaced for this agent (opencode reads
+one custom file); their global and project configs still apply.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentctl.agent.passthrough.base import (
+    NAME_UNSUPPORTED,
+    Materialization,
+    MaterializeRequest,
+    drop,
+    dump_json,
+    plan_servers,
+    write_private,
+)
+
+FILE_NAME = "opencode.json"
+ENV_NAME = "OPENCODE_CONFIG"
+SCHEMA = "https://opencode.ai/config.json"
+
+
+class OpencodeStrategy:
+    name = "opencode"
+    transports = frozenset({"http", "sse", "stdio"})
+
+    def materialize(self, req: MaterializeRequest) -> Materialization:
+        plan = plan_servers(req, self.transports)
+        for entry in list(plan.delivered):
+            if entry.name == "servers":
+                drop(plan, entry, NAME_UNSUPPORTED, "opencode 2 reads mcp.servers as its own server table")
+        servers: dict[str, dict[str, Any]] = {}
+        for entry in plan.delivered:
+            if entry.transport == "stdio":
+                servers[entry.name] = {
+                    "type": "local",
+                    "command": [entry.command, *entry.args],
+                    "environment": entry.env,
+                    "enabled": True,
+                }
+                continue
+            cfg: dict[str, Any] = {"type": "remote", "url": entry.url, "headers": entry.headers, "enabled": True}
+            if entry.source == "builtin":
+                cfg["oauth"] = False
+            servers[entry.name] = cfg
+        path = write_private(req.tmpdir, FILE_NAME, dump_json({"$schema": SCHEMA, "mcp": servers}))
+        plan.files.append(path)
+        plan.env[ENV_NAME] = str(path)
+        return plan
+
+
+STRATEGY = OpencodeStrategy()

@@ -1,0 +1,217 @@
+"""The copyable diagnostics report and the tools views, built from the daemon's sanitized evidence only.
+
+Everything here reads the ledger's history (already bounded and redacted by its producers) and adds no
+new source of data: no agent output, no spec values, no tokens, no full URLs. As a second line of
+defence every free-text summary is passed through `redact` with the spec's secret values once more.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from agentctl import __version__
+from agentctl.evidence.contract import (
+    CONTRACT_VERSION,
+    Attempt,
+    AttemptDiagnostics,
+    ChecklistStep,
+    Diagnostics,
+    ErrorSummary,
+    ServerDiagnostics,
+    ServerRow,
+    ToolDetail,
+    ToolsView,
+    UpstreamStatus,
+)
+from agentctl.evidence.sanitize import redact
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def checklist(row: ServerRow, attempt: Attempt) -> list[ChecklistStep]:
+    """The attachment steps of one row, in the order they happen, each observed or not, with its time."""
+    steps = [ChecklistStep(step="configured", done=row.configured_at is not None, at=row.configured_at)]
+    if row.status == "filtered" or row.filtered_at is not None:
+        steps.append(ChecklistStep(step="filtered", done=True, at=row.filtered_at, detail=row.reason_code))
+    if row.status == "unavailable" or row.unavailable_at is not None:
+        steps.append(ChecklistStep(step="unavailable", done=True, at=row.unavailable_at, detail=row.reason_code))
+    delivered = row.delivered_at is not None
+    steps.append(ChecklistStep(step="delivered", done=delivered, at=row.delivered_at))
+    accepted = delivered and attempt.accepted_at is not None
+    steps.append(ChecklistStep(step="session_accepted", done=accepted, at=attempt.accepted_at if accepted else None))
+    era = f"{row.era} era" if row.era else None
+    steps.append(
+        ChecklistStep(
+            step="initialize", done=row.initialize_observed_at is not None, at=row.initialize_observed_at, detail=era
+        )
+    )
+    count = _plural(row.tool_count, "tool") if row.tool_count is not None else None
+    steps.append(
+        ChecklistStep(
+            step="tools_loaded", done=row.tools_list_observed_at is not None, at=row.tools_list_observed_at, detail=count
+        )
+    )
+    used = None
+    if row.tool_calls:
+        used = _plural(row.tool_calls, "call") + (f", {row.tool_errors} returned an error" if row.tool_errors else "")
+    steps.append(ChecklistStep(step="used", done=row.tool_calls > 0, at=row.tool_call_observed_at, detail=used))
+    steps.append(ChecklistStep(step="disconnected", done=row.disconnected_at is not None, at=row.disconnected_at))
+    failed = row.status == "failed"
+    reason = None
+    if failed:
+        reason = row.reason_code or "error"
+    steps.append(ChecklistStep(step="failed", done=failed, at=row.failed_at if failed else None, detail=reason))
+    return steps
+
+
+def _scrub(text: str | None, secrets: list[str]) -> str | None:
+    return redact(text, secrets) if text else text
+
+
+def server_diagnostics(row: ServerRow, attempt: Attempt, secrets: list[str]) -> ServerDiagnostics:
+    steps = checklist(row, attempt)
+    for step in steps:
+        step.detail = _scrub(step.detail, secrets)
+    test = row.endpoint_test
+    if test is not None and test.summary:
+        test = msgspec.structs.replace(test, summary=_scrub(test.summary, secrets) or "")
+    catalog = row.catalog
+    return ServerDiagnostics(
+        name=row.name,
+        source=row.source,
+        transport=row.transport,
+        target=row.target,
+        status=row.status,
+        reason_code=row.reason_code,
+        summary=_scrub(row.summary, secrets),
+        steps=steps,
+        tool_count=row.tool_count,
+        catalog_truncated=bool(catalog and (catalog.truncated or catalog.schemas_truncated)),
+        endpoint_test=test,
+    )
+
+
+def attempt_diagnostics(attempt: Attempt, secrets: list[str]) -> AttemptDiagnostics:
+    error = attempt.session_error
+    if error is not None and error.summary:
+        error = ErrorSummary(reason_code=error.reason_code, summary=_scrub(error.summary, secrets) or "")
+    return AttemptDiagnostics(
+        attempt_id=attempt.attempt_id,
+        origin=attempt.origin,
+        acp_session_id=attempt.acp_session_id,
+        started_at=attempt.started_at,
+        accepted_at=attempt.accepted_at,
+        superseded_at=attempt.superseded_at,
+        session_error=error,
+        dropped_events=attempt.dropped_events,
+        servers=[server_diagnostics(row, attempt, secrets) for row in attempt.servers],
+    )
+
+
+def upstream_status(ctx: Any) -> UpstreamStatus | None:
+    """The upstream publisher's own status (connected or buffering, counters), when the spec names one."""
+    upstream = getattr(ctx, "upstream", None)
+    if upstream is None:
+        return None
+    status = upstream.status()
+    if status.last_error:
+        status = msgspec.structs.replace(status, last_error=redact(status.last_error, _secrets(ctx)))
+    return status
+
+
+def _secrets(ctx: Any) -> list[str]:
+    from agentctl.spec import secret_values
+
+    return [*secret_values(ctx.spec), *ctx.ledger.tokens.all_tokens()]
+
+
+def build_diagnostics(ctx: Any) -> Diagnostics:
+    history = ctx.ledger.history
+    secrets = _secrets(ctx)
+    return Diagnostics(
+        contract_version=CONTRACT_VERSION,
+        daemon_version=__version__,
+        generated_at=ctx.ledger.now(),
+        identity=history.identity,
+        ready=ctx.readiness.ready,
+        checks=dict(ctx.readiness.checks),
+        current=attempt_diagnostics(history.current, secrets) if history.current else None,
+        previous=[attempt_diagnostics(a, secrets) for a in history.previous],
+        http_refusals=list(history.http_refusals),
+        rejected_events=history.rejected_events,
+        agent=_agent(history.agent, secrets),
+        upstream=upstream_status(ctx),
+    )
+
+
+def _agent(agent: Any, secrets: list[str]) -> Any:
+    if agent is None or not agent.exit_reason:
+        return agent
+    return msgspec.structs.replace(agent, exit_reason=_scrub(agent.exit_reason, secrets))
+
+
+# ---- tools views ------------------------------------------------------------------------------------------
+
+
+def _builtin_row(ctx: Any) -> tuple[Attempt | None, ServerRow | None]:
+    attempt = ctx.ledger.history.current
+    if attempt is None:
+        return None, None
+    name = ctx.spec.mcp.builtin_name
+    return attempt, next((row for row in attempt.servers if row.name == name), None)
+
+
+def _third_party(ctx: Any, attempt: Attempt | None) -> list[str]:
+    builtin = ctx.spec.mcp.builtin_name
+    if attempt is not None:
+        return [row.name for row in attempt.servers if row.name != builtin]
+    return [server.name for server in ctx.spec.mcp.servers]
+
+
+def build_tools_view(ctx: Any) -> ToolsView:
+    attempt, row = _builtin_row(ctx)
+    loaded = row is not None and row.tools_list_observed_at is not None
+    return ToolsView(
+        server=ctx.spec.mcp.builtin_name,
+        attempt_id=attempt.attempt_id if attempt else None,
+        status=row.status if row else None,
+        loaded=loaded,
+        tool_count=row.tool_count if loaded and row is not None else None,
+        catalog=row.catalog if loaded and row is not None else None,
+        third_party=_third_party(ctx, attempt),
+    )
+
+
+class ToolLookupError(Exception):
+    """`tools NAME` cannot answer: why, in one line (and whether it is a third-party server's name)."""
+
+    def __init__(self, message: str, third_party: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.third_party = third_party
+
+
+THIRD_PARTY_NOTE = (
+    "third-party servers connect directly to the agent; agentctl never sees their tools/list, "
+    "so it has no catalog for them"
+)
+
+
+def find_tool(ctx: Any, name: str) -> ToolDetail:
+    view = build_tools_view(ctx)
+    if name in view.third_party:
+        raise ToolLookupError(f"{name!r} is a third-party server: {THIRD_PARTY_NOTE}", third_party=True)
+    if view.attempt_id is None:
+        raise ToolLookupError("no attachment attempt yet: open a session first")
+    if not view.loaded or view.catalog is None:
+        raise ToolLookupError(f"catalog not loaded yet: the agent has not listed the {view.server} tools in this attempt")
+    for tool in view.catalog.tools:
+        if tool.name == name:
+            return ToolDetail(server=view.server, attempt_id=view.attempt_id, estimator=view.catalog.estimator, tool=tool)
+    known = ", ".join(t.name for t in view.catalog.tools) or "none"
+    extra = " (the catalog was truncated: a tool past the bound is not kept)" if view.catalog.truncated else ""
+    raise ToolLookupError(f"no tool named {name!r} in the {view.server} catalog{extra}; known: {known}")

@@ -1,0 +1,71 @@
+"""Control routes for diagnostics: POST /v1/test-endpoint, GET /v1/diagnostics, GET /v1/tools[/{name}].
+
+They live under /v1/, so the control guard (AF_UNIX, same uid or root) protects them like the rest. The
+endpoint test takes a server NAME only: its body type refuses any other field, so no URL, command,
+header, argument or environment value can ever come from the caller.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from agentctl.control.server import error_response, json_response
+from agentctl.diagnostics.diagnostics import ToolLookupError, build_diagnostics, build_tools_view, find_tool
+from agentctl.diagnostics.endpoint_test import EndpointTester, EndpointTestError
+
+MAX_BODY_BYTES = 4096
+
+
+class _TestBody(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    timeout: float | None = None
+
+
+def tester_of(ctx: Any) -> EndpointTester:
+    """The context's one EndpointTester (its per-name lock must be shared by every caller)."""
+    tester = getattr(ctx, "_endpoint_tester", None)
+    if tester is None:
+        tester = EndpointTester(ctx)
+        ctx._endpoint_tester = tester
+    return tester
+
+
+def install_diagnostics_routes(app: web.Application, ctx_key: web.AppKey) -> None:
+    async def test_endpoint(request: web.Request) -> web.Response:
+        if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+            return error_response(413, f"request body over {MAX_BODY_BYTES} bytes")
+        raw = await request.read()
+        try:
+            body = msgspec.json.decode(raw or b"{}", type=_TestBody)
+        except msgspec.ValidationError as exc:
+            message = str(exc).split(" - ")[0]
+            return error_response(
+                400, f"bad request body: {message} (only a server name and an optional timeout are accepted)"
+            )
+        except msgspec.DecodeError:
+            return error_response(400, "bad request body: not JSON")
+        try:
+            response = await tester_of(request.app[ctx_key]).test(body.name, body.timeout)
+        except EndpointTestError as exc:
+            return json_response({"error": exc.message, "code": exc.code}, status=exc.status)
+        return json_response(response)
+
+    async def diagnostics(request: web.Request) -> web.Response:
+        return json_response(build_diagnostics(request.app[ctx_key]))
+
+    async def tools(request: web.Request) -> web.Response:
+        return json_response(build_tools_view(request.app[ctx_key]))
+
+    async def tool(request: web.Request) -> web.Response:
+        try:
+            return json_response(find_tool(request.app[ctx_key], request.match_info["name"]))
+        except ToolLookupError as exc:
+            return json_response({"error": exc.message, "third_party": exc.third_party}, status=404)
+
+    app.router.add_post("/v1/test-endpoint", test_endpoint)
+    app.router.add_get("/v1/diagnostics", diagnostics, allow_head=False)
+    app.router.add_get("/v1/tools", tools, allow_head=False)
+    app.router.add_get("/v1/tools/{name}", tool, allow_head=False)

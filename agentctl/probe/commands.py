@@ -1,0 +1,171 @@
+"""The `agentctl probe mcp` command: argument parsing, output, exit codes.
+
+Exit codes: 0 the probe ran (whatever it observed), 1 bad arguments (nothing was started), 2 the probe
+could not run (the agent could not be started, or did not complete ACP initialize). Errors are one
+line on stderr, prefixed `agentctl: probe mcp: `.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+# Kept here, not imported from probe.run: that module pulls in the MCP and ACP SDKs (~2 s), and the
+# parser is built for every agentctl command. tests/probe checks the two stay equal.
+DEFAULT_TIMEOUT = 15.0
+
+EXIT_USAGE = 1
+
+_DESCRIPTION = """\
+Start a temporary sentinel MCP server on loopback, spawn the agent CMD the way the daemon does, run
+ACP initialize, deliver the sentinel in session/new over the best transport the agent advertises
+(http, else sse, else stdio), and report what the agent actually did: advertised transports,
+sentinel delivered, session accepted (or the agent's error), initialize, tools/list and the
+sentinel tool call observed, each with its time. Not being contacted is reported as unobserved,
+not as a failure of the agent.
+
+As for the daemon's agent, AGENTCTL_* variables are not passed on; use --env to set them.
+"""
+
+
+class _ProbeParser(argparse.ArgumentParser):
+    """Bad arguments exit 1: exit 2 means the probe could not run."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"agentctl: {self.prog}: {message}\n")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be greater than 0 and at most 3600: {text!r}")
+    return value
+
+
+def _env_item(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name or "\0" in text:
+        # The value is never echoed: it may be a secret.
+        raise argparse.ArgumentTypeError("expected NAME=VALUE")
+    return name, value
+
+
+def add_probe_commands(subparsers: Any) -> None:
+    """Register `probe mcp` on the top-level subparsers action (no heavy imports: every CLI call builds it)."""
+    saved = getattr(subparsers, "_parser_class", None)
+    if saved is not None:
+        subparsers._parser_class = _ProbeParser
+    try:
+        probe = subparsers.add_parser("probe", help="developer probes against a real agent (mcp)")
+    finally:
+        if saved is not None:
+            subparsers._parser_class = saved
+    probe.set_defaults(func=lambda args: _no_probe(probe))
+    kinds = probe.add_subparsers(title="probes", metavar="PROBE", parser_class=_ProbeParser)
+    mcp = kinds.add_parser(
+        "mcp",
+        help="inject a sentinel MCP server into a real ACP session/new and report what the agent did",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="agentctl probe mcp [--prompt [TEXT]] [--timeout S] [--workdir DIR] [--jsonl FILE] [--json] "
+        "[--env NAME=VALUE] -- CMD [ARGS...]",
+    )
+    mcp.add_argument(
+        "--prompt",
+        nargs="?",
+        const="",
+        metavar="TEXT",
+        help="after the session is accepted, send a prompt (without TEXT: one asking the agent to call the sentinel tool)",
+    )
+    mcp.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=DEFAULT_TIMEOUT,
+        metavar="S",
+        help=f"from delivery, wait this long for the agent to use the sentinel ({DEFAULT_TIMEOUT:g}); "
+        "ACP initialize may take up to 30 s or S, whichever is longer",
+    )
+    mcp.add_argument("--workdir", metavar="DIR", help="the agent's working directory and session cwd (default: here)")
+    mcp.add_argument(
+        "--jsonl",
+        metavar="FILE",
+        help="write raw ACP frames (both ways) and sentinel markers here (0600; holds prompts and credentials)",
+    )
+    mcp.add_argument("--json", action="store_true", help="print the findings as JSON (never raw frames)")
+    mcp.add_argument(
+        "--env", action="append", type=_env_item, default=[], metavar="NAME=VALUE", help="set a variable for the agent"
+    )
+    mcp.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    mcp.set_defaults(func=cmd_probe_mcp)
+
+    # Hidden: the stdio sentinel the probe delivers, reachable through whichever agentctl is running
+    # (venv, zipapp or frozen build: agentctl.bundled.self_command), not only as a Python module.
+    stdio = kinds.add_parser("stdio-sentinel")  # no help=: not listed
+    stdio.add_argument("--report", required=True)
+    stdio.add_argument("--expect")
+    stdio.set_defaults(func=_stdio_sentinel)
+
+
+def _stdio_sentinel(args: argparse.Namespace) -> int:
+    from agentctl.probe.stdio_sentinel import main
+
+    return main(["--report", args.report, *(["--expect", args.expect] if args.expect else [])])
+
+
+def _no_probe(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> int:
+    print(f"agentctl: probe mcp: {message}", file=sys.stderr)
+    return code
+
+
+def cmd_probe_mcp(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        return _fail("no agent command: put it after --, e.g. agentctl probe mcp -- agentctl-reference-agent")
+    if command[0].startswith("-"):
+        return _fail("unknown option before the agent command (put the command after --)")
+    workdir = os.path.realpath(args.workdir) if args.workdir else os.getcwd()
+    if not os.path.isdir(workdir):
+        return _fail("--workdir is not a directory")
+
+    import asyncio
+
+    from agentctl.evidence.contract import encode
+    from agentctl.logs import configure_logging
+    from agentctl.probe.report import render_report
+    from agentctl.probe.run import DEFAULT_PROMPT, ProbeOptions, open_jsonl, run_probe
+
+    prompt = None if args.prompt is None else (args.prompt or DEFAULT_PROMPT)
+    jsonl_fd = None
+    if args.jsonl:
+        try:
+            jsonl_fd = open_jsonl(args.jsonl)
+        except OSError as exc:
+            return _fail(f"cannot open the --jsonl file: {exc.strerror or type(exc).__name__}")
+    configure_logging("warning")
+    opts = ProbeOptions(
+        command=command, prompt=prompt, timeout=args.timeout, workdir=workdir, jsonl=args.jsonl, env=dict(args.env)
+    )
+    report, code = asyncio.run(run_probe(opts, jsonl_fd=jsonl_fd))
+    if args.json:
+        sys.stdout.write(encode(report).decode() + "\n")
+    else:
+        from agentctl.control.render import use_color
+
+        sys.stdout.write(render_report(report, color=use_color(sys.stdout), jsonl_path=args.jsonl))
+    sys.stdout.flush()
+    if not report.ran and report.error is not None:
+        _fail(f"could not run: {report.error.summary}", code)
+    return code

@@ -1,0 +1,138 @@
+"""Human rendering of the probe's findings (the ProbeReport contract type lives in evidence/contract.py).
+
+One line per finding, in a fixed order, each with its time since the probe started. Nothing the agent
+did not do is phrased as its failure: an absent observation reads "not observed", and no contact at
+all reads "unobserved: the agent did not contact the sentinel within N s". Pure: report in, text out.
+"""
+
+from __future__ import annotations
+
+from agentctl.control.render import AMBER, GREEN, GREY, RED, RESET
+from agentctl.evidence.contract import ProbeContact, ProbeReport
+
+LABEL_WIDTH = 11
+
+
+def _time(elapsed: float | None) -> str:
+    return f"+{elapsed:.2f}s" if elapsed is not None else "   —"
+
+
+def _client(contact: ProbeContact) -> str:
+    parts = []
+    if contact.client is not None:
+        parts.append(f"{contact.client.name} {contact.client.version or ''}".strip())
+    else:
+        parts.append("client unnamed")
+    if contact.protocol_version:
+        parts.append(f"MCP {contact.protocol_version}")
+    if contact.era:
+        parts.append(f"{contact.era} era")
+    if contact.connection_id:
+        parts.append(contact.connection_id)
+    return " · ".join(parts)
+
+
+def _credential_note(report: ProbeReport) -> str | None:
+    """Say so when the agent reached the sentinel without what was delivered with it."""
+    seen = [c.credential_seen for c in report.contacts if c.kind != "closed" and c.credential_seen is not None]
+    if not seen or all(seen):
+        return None
+    transport = report.session.transport if report.session else None
+    what = "env value" if transport == "stdio" else "Authorization header"
+    return f"the {what} delivered with the sentinel did not reach it on {seen.count(False)} of {len(seen)} requests"
+
+
+def render_report(report: ProbeReport, *, color: bool = False, jsonl_path: str | None = None) -> str:
+    def paint(text: str, colour: str) -> str:
+        return f"{colour}{text}{RESET}" if color else text
+
+    lines: list[str] = []
+
+    def row(elapsed: float | None, label: str, text: str) -> None:
+        lines.append(f"  {_time(elapsed):>7}  {label:<{LABEL_WIDTH}} {text}")
+
+    agent = report.agent
+    who = "agent"
+    if agent is not None and agent.name:
+        who = f"{agent.name} {agent.version or ''}".strip()
+        if agent.protocol_version is not None:
+            who += f" · ACP protocol {agent.protocol_version}"
+    lines.append(f"agentctl probe mcp · {who}")
+
+    if not report.ran:
+        summary = report.error.summary if report.error else "unknown reason"
+        lines.append(f"  {paint('could not run', RED)}: {summary}")
+        if agent is not None and agent.exit_reason:
+            lines.append(f"  agent: {agent.exit_reason}")
+        return "\n".join(lines) + "\n"
+
+    caps = agent.mcp_capabilities if agent is not None else None
+    advertised = [name for name in ("http", "sse") if caps is not None and getattr(caps, name)]
+    row(report.advertised_elapsed_s, "advertised", "mcpCapabilities: " + (", ".join(advertised) or "none (stdio only)"))
+
+    session = report.session
+    if session is not None:
+        row(session.delivered_elapsed_s, "delivered", f"{session.server_name} over {session.transport} ({session.target})")
+        if session.accepted:
+            row(session.answered_elapsed_s, "session", paint("accepted", GREEN))
+        elif session.accepted is False:
+            why = session.error.summary if session.error else ""
+            row(session.answered_elapsed_s, "session", paint("rejected by the agent", RED) + (f": {why}" if why else ""))
+        else:
+            why = session.error.summary if session.error else "no answer"
+            row(session.answered_elapsed_s, "session", paint("no answer", AMBER) + f": {why}")
+
+    init = report.initialize
+    if init is not None:
+        row(init.elapsed_s, "initialize", paint("observed", GREEN) + f": {_client(init)}")
+    else:
+        first = report.first_contact
+        if first is not None:
+            status = f" → {first.http_status}" if first.http_status else ""
+            where = first.http_route or f"{first.transport} sentinel started"
+            row(first.elapsed_s, "contact", paint("observed", AMBER) + f": {where}{status}")
+        row(None, "initialize", paint("not observed", GREY))
+
+    tools = report.tools_list
+    if tools is not None:
+        count = "" if tools.tool_count is None else f": {tools.tool_count} tool{'s' if tools.tool_count != 1 else ''}"
+        row(tools.elapsed_s, "tools/list", paint("observed", GREEN) + count)
+    else:
+        row(None, "tools/list", paint("not observed", GREY))
+
+    call = report.tool_call
+    if call is not None:
+        row(call.elapsed_s, "tool call", paint("observed", GREEN) + f": {call.tool_name or 'unnamed tool'} ({call.outcome or 'unknown'})")
+    elif report.prompt is None and session is not None and session.accepted:
+        row(None, "tool call", paint("not observed", GREY) + " (no prompt sent; --prompt asks the agent to call it)")
+    else:
+        row(None, "tool call", paint("not observed", GREY))
+
+    prompt = report.prompt
+    if prompt is not None:
+        text = f"sent{' (default text)' if prompt.default_text else ''}"
+        if prompt.error is not None:
+            text += f"; {prompt.error.summary}"
+        elif prompt.stop_reason:
+            text += f"; finished ({prompt.stop_reason}) at {_time(prompt.finished_elapsed_s).strip()}"
+        row(prompt.sent_elapsed_s, "prompt", text)
+
+    if agent is not None and agent.permission_requests:
+        lines.append(
+            f"  permission: {agent.permission_requests} requested, {agent.permissions_granted} granted"
+            " (granted only for the sentinel tool)"
+        )
+    if report.unobserved:
+        lines.append("  " + paint(report.unobserved, AMBER))
+    note = _credential_note(report)
+    if note:
+        lines.append("  note: " + note)
+    if agent is not None and agent.exit_reason:
+        by = " (stopped by the probe)" if agent.stopped_by_daemon else ""
+        lines.append(f"  agent: {agent.exit_reason}{by}")
+    if report.raw_frames_recorded:
+        where = f" to {jsonl_path}" if jsonl_path else ""
+        lines.append(f"  raw frames: recorded{where} (ACP frames both ways and sentinel markers; it holds prompts and credentials)")
+    else:
+        lines.append("  raw frames: not recorded (--jsonl FILE records them)")
+    return "\n".join(lines) + "\n"

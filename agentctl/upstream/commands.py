@@ -1,0 +1,244 @@
+"""`agentctl hub serve|status|report|schema`: the reference upstream's command line.
+
+`status` and `report` read the hub's SQLite file read-only (no socket round trip, works while the hub is
+down); they show what the hub last flushed, a fraction of a second behind the live hub. Exit codes: 0 ok,
+1 bad arguments or unknown session, 2 the database or socket cannot be used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+ENV_HUB_SOCKET = "AGENTCTL_HUB_SOCKET"
+ENV_HUB_DB = "AGENTCTL_HUB_DB"
+
+
+def default_socket() -> Path:
+    env = os.environ.get(ENV_HUB_SOCKET)
+    if env:
+        return Path(env).expanduser().absolute()
+    from agentctl.control.socket import socket_base_dir
+
+    return socket_base_dir() / "hub" / "hub.sock"
+
+
+def default_db() -> Path:
+    env = os.environ.get(ENV_HUB_DB)
+    if env:
+        return Path(env).expanduser().absolute()
+    from agentctl.evidence.store import resolve_state_dir
+
+    return resolve_state_dir(None) / "hub.sqlite3"
+
+
+def add_hub_commands(subparsers: Any) -> None:
+    hub = subparsers.add_parser(
+        "hub",
+        help="the reference upstream: many daemons, every session's history in SQLite",
+        description="The reference upstream. Daemons with an [upstream] socket publish to it; it keeps every "
+        "session's history in SQLite and answers the tool tunnel from its own task store.",
+    )
+    hub.set_defaults(func=lambda args: (hub.print_help(), 1)[1])
+    sub = hub.add_subparsers(title="hub commands", metavar="COMMAND")
+    db_help = f"hub database (default: ${ENV_HUB_DB}, else <state dir>/hub.sqlite3)"
+
+    p = sub.add_parser("serve", help="run the hub in the foreground (one JSON line on stdout when ready)")
+    p.add_argument("--socket", metavar="PATH", help=f"socket to serve (default: ${ENV_HUB_SOCKET}, else <runtime dir>/hub/hub.sock)")
+    p.add_argument("--db", metavar="PATH", help=db_help)
+    p.add_argument("--tasks-db", metavar="PATH", help="task store for the tool tunnel (default: next to --db)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=cmd_hub_serve)
+
+    p = sub.add_parser("status", help="every session: current execution and attempt, server states, last contact")
+    p.add_argument("--db", metavar="PATH", help=db_help)
+    p.add_argument("--json", action="store_true", help="print JSON (HubStatus)")
+    p.set_defaults(func=cmd_hub_status)
+
+    p = sub.add_parser("report", help="one session's history: its executions and the current execution's attempts")
+    p.add_argument("session_id", metavar="SESSION_ID")
+    p.add_argument("--execution", metavar="ID", help="show this execution's history instead of the current one")
+    p.add_argument("--db", metavar="PATH", help=db_help)
+    p.add_argument("--json", action="store_true", help="print JSON (HubSessionReport)")
+    p.set_defaults(func=cmd_hub_report)
+
+    p = sub.add_parser("schema", help="print the JSON Schema of the upstream frames")
+    p.set_defaults(func=cmd_hub_schema)
+
+
+def _err(message: str, code: int) -> int:
+    print(f"agentctl: {message}", file=sys.stderr)
+    return code
+
+
+def _print_json(obj: Any) -> None:
+    import json
+
+    import msgspec
+
+    sys.stdout.write(json.dumps(msgspec.to_builtins(obj), indent=2, ensure_ascii=False) + "\n")
+
+
+def cmd_hub_serve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from agentctl.control.socket import ControlSocketError
+    from agentctl.logs import configure_logging
+    from agentctl.upstream.hub_store import HubStoreError
+
+    configure_logging(args.log_level)
+    try:
+        socket_path = Path(args.socket).expanduser().absolute() if args.socket else default_socket()
+        db = Path(args.db).expanduser().absolute() if args.db else default_db()
+    except ControlSocketError as exc:
+        return _err(f"hub socket: {exc}", 2)
+    try:
+        return asyncio.run(_serve(socket_path, db, args.tasks_db))
+    except ControlSocketError as exc:
+        return _err(f"hub socket: {exc}", 2)
+    except HubStoreError as exc:
+        return _err(str(exc), 2)
+
+
+async def _serve(socket_path: Path, db: Path, tasks_db: str | None) -> int:
+    import asyncio
+    import json
+    import signal
+
+    from agentctl.upstream.hub import Hub
+
+    hub = Hub(socket_path, db, tasks_db=tasks_db)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    await hub.start()
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        ready = {"event": "ready", "socket": str(hub.socket_path), "db": str(hub.db_path),
+                 "tasks_db": str(hub.tasks_db), "pid": os.getpid()}
+        sys.stdout.write(json.dumps(ready) + "\n")
+        sys.stdout.flush()
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await hub.stop()
+    return 0
+
+
+def _load(args: argparse.Namespace):
+    from agentctl.upstream.hub_store import HubStore, HubStoreError
+
+    db = Path(args.db).expanduser().absolute() if args.db else default_db()
+    try:
+        store = HubStore(db, readonly=True)
+        try:
+            return store.load()
+        finally:
+            store.close()
+    except HubStoreError as exc:
+        return str(exc)
+
+
+def cmd_hub_status(args: argparse.Namespace) -> int:
+    from agentctl.upstream.hub_store import status_view
+
+    sessions = _load(args)
+    if isinstance(sessions, str):
+        return _err(sessions, 2)
+    view = status_view(sessions)
+    if args.json:
+        _print_json(view)
+        return 0
+    from agentctl.control.render import use_color
+
+    sys.stdout.write(render_hub_status(view, use_color(sys.stdout)))
+    return 0
+
+
+def cmd_hub_report(args: argparse.Namespace) -> int:
+    from agentctl.upstream.hub_store import report_view
+
+    sessions = _load(args)
+    if isinstance(sessions, str):
+        return _err(sessions, 2)
+    session = sessions.get(args.session_id)
+    if session is None:
+        return _err(f"the hub has no session {args.session_id!r}", 1)
+    view = report_view(session, args.execution)
+    if view is None:
+        return _err(f"session {args.session_id!r} has no execution {args.execution!r}", 1)
+    if args.json:
+        _print_json(view)
+        return 0
+    from agentctl.control.render import use_color
+
+    sys.stdout.write(render_hub_report(view, use_color(sys.stdout)))
+    return 0
+
+
+def cmd_hub_schema(args: argparse.Namespace) -> int:
+    import json
+
+    from agentctl.upstream.protocol import frames_schema
+
+    sys.stdout.write(json.dumps(frames_schema(), indent=2, sort_keys=True) + "\n")
+    return 0
+
+
+# ---- human output -------------------------------------------------------------------------------------
+
+
+def _when(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if hasattr(value, "strftime") else str(value)
+
+
+def _session_lines(session: Any, color: bool) -> list[str]:
+    from agentctl.control.render import render_attempt
+
+    link = "connected" if session.connected else "not connected"
+    lines = [
+        f"session {session.session_id} (task {session.task_id})",
+        f"  execution {session.current_execution_id} · {link} · last contact {_when(session.last_contact_at)}",
+    ]
+    attempt = session.current_attempt
+    if attempt is not None:
+        lines.append(f"  attempt {attempt.attempt_id} ({attempt.origin})")
+        lines += render_attempt(attempt, color)
+    else:
+        lines.append("  no attachment attempt yet")
+    if session.agent is not None:
+        agent = session.agent
+        text = f"  agent {agent.name or '?'} {agent.state}"
+        if agent.state == "exited" and agent.exit_reason:
+            text += f" ({agent.exit_reason})"
+        lines.append(text)
+    if session.stale_rejected:
+        lines.append(f"  rejected {session.stale_rejected} frame(s) from older executions")
+    return lines
+
+
+def render_hub_status(view: Any, color: bool) -> str:
+    if not view.sessions:
+        return "the hub has no sessions yet\n"
+    blocks = ["\n".join(_session_lines(session, color)) for session in view.sessions]
+    return "\n\n".join(blocks) + "\n"
+
+
+def render_hub_report(view: Any, color: bool) -> str:
+    from agentctl.control.render import render_report
+
+    lines = [f"session {view.session.session_id} (task {view.session.task_id})", "executions, newest first:"]
+    for execution in view.executions:
+        flags = ["current" if execution.current else "superseded"]
+        flags.append("connected" if execution.connected else "not connected")
+        if execution.rejected_frames:
+            flags.append(f"{execution.rejected_frames} frame(s) rejected")
+        lines.append(f"  {execution.execution_id} ({', '.join(flags)}), last contact {_when(execution.last_contact_at)}")
+    text = "\n".join(lines) + "\n\n"
+    if view.history is None:
+        return text + "no snapshot received for this execution yet\n"
+    return text + render_report(view.history, color)

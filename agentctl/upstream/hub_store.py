@@ -1,0 +1,293 @@
+"""The hub's state: sessions and their executions in memory, persisted in SQLite (WAL), and the views of it.
+
+One row per session (which execution is current, stale frames rejected, last contact) and one per
+execution (its identity, contact times, and its AttachmentHistory as the contract's JSON). Only contract
+data is stored: evidence that daemons already sanitized. Tool-call arguments never come here (the tool
+tunnel's task store is a separate file).
+
+The live hub keeps everything in memory (hydrated from the file at boot, so it answers at once) and
+writes dirty rows in one transaction per flush. `agentctl hub status|report` read the file read-only
+with the same view functions, so they show what the hub last flushed (a fraction of a second behind).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import msgspec
+
+from agentctl.evidence.contract import (
+    CONTRACT_VERSION,
+    MAX_ATTEMPTS,
+    MAX_EVENTS_PER_ATTEMPT,
+    Attempt,
+    AttachmentHistory,
+    HubExecution,
+    HubSession,
+    HubSessionReport,
+    HubStatus,
+    Identity,
+    encode,
+)
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 5000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY,
+    task_id TEXT NOT NULL,
+    current_execution_id TEXT NOT NULL,
+    stale_rejected INTEGER NOT NULL DEFAULT 0,
+    last_contact_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS executions (
+    session_id TEXT NOT NULL REFERENCES sessions(session_id),
+    execution_id TEXT NOT NULL,
+    hello_order INTEGER NOT NULL,
+    identity TEXT NOT NULL,
+    daemon_version TEXT NOT NULL,
+    first_hello_at TEXT NOT NULL,
+    last_contact_at TEXT NOT NULL,
+    connected INTEGER NOT NULL DEFAULT 0,
+    rejected_frames INTEGER NOT NULL DEFAULT 0,
+    history TEXT,
+    PRIMARY KEY (session_id, execution_id)
+);
+"""
+
+
+class HubStoreError(Exception):
+    """The hub database cannot be opened or read; one line for the CLI."""
+
+
+@dataclass
+class ExecutionState:
+    identity: Identity  # of the newest instance of this execution that said hello
+    daemon_version: str
+    hello_order: int  # hub-wide order of first hello: the highest in a session is its newest execution
+    first_hello_at: datetime
+    last_contact_at: datetime
+    connected: bool = False
+    rejected_frames: int = 0
+    history: AttachmentHistory | None = None
+
+    @property
+    def execution_id(self) -> str:
+        return self.identity.execution_id
+
+
+@dataclass
+class SessionState:
+    session_id: str
+    task_id: str
+    current_execution_id: str
+    last_contact_at: datetime
+    stale_rejected: int = 0
+    executions: dict[str, ExecutionState] = field(default_factory=dict)
+
+    @property
+    def current(self) -> ExecutionState:
+        return self.executions[self.current_execution_id]
+
+
+def enforce_bounds(history: AttachmentHistory) -> AttachmentHistory:
+    """The orchestrator's bounds on a history from outside: 3 attempts, 64 events each (oldest dropped, counted).
+
+    A well-behaved daemon already holds them (its reducer applies them); this only trims a history that
+    does not. It is not a second reducer: nothing is derived, only cut.
+    """
+    del history.previous[MAX_ATTEMPTS - 1 :]
+    for attempt in ([history.current] if history.current else []) + history.previous:
+        overflow = len(attempt.evidence) - MAX_EVENTS_PER_ATTEMPT
+        if overflow > 0:
+            del attempt.evidence[:overflow]
+            attempt.dropped_events += overflow
+    return history
+
+
+def _ts(value: datetime) -> str:
+    return value.isoformat()
+
+
+def _dt(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+class HubStore:
+    """The SQLite file. Writable (the hub) or read-only (the CLI). Not thread-safe: one user at a time."""
+
+    def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        try:
+            self._conn = self._open()
+        except sqlite3.Error as exc:
+            raise HubStoreError(f"cannot open hub database {self.path}: {exc}") from None
+
+    def _open(self) -> sqlite3.Connection:
+        if self.readonly:
+            if not self.path.is_file():
+                raise HubStoreError(
+                    f"no hub database at {self.path} (start `agentctl hub serve`, or pass --db PATH)"
+                )
+            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            return conn
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fresh = not self.path.exists()
+        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+        try:
+            if fresh:
+                os.chmod(self.path, 0o600)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise HubStoreError(f"hub database {self.path} was written by a newer agentctl")
+            conn.executescript(_SCHEMA)
+            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def load(self) -> dict[str, SessionState]:
+        """Everything in the file, as the hub's in-memory state (boot hydration, and the CLI's views)."""
+        try:
+            sessions = {
+                sid: SessionState(session_id=sid, task_id=task, current_execution_id=cur,
+                                  stale_rejected=stale, last_contact_at=_dt(contact))
+                for sid, task, cur, stale, contact in self._conn.execute(
+                    "SELECT session_id, task_id, current_execution_id, stale_rejected, last_contact_at FROM sessions"
+                )
+            }
+            rows = self._conn.execute(
+                "SELECT session_id, identity, daemon_version, hello_order, first_hello_at, last_contact_at, "
+                "connected, rejected_frames, history FROM executions"
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise HubStoreError(f"cannot read hub database {self.path}: {exc}") from None
+        for sid, ident, version, order, first, last, connected, rejected, history in rows:
+            session = sessions.get(sid)
+            if session is None:
+                continue
+            try:
+                identity = msgspec.json.decode(ident, type=Identity)
+                decoded = msgspec.json.decode(history, type=AttachmentHistory) if history else None
+            except msgspec.DecodeError as exc:
+                raise HubStoreError(f"hub database {self.path} holds an unreadable execution row: {exc}") from None
+            session.executions[identity.execution_id] = ExecutionState(
+                identity=identity, daemon_version=version, hello_order=order, first_hello_at=_dt(first),
+                last_contact_at=_dt(last), connected=bool(connected), rejected_frames=rejected, history=decoded,
+            )
+        return {sid: s for sid, s in sessions.items() if s.current_execution_id in s.executions}
+
+    def write(self, sessions: list[SessionState], executions: list[tuple[str, ExecutionState, bytes | None]]) -> None:
+        """Upsert these rows in one transaction. `executions` holds (session id, state, encoded history or None)."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany(
+                "INSERT INTO sessions(session_id, task_id, current_execution_id, stale_rejected, last_contact_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET task_id=excluded.task_id, "
+                "current_execution_id=excluded.current_execution_id, stale_rejected=excluded.stale_rejected, "
+                "last_contact_at=excluded.last_contact_at",
+                [(s.session_id, s.task_id, s.current_execution_id, s.stale_rejected, _ts(s.last_contact_at))
+                 for s in sessions],
+            )
+            conn.executemany(
+                "INSERT INTO executions(session_id, execution_id, hello_order, identity, daemon_version, "
+                "first_hello_at, last_contact_at, connected, rejected_frames, history) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(session_id, execution_id) DO UPDATE SET "
+                "hello_order=excluded.hello_order, identity=excluded.identity, "
+                "daemon_version=excluded.daemon_version, last_contact_at=excluded.last_contact_at, "
+                "connected=excluded.connected, rejected_frames=excluded.rejected_frames, "
+                "history=COALESCE(excluded.history, executions.history)",
+                [
+                    (sid, e.execution_id, e.hello_order, encode(e.identity).decode(), e.daemon_version,
+                     _ts(e.first_hello_at), _ts(e.last_contact_at), int(e.connected), e.rejected_frames,
+                     history.decode() if history is not None else None)
+                    for sid, e, history in executions
+                ],
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def max_hello_order(self) -> int:
+        row = self._conn.execute("SELECT COALESCE(MAX(hello_order), 0) FROM executions").fetchone()
+        return int(row[0])
+
+
+# ---- views (pure: the live hub and the read-only CLI build the same shapes) -------------------------------
+
+
+def _listing(attempt: Attempt | None) -> Attempt | None:
+    """The current attempt for a listing: rows and times, without the evidence log and the catalogs."""
+    if attempt is None:
+        return None
+    copy = msgspec.structs.replace(attempt, evidence=[])
+    copy.servers = [msgspec.structs.replace(row, catalog=None) for row in attempt.servers]
+    return copy
+
+
+def session_view(session: SessionState) -> HubSession:
+    current = session.current
+    history = current.history
+    return HubSession(
+        task_id=session.task_id,
+        session_id=session.session_id,
+        current_execution_id=session.current_execution_id,
+        connected=current.connected,
+        last_contact_at=session.last_contact_at,
+        executions=len(session.executions),
+        stale_rejected=session.stale_rejected,
+        current_attempt=_listing(history.current) if history else None,
+        agent=history.agent if history else None,
+    )
+
+
+def status_view(sessions: dict[str, SessionState]) -> HubStatus:
+    ordered = sorted(sessions.values(), key=lambda s: (s.last_contact_at, s.session_id), reverse=True)
+    return HubStatus(version=CONTRACT_VERSION, sessions=[session_view(s) for s in ordered])
+
+
+def execution_view(session: SessionState, execution: ExecutionState) -> HubExecution:
+    ident = execution.identity
+    return HubExecution(
+        execution_id=ident.execution_id,
+        instance_id=ident.instance_id,
+        agent_id=ident.agent_id,
+        agent_profile_id=ident.agent_profile_id,
+        daemon_version=execution.daemon_version,
+        current=ident.execution_id == session.current_execution_id,
+        connected=execution.connected,
+        first_hello_at=execution.first_hello_at,
+        last_contact_at=execution.last_contact_at,
+        rejected_frames=execution.rejected_frames,
+    )
+
+
+def report_view(session: SessionState, execution_id: str | None = None) -> HubSessionReport | None:
+    """The session's report; None when `execution_id` names no execution of this session."""
+    chosen = session.executions.get(execution_id or session.current_execution_id)
+    if chosen is None:
+        return None
+    executions = sorted(session.executions.values(), key=lambda e: e.hello_order, reverse=True)
+    return HubSessionReport(
+        version=CONTRACT_VERSION,
+        session=session_view(session),
+        executions=[execution_view(session, e) for e in executions],
+        history=chosen.history,
+    )

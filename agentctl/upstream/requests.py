@@ -1,0 +1,90 @@
+"""The daemon's answers to the upstream's on-demand requests: recent agent output and endpoint tests.
+
+Each function takes the DaemonContext and the request frame and returns the encoded answer line (a
+result frame, or an `error` frame with the request's id). Agent output is bounded here to the smaller of
+50 lines and 16 KiB, whatever the request asked for; endpoint tests take a stored server name only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from typing import Any
+
+import msgspec
+
+from agentctl.evidence.contract import EndpointTestResult, StderrView
+from agentctl.upstream import protocol as P
+
+log = logging.getLogger("agentctl.upstream")
+
+ENDPOINT_TEST_TIMEOUT = 60.0
+STDERR_UPSTREAM_WARNING = (
+    "recent agent output may contain sensitive data (prompts, file contents, tokens); it was sent only "
+    "because the upstream asked, and must not be persisted or logged"
+)
+
+
+def stderr_view(ctx: Any, request: P.StderrReadFrame) -> StderrView:
+    history = ctx.ledger.history
+    state = history.agent.state if history.agent else None
+    supervisor = getattr(getattr(ctx, "agent", None), "supervisor", None)
+    if supervisor is None or supervisor.process is None:
+        return StderrView(warning=STDERR_UPSTREAM_WARNING, agent_state=state, lines=[], truncated=False,
+                          total_bytes_seen=0, empty=True)
+    window = supervisor.stderr_snapshot()
+    max_lines = max(0, min(request.max_lines, P.MAX_STDERR_LINES))
+    budget = max(0, min(request.max_bytes, P.MAX_STDERR_BYTES))
+    kept: list[str] = []
+    for line in reversed(window.lines[-max_lines:] if max_lines else []):
+        size = len(line.encode("utf-8")) + 1
+        if size > budget:
+            break
+        budget -= size
+        kept.append(line)
+    kept.reverse()
+    return StderrView(
+        warning=STDERR_UPSTREAM_WARNING,
+        agent_state=state,
+        lines=kept,
+        truncated=window.truncated or len(kept) < len(window.lines),
+        total_bytes_seen=window.total_bytes_seen,
+        empty=window.empty,
+    )
+
+
+def stderr_answer(ctx: Any, request: P.StderrReadFrame) -> bytes:
+    return P.encode_frame(P.frame(P.StderrResultFrame, id=request.id, view=stderr_view(ctx, request)))
+
+
+def _stored_server_names(ctx: Any) -> set[str]:
+    spec = ctx.spec
+    return {spec.mcp.builtin_name, *(server.name for server in spec.mcp.servers)}
+
+
+async def endpoint_test_answer(ctx: Any, request: P.EndpointTestFrame) -> bytes:
+    """Run `ctx.extra_endpoint_test(name)` (sync or async, -> EndpointTestResult) for a stored name."""
+
+    def refuse(code: str, message: str) -> bytes:
+        return P.encode_frame(P.frame(P.ErrorFrame, code=code, message=message, id=request.id))
+
+    if request.server not in _stored_server_names(ctx):
+        return refuse("unknown_server", "no stored MCP server has that name")
+    hook = getattr(ctx, "extra_endpoint_test", None)
+    if hook is None:
+        return refuse("not_supported", "endpoint tests are not supported by this daemon yet")
+    try:
+        result = hook(request.server)
+        if inspect.isawaitable(result):
+            result = await asyncio.wait_for(result, ENDPOINT_TEST_TIMEOUT)
+        if not isinstance(result, EndpointTestResult):
+            result = msgspec.convert(result, EndpointTestResult)
+    except LookupError:
+        return refuse("unknown_server", "no stored MCP server has that name")
+    except TimeoutError:
+        return refuse("unavailable", f"the endpoint test did not finish within {ENDPOINT_TEST_TIMEOUT:g} s")
+    except Exception as exc:
+        log.warning("endpoint test failed unexpectedly: %s", type(exc).__name__)
+        return refuse("internal", "the endpoint test failed unexpectedly; the daemon log has details")
+    return P.encode_frame(P.frame(P.EndpointTestResultFrame, id=request.id, server=request.server, result=result))

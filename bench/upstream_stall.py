@@ -1,0 +1,158 @@
+"""MCP latency with the upstream stalled against healthy: p99 ratio, daemon memory, and the repair afterwards.
+
+Run:  .venv/bin/python bench/upstream_stall.py [--calls 2500] [--json PATH]
+
+Real processes: `agentctl hub serve` and `agentctl serve` (MCP-only, profile "external", `[upstream]` on
+the hub). The SDK client (legacy era) makes --calls sequential `tools/call describe_execution` calls; each
+is evidence the daemon publishes (tool_call_observed), and the tool itself is a config op the daemon
+answers locally, so the call measures the MCP path plus evidence publishing, not the orchestrator.
+Phase 1: hub healthy. Phase 2: the hub is SIGSTOPped (it reads nothing; the daemon's socket buffers fill,
+its queue overflows and drops, counted). Then SIGCONT, and the time until the hub's database equals the
+daemon's report (the resync snapshot repairing the gap). Also the daemon's RSS before and after the stall.
+
+Not a test: numbers depend on the machine. The issue's target: p99 stalled / healthy <= 1.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import httpx2  # noqa: E402
+import psutil  # noqa: E402
+from mcp.client import Client  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+
+from agentctl.control.client import ControlClient  # noqa: E402
+from agentctl.evidence.contract import encode  # noqa: E402
+from agentctl.upstream.hub_store import HubStore  # noqa: E402
+
+
+def _start(args: list[str]) -> tuple[subprocess.Popen, dict]:
+    proc = subprocess.Popen([sys.executable, "-m", "agentctl.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, cwd=REPO)
+    return proc, json.loads(proc.stdout.readline())
+
+
+def _hub_equals_daemon(db: Path, control: ControlClient) -> bool:
+    status, report = control.get("/v1/report")
+    try:
+        store = HubStore(db, readonly=True)
+    except Exception:
+        return False
+    try:
+        session = store.load().get("session-1")
+    finally:
+        store.close()
+    return bool(session and session.current.history and json.loads(encode(session.current.history)) == report)
+
+
+def _pct(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1] if len(values) > 1 else values[0]
+
+
+async def _calls(client: Client, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        result = await client.call_tool("describe_execution", {})
+        out.append((time.perf_counter() - t) * 1000)
+        assert result.is_error is False
+    return out
+
+
+async def run(args: argparse.Namespace) -> dict:
+    tmp = Path(tempfile.mkdtemp(prefix="stall-bench-", dir="/tmp"))
+    spec = tmp / "spec.toml"
+    spec.write_text(f"""
+[identity]
+task_id = "task-1"
+session_id = "session-1"
+agent_id = "agent-1"
+agent_profile_id = "profile-1"
+execution_id = "exec-1"
+[mcp]
+profile = "external"
+[state]
+dir = "{tmp / 'state'}"
+[upstream]
+socket = "{tmp / 'hub.sock'}"
+""")
+    hub, _ = _start(["hub", "serve", "--socket", str(tmp / "hub.sock"), "--db", str(tmp / "hub.sqlite3"),
+                     "--log-level", "warning"])
+    daemon, ready = _start(["serve", str(spec), "--socket", str(tmp / "c.sock"), "--log-level", "warning"])
+    control = ControlClient(Path(ready["control_socket"]), timeout=30)
+    try:
+        control.post("/v1/session/new")
+        _, config = control.get("/v1/mcp-config")
+        async with httpx2.AsyncClient(headers=config["headers"], timeout=60) as http:
+            async with Client(streamable_http_client(config["url"], http_client=http), mode="legacy") as client:
+                await _calls(client, 100)  # warm-up
+                healthy = await _calls(client, args.calls)
+                rss_before = psutil.Process(daemon.pid).memory_info().rss
+                os.kill(hub.pid, signal.SIGSTOP)
+                try:
+                    stalled = await _calls(client, args.calls)
+                    rss_after = psutil.Process(daemon.pid).memory_info().rss
+                    _, status = control.get("/v1/status")
+                finally:
+                    os.kill(hub.pid, signal.SIGCONT)
+                resumed = time.perf_counter()
+                while not _hub_equals_daemon(tmp / "hub.sqlite3", control):
+                    await asyncio.sleep(0.02)
+                repair = time.perf_counter() - resumed
+    finally:
+        for proc in (daemon, hub):
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+    upstream = status["upstream"]
+    result = {
+        "calls_per_phase": args.calls,
+        "healthy_p50_ms": round(statistics.median(healthy), 3),
+        "healthy_p99_ms": round(_pct(healthy, 99), 3),
+        "stalled_p50_ms": round(statistics.median(stalled), 3),
+        "stalled_p99_ms": round(_pct(stalled, 99), 3),
+        "p99_ratio_stalled_over_healthy": round(_pct(stalled, 99) / _pct(healthy, 99), 3),
+        "daemon_rss_growth_bytes": rss_after - rss_before,
+        "dropped_events": upstream["dropped_events"],
+        "resyncs": upstream["resyncs"],
+        "held_for_upstream_bytes": upstream["buffered_bytes"],
+        "repair_seconds_after_resume": round(repair, 3),
+        "machine": f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}",
+    }
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=2500, help="tools/call per phase")
+    parser.add_argument("--json", metavar="PATH", help="also write the results here")
+    args = parser.parse_args()
+    r = asyncio.run(run(args))
+    print(f"MCP tools/call latency, {r['calls_per_phase']} sequential calls per phase")
+    print(f"  healthy upstream   p50 {r['healthy_p50_ms']:8.3f} ms   p99 {r['healthy_p99_ms']:8.3f} ms")
+    print(f"  stalled upstream   p50 {r['stalled_p50_ms']:8.3f} ms   p99 {r['stalled_p99_ms']:8.3f} ms")
+    print(f"  p99 ratio stalled/healthy: {r['p99_ratio_stalled_over_healthy']}  (target <= 1.1)")
+    print(f"  during the stall: {r['dropped_events']} events dropped, {r['resyncs']} resync(s), "
+          f"{r['held_for_upstream_bytes']} bytes held; daemon RSS grew {r['daemon_rss_growth_bytes'] / 1e6:.1f} MB")
+    print(f"  hub equal to the daemon {r['repair_seconds_after_resume']} s after SIGCONT")
+    print(f"  machine: {r['machine']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(r, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

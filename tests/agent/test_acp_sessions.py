@@ -1,0 +1,174 @@
+"""ACP sessions through an in-process Daemon and the real reference agent: load, one prompt at a time,
+callers that go away, and agents that never get as far as a session."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from agentctl.control.client import ControlClient
+from agentctl.daemon.app import Daemon
+from agentctl.spec import load_spec
+from tests.agent.serve_support import agent_spec, cli, cli_json, row
+from tests.conftest import write_spec
+
+
+@asynccontextmanager
+async def running(spec: Path, sock: Path) -> AsyncIterator[Daemon]:
+    daemon = Daemon(load_spec(spec), socket_path=sock)
+    await daemon.start()
+    try:
+        yield daemon
+    finally:
+        await daemon.stop()
+
+
+async def until(predicate, timeout: float = 20.0, what: str = "condition"):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not (value := predicate()):
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+    return value
+
+
+def _raw_prompt(sock: Path, text: str) -> socket.socket:
+    """Start a prompt over the control socket and keep the connection open without reading it."""
+    body = json.dumps({"text": text}).encode()
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(str(sock))
+    conn.sendall(
+        b"POST /v1/prompt HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    return conn
+
+
+async def test_one_prompt_at_a_time_and_a_caller_that_goes_away_does_not_break_the_session(tmp_path, short_tmp):
+    # A third-party server that accepts connections and never answers: the lazy agent connects to it on
+    # the first prompt, so that prompt stays in flight until the test lets go of the server.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    held: list[socket.socket] = []
+    servers = f"""
+[[mcp.servers]]
+name = "slow"
+type = "http"
+url = "http://127.0.0.1:{port}/mcp"
+"""
+    spec = agent_spec(tmp_path, "--lazy", servers=servers)
+    sock = short_tmp / "c.sock"
+    async with running(spec, sock) as daemon:
+        outcome = await daemon.agent.acp.new_session()
+        assert outcome.accepted
+
+        first = await asyncio.to_thread(_raw_prompt, sock, "first")
+
+        def accepted() -> bool:
+            try:
+                held.append(listener.accept()[0])
+            except BlockingIOError:
+                pass
+            return bool(held)
+
+        await until(accepted, what="the agent to connect (the first prompt is in flight)")
+        code, body = await asyncio.to_thread(ControlClient(sock).post, "/v1/prompt", {"text": "second"})
+        assert code == 409 and body["reason_code"] == "prompt_busy"
+
+        first.close()  # the caller goes away mid-prompt
+        for conn in held:
+            conn.close()
+        listener.close()  # the slow server fails now; the prompt completes with nobody listening
+        await until(lambda: not daemon.agent.acp.prompt_running, what="the abandoned prompt to complete")
+
+        done = await asyncio.to_thread(cli, sock, "prompt", "third")
+        assert done.returncode == 0, done.stderr
+        assert "Called kandev/" in done.stdout
+        body = await asyncio.to_thread(cli_json, sock, "status")
+        assert row(body, "kandev")["status"] == "active"
+        assert row(body, "slow")["status"] == "delivered", "a third-party server that never answered stays unverified"
+
+
+async def test_session_load_is_a_new_attempt_for_the_same_acp_session_and_bad_input_is_one_line(tmp_path, short_tmp):
+    spec = agent_spec(tmp_path)
+    sock = short_tmp / "c.sock"
+    async with running(spec, sock) as daemon:
+        new = await asyncio.to_thread(cli_json, sock, "session", "new")
+        await until(lambda: row_status(daemon, "kandev") == "active", what="active")
+
+        loaded = await asyncio.to_thread(cli_json, sock, "session", "load", new["acp_session_id"])
+        assert loaded["accepted"] and loaded["acp_session_id"] == new["acp_session_id"]
+        history = daemon.ledger.history
+        assert history.current.attempt_id == loaded["attempt_id"] != new["attempt_id"]
+        assert history.current.origin == "session_load" and history.current.acp_session_id == new["acp_session_id"]
+        assert history.previous[0].attempt_id == new["attempt_id"]
+        assert all(r.delivered_at is not None for r in history.current.servers), "session/load delivers too"
+        await until(lambda: row_status(daemon, "kandev") == "active", what="active again after load")
+
+        bad = await asyncio.to_thread(cli, sock, "session", "load", "x" * 300)
+        assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "bad request body" in bad.stderr
+        assert daemon.ledger.history.current.attempt_id == loaded["attempt_id"], "refused input opens no attempt"
+        empty = await asyncio.to_thread(ControlClient(sock).post, "/v1/prompt", {"text": 5})
+        assert empty[0] == 400
+
+
+def row_status(daemon: Daemon, name: str) -> str | None:
+    current = daemon.ledger.history.current
+    if current is None:
+        return None
+    return next((r.status for r in current.servers if r.name == name), None)
+
+
+async def test_agent_that_exits_before_initialize_leaves_evidence_and_a_healthy_daemon(tmp_path, short_tmp):
+    spec = agent_spec(tmp_path, "--crash-before-initialize")
+    sock = short_tmp / "c.sock"
+    async with running(spec, sock) as daemon:
+        assert daemon.agent.start_error is not None and daemon.agent.start_error.reason_code == "agent_exited"
+        agent = await until(
+            lambda: daemon.ledger.history.agent if daemon.ledger.history.agent.exit_code is not None else None,
+            what="the exit code",
+        )
+        assert agent.state == "exited" and agent.exit_code == 2
+        assert agent.exit_reason == "agent_exited; exited with code 2"
+        assert daemon.ctx.readiness.checks["agent"] is False
+        assert daemon.ctx.readiness.details["agent"] == "exited: agent_exited; exited with code 2"
+        result = await asyncio.to_thread(cli_json, sock, "session", "new")
+        assert not result["accepted"] and result["reason_code"] == "agent_not_running"
+        rows = daemon.ledger.history.current.servers
+        assert rows and all(r.delivered_at is None and r.status != "failed" for r in rows)
+        assert (await asyncio.to_thread(cli, sock, "health")).returncode == 0
+
+
+async def test_agent_that_never_answers_initialize_is_stopped_with_the_reason(tmp_path, short_tmp):
+    extra = f"""
+[agent]
+command = {json.dumps([sys.executable, "-c", "import time; time.sleep(60)"])}
+initialize_timeout = 0.5
+stop_grace = 0.2
+"""
+    spec = write_spec(tmp_path, extra)
+    sock = short_tmp / "c.sock"
+    async with running(spec, sock) as daemon:
+        assert daemon.agent.start_error.reason_code == "initialize_timeout"
+        agent = daemon.ledger.history.agent
+        assert agent.state == "exited" and agent.stopped_by_daemon
+        assert agent.exit_reason.startswith("initialize_timeout; killed by SIG")
+        assert not daemon.agent.supervisor.running, "an agent without ACP is of no use: it does not linger"
+
+
+async def test_linger_stops_the_daemon_that_long_after_the_agent_exits_on_its_own(tmp_path, short_tmp):
+    spec = agent_spec(tmp_path, "--crash-before-initialize", agent_extra="linger = 0.2")
+    sock = short_tmp / "c.sock"
+    async with running(spec, sock) as daemon:
+        await asyncio.wait_for(daemon.ctx.stop_event.wait(), 20)
+        assert daemon.ledger.history.agent.exit_code == 2
+        assert not daemon.ctx.readiness.ready

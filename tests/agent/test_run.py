@@ -1,0 +1,101 @@
+"""`agentctl run`, the main job: the bundled demo end to end as a subprocess, the prompt path, and failures
+that end in one line and an exit code rather than a traceback."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from agentctl.daemon.app import Daemon
+from agentctl.daemon.run import run_main_job
+from agentctl.evidence.contract import decode_history
+from agentctl.spec import load_spec
+from tests.agent.serve_support import agent_spec
+from tests.conftest import REPO, agentctl_cmd
+
+DEMO = REPO / "examples" / "demo.toml"
+
+
+def _run(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        agentctl_cmd("run", *args),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+
+
+def _persisted(cwd: Path, stdout: str) -> Path:
+    match = re.search(r"^report persisted to (.+)$", stdout, re.MULTILINE)
+    assert match, stdout
+    path = Path(match.group(1))
+    return path if path.is_absolute() else cwd / path
+
+
+def test_the_demo_runs_end_to_end_showing_active_beside_delivered_unverified_and_persists_the_report(tmp_path):
+    shutil.copy(DEMO, tmp_path / "demo.toml")  # its state dir is relative: keep it inside the test's directory
+    done = _run(tmp_path, "demo.toml")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    lines = out.splitlines()
+    steps = [line.split()[0] for line in lines if line.startswith(("attempt ", "  "))]
+    assert steps.index("attempt") < steps.index("delivered") < steps.index("connected") < steps.index("tools")
+    assert re.search(r"^\s+kandev\s+active$", out, re.MULTILINE)
+    assert re.search(r"^\s+docs\s+delivered · connection unverified$", out, re.MULTILINE)
+    assert "Traceback" not in done.stderr
+    history = decode_history(_persisted(tmp_path, out).read_bytes())
+    rows = {r.name: r.status for r in history.current.servers}
+    assert rows == {"kandev": "active", "docs": "delivered"}
+    assert history.agent.state == "exited" and history.agent.stopped_by_daemon
+    assert "example-not-a-real-token" not in _persisted(tmp_path, out).read_text()
+
+
+def test_run_with_a_prompt_shows_the_tool_used_and_keeps_the_prompt_and_answer_out_of_report_and_log(tmp_path):
+    shutil.copy(DEMO, tmp_path / "demo.toml")
+    canary = "RUNCANARY4242"
+    done = _run(tmp_path, "demo.toml", "--prompt", f'CALL update_task {{"description": "{canary}"}}')
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"^\s+used\s+kandev: update_task \(ok\)$", done.stdout, re.MULTILINE)
+    assert canary in done.stdout, "the answer is shown to the person who asked"
+    assert re.search(r"^\s+kandev\s+active$", done.stdout, re.MULTILINE)
+    assert "used" in done.stdout.split("kandev    active", 1)[1].splitlines()[1]
+    assert canary not in done.stderr
+    for path in (tmp_path / "state").rglob("*"):
+        if path.is_file() and not path.name.startswith("tasks.sqlite3"):  # the task store holds task data
+            assert canary.encode() not in path.read_bytes(), f"{path.name} holds the prompt or the answer"
+
+
+def test_run_with_an_agent_that_cannot_start_exits_one_with_one_line(tmp_path):
+    spec = agent_spec(tmp_path, "--crash-before-initialize")
+    done = _run(tmp_path, str(spec), "--socket", str(tmp_path / "c.sock"))
+    assert done.returncode == 1
+    assert "the agent did not start: agent_exited" in done.stdout
+    assert "Traceback" not in done.stderr and "Traceback" not in done.stdout
+    assert "report persisted to" in done.stdout
+
+
+async def test_run_whose_agent_dies_during_the_prompt_reports_the_error_and_stops_cleanly(tmp_path, short_tmp):
+    spec = agent_spec(tmp_path, "--ignore-mcp")
+    daemon = Daemon(load_spec(spec), socket_path=short_tmp / "c.sock")
+
+    class Out(io.StringIO):
+        def write(self, text: str) -> int:
+            if text.startswith("prompt sent"):
+                # A real crash at the worst moment: the agent is killed as the prompt goes out.
+                os.kill(daemon.agent.supervisor.pid, 9)
+            return super().write(text)
+
+    out = Out()
+    code = await run_main_job(daemon, prompt="hello", out=out)
+    text = out.getvalue()
+    assert code == 1
+    assert re.search(r"^\s+error\s+prompt: agent_(exited|not_running)", text, re.MULTILINE), text
+    assert "report persisted to" in text
+    assert daemon.ledger.history.agent.exit_signal == 9
+    assert not (short_tmp / "c.sock").exists(), "the daemon stopped in order"

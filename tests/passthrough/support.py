@@ -1,0 +1,73 @@
+"""Shared pieces of the passthrough tests: a spec with canary secrets, requests, and real agent commands."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from agentctl.agent.passthrough.base import BuiltinEndpoint, MaterializeRequest
+from agentctl.spec import Spec, parse_spec
+
+TOKEN = "TOKEN-CANARY-0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+HEADER_CANARY = "HDR-CANARY-61a7e0c2"
+SSE_CANARY = "SSE-CANARY-5d0b9f31"
+ARG_CANARY = "ARG-CANARY-c4e8a211"
+ENV_CANARY = "ENV-CANARY-9b3f7d55"
+CANARIES = (HEADER_CANARY, SSE_CANARY, ARG_CANARY, ENV_CANARY)
+BASE = "http://127.0.0.1:4321"
+
+IDENTITY = """
+[identity]
+task_id = "task-1"
+session_id = "session-1"
+agent_id = "agent-1"
+agent_profile_id = "profile-1"
+execution_id = "exec-pt"
+"""
+
+SERVERS = f"""
+[[mcp.servers]]
+name = "docs"
+type = "http"
+url = "https://docs.example.com/mcp"
+headers = {{ "X-Api-Key" = "{HEADER_CANARY}" }}
+
+[[mcp.servers]]
+name = "events"
+type = "sse"
+url = "https://events.example.com/sse"
+headers = {{ Authorization = "Bearer {SSE_CANARY}" }}
+
+[[mcp.servers]]
+name = "fs"
+type = "stdio"
+command = "/usr/bin/fs-server"
+args = ["--root", "{ARG_CANARY}"]
+env = {{ FS_TOKEN = "{ENV_CANARY}" }}
+"""
+
+# Stays alive until SIGTERM; stands in for a CLI whose own format the reference agent cannot read.
+SLEEPER = [sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); time.sleep(120)"]
+
+
+def spec_for(strategy: str | None, *, servers: str = SERVERS, extra: str = "", command: list[str] | None = None) -> Spec:
+    argv = ", ".join(f'"{a}"' for a in (command or ["cli"]))
+    strat = f'strategy = "{strategy}"' if strategy else ""
+    text = f'{IDENTITY}\n[agent]\ncommand = [{argv}]\nprotocol = "passthrough"\n{strat}\n{extra}\n{servers}'
+    return parse_spec(text.encode())
+
+
+def request(spec: Spec, workdir: Path) -> MaterializeRequest:
+    tmpdir = Path(tempfile.mkdtemp(prefix="pt-", dir=workdir.parent))
+    builtin = BuiltinEndpoint("kandev", f"{BASE}/mcp", f"{BASE}/sse", TOKEN)
+    return MaterializeRequest(spec, builtin, workdir, tmpdir)
+
+
+def mode(path: Path) -> int:
+    return os.stat(path, follow_symlinks=False).st_mode & 0o777
+
+
+def tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))

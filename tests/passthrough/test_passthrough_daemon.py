@@ -1,0 +1,272 @@
+"""Passthrough agents under the real daemon: a real CLI process (the reference agent or a sleeper),
+real files, real evidence. Each process start is an attempt; nothing secret leaves the 0600 files."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from agentctl.control.client import ControlClient
+from agentctl.daemon.app import Daemon
+from agentctl.spec import load_spec
+from tests.conftest import agentctl_cmd, poll, start_serve, write_spec
+from tests.passthrough.support import (
+    ARG_CANARY, CANARIES, ENV_CANARY, HEADER_CANARY, SLEEPER, SSE_CANARY, mode, tree,
+)
+
+DEAD = "http://127.0.0.1:1"  # refused at once: profile servers the agent cannot reach
+
+
+def agent_section(strategy: str | None, command: list[str], workdir: Path, *, servers: bool = True) -> str:
+    argv = ", ".join(json.dumps(a) for a in command)
+    text = f'[agent]\ncommand = [{argv}]\nprotocol = "passthrough"\nworkdir = "{workdir}"\nstop_grace = 0.2\n'
+    if strategy:
+        text += f'strategy = "{strategy}"\n'
+    if servers:
+        text += f"""
+[[mcp.servers]]
+name = "docs"
+type = "http"
+url = "{DEAD}/mcp"
+headers = {{ "X-Api-Key" = "{HEADER_CANARY}" }}
+
+[[mcp.servers]]
+name = "events"
+type = "sse"
+url = "{DEAD}/sse"
+headers = {{ Authorization = "Bearer {SSE_CANARY}" }}
+
+[[mcp.servers]]
+name = "fs"
+type = "stdio"
+command = "/nonexistent/fs-server"
+args = ["--root", "{ARG_CANARY}"]
+env = {{ FS_TOKEN = "{ENV_CANARY}" }}
+"""
+    return text
+
+
+REF_CLAUDE = ["agentctl-reference-agent", "--passthrough", "claude", "--connect-timeout", "5"]
+REF_CODEX = ["agentctl-reference-agent", "--passthrough", "codex", "--connect-timeout", "5", "exec", "go"]
+
+
+def rows(history) -> dict:
+    return {r.name: r for r in history.current.servers} if history.current else {}
+
+
+async def until(predicate, timeout: float = 20.0, what: str = "condition"):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not (value := predicate()):
+        if loop.time() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+    return value
+
+
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch) -> Path:
+    """Where the daemon's per-attempt private directories go, so a test can see them come and go."""
+    d = tmp_path / "private"
+    d.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(d))
+    return d
+
+
+@pytest.fixture
+def workdir(tmp_path) -> Path:
+    wd = tmp_path / "work"
+    wd.mkdir()
+    return wd
+
+
+# ---------------------------------------------------------------- the whole path, as a person runs it
+
+
+def test_claude_cli_gets_its_config_connects_and_the_builtin_server_becomes_active(tmp_path, short_tmp, workdir):
+    private = tmp_path / "private"
+    private.mkdir()
+    spec = write_spec(tmp_path, agent_section("claude", REF_CLAUDE, workdir))
+    sock = short_tmp / "c.sock"
+    serve = start_serve(spec, sock, env={"TMPDIR": str(private)})
+    client = ControlClient(sock)
+    status_texts: list[str] = []
+
+    def status() -> dict:
+        # GET /v1/status is the body `agentctl status --json` prints; polled in-process (no interpreter per poll).
+        body = client.get("/v1/status")[1]
+        status_texts.append(json.dumps(body))
+        return body
+
+    def kandev_active() -> bool:
+        current = status()["current"]
+        return bool(current) and {r["name"]: r["status"] for r in current["servers"]}["kandev"] == "active"
+
+    try:
+        poll(kandev_active, timeout=30, what="the built-in server to become active")
+        cli = subprocess.run(agentctl_cmd("status", "--json", "--socket", str(sock)), capture_output=True, timeout=30)
+        status_texts.append(cli.stdout.decode())
+        current = json.loads(cli.stdout)["current"]
+        assert current["origin"] == "passthrough_start" and current["accepted_at"]
+        by_name = {r["name"]: r for r in current["servers"]}
+        assert by_name["kandev"]["status"] == "active"
+        assert by_name["kandev"]["client"]["name"] == "agentctl-reference-agent" and by_name["kandev"]["tool_calls"] >= 1
+        # Third-party servers go straight to the agent: delivered, connection unverified, never failed.
+        assert {n: by_name[n]["status"] for n in ("docs", "events", "fs")} == dict.fromkeys(("docs", "events", "fs"), "delivered")
+        token = client.get("/v1/mcp-config")[1]["headers"]["Authorization"].split()[1]
+        # The reference agent answers its one turn and exits 0 (stdin is closed): its file goes with it.
+        poll(lambda: status()["checks"]["agent"] is False and not list(private.iterdir()), timeout=15,
+             what="the CLI to finish and its private directory to be removed")
+    finally:
+        assert serve.stop(signal.SIGTERM) == 0
+    log = serve.proc.stderr.read().decode()
+    report = (tmp_path / "state" / "exec-test" / "report.json").read_text()
+    kinds = [e["kind"] for e in json.loads(report)["current"]["evidence"] if e.get("server") in (None, "kandev")]
+    assert kinds[:3] == ["configured", "delivered", "session_accepted"] and "tools_list_observed" in kinds
+    assert "explicit_error" not in kinds  # exit code 0 is a finished print-mode CLI, not an error
+    for secret in (token, *CANARIES):
+        assert secret not in report and secret not in log and not any(secret in t for t in status_texts)
+    assert list(private.iterdir()) == [] and tree(workdir) == []
+
+
+async def test_codex_cli_gets_config_overrides_and_reaches_the_builtin_server(tmp_path, short_tmp, workdir):
+    d = Daemon(load_spec(write_spec(tmp_path, agent_section("codex", REF_CODEX, workdir))), socket_path=short_tmp / "c.sock")
+    await d.start()
+    try:
+        await until(lambda: rows(d.ledger.history).get("kandev") and rows(d.ledger.history)["kandev"].status == "active",
+                    what="kandev active over codex's -c overrides")
+        by_name = rows(d.ledger.history)
+        assert (by_name["events"].status, by_name["events"].reason_code) == ("filtered", "sse_unsupported_by_strategy")
+        assert by_name["docs"].status == "delivered" and by_name["fs"].status == "delivered"
+        assert d.agent.start_error is None and d.ledger.history.agent.protocol == "passthrough"
+    finally:
+        await d.stop()
+
+
+# ---------------------------------------------------------------- merged files, restored at stop
+
+
+async def test_cursor_file_holds_the_token_0600_while_running_and_comes_back_byte_for_byte(
+    tmp_path, short_tmp, workdir, private_tmp, caplog
+):
+    caplog.set_level(logging.DEBUG)
+    target = workdir / ".cursor" / "mcp.json"
+    target.parent.mkdir()
+    original = b'{\n  "mcpServers": {"mine": {"command": "my-server"}}\n}\n'
+    target.write_bytes(original)
+    target.chmod(0o640)
+    d = Daemon(load_spec(write_spec(tmp_path, agent_section("cursor", SLEEPER, workdir))), socket_path=short_tmp / "c.sock")
+    await d.start()
+    try:
+        assert d.agent.supervisor.running
+        token = d.ledger.tokens.token_of(d.ledger.current_attempt_id)
+        merged = json.loads(target.read_text())["mcpServers"]
+        assert set(merged) == {"mine", "kandev", "docs", "events", "fs"}
+        assert merged["kandev"]["headers"] == {"Authorization": f"Bearer {token}"} and mode(target) == 0o600
+        assert {r.name: r.status for r in d.ledger.history.current.servers} == dict.fromkeys(("kandev", "docs", "events", "fs"), "delivered")
+    finally:
+        await d.stop()
+    assert target.read_bytes() == original and mode(target) == 0o640
+    assert tree(workdir) == [".cursor", ".cursor/mcp.json"] and list(private_tmp.iterdir()) == []
+    report = (tmp_path / "state" / "exec-test" / "report.json").read_text()
+    for secret in (token, *CANARIES):
+        assert secret not in report and secret not in caplog.text
+
+
+async def test_gemini_leaves_nothing_behind_when_the_workspace_had_no_settings(tmp_path, short_tmp, workdir, private_tmp):
+    d = Daemon(load_spec(write_spec(tmp_path, agent_section("gemini", SLEEPER, workdir))), socket_path=short_tmp / "c.sock")
+    await d.start()
+    try:
+        settings = json.loads((workdir / ".gemini" / "settings.json").read_text())["mcpServers"]
+        assert settings["kandev"]["httpUrl"] == f"{d.ctx.mcp_base}/mcp" and settings["events"]["url"] == f"{DEAD}/sse"
+    finally:
+        await d.stop()
+    assert tree(workdir) == [] and list(private_tmp.iterdir()) == []
+
+
+# ---------------------------------------------------------------- honest evidence when nothing can be handed over
+
+
+async def test_without_a_strategy_every_server_is_unavailable_and_the_cli_still_runs(tmp_path, short_tmp, workdir):
+    d = Daemon(load_spec(write_spec(tmp_path, agent_section(None, SLEEPER, workdir))), socket_path=short_tmp / "c.sock")
+    await d.start()
+    try:
+        current = d.ledger.history.current
+        assert {r.name: (r.status, r.reason_code) for r in current.servers} == dict.fromkeys(
+            ("kandev", "docs", "events", "fs"), ("unavailable", "no_passthrough_strategy"))
+        assert current.origin == "passthrough_start" and current.accepted_at is not None
+        assert d.agent.supervisor.running and tree(workdir) == []
+    finally:
+        await d.stop()
+
+
+async def test_a_symlink_in_the_way_fails_each_server_explicitly_and_the_daemon_stays_up(tmp_path, short_tmp, workdir):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (workdir / ".cursor").symlink_to(elsewhere)
+    spec = load_spec(write_spec(tmp_path, agent_section("cursor", SLEEPER, workdir) + '\n[policy]\ntransports = ["http", "stdio"]\n'))
+    d = Daemon(spec, socket_path=short_tmp / "c.sock")
+    await d.start()
+    try:
+        by_name = rows(d.ledger.history)
+        assert {n: (r.status, r.reason_code) for n, r in by_name.items()} == {
+            "kandev": ("failed", "materialize_failed"), "docs": ("failed", "materialize_failed"),
+            "fs": ("failed", "materialize_failed"), "events": ("filtered", "policy_denied"),
+        }
+        assert by_name["kandev"].summary == "symlink in the way at .cursor; refusing to write through it"
+        assert d.agent.start_error.reason_code == "materialize_failed" and d.agent.supervisor.process is None
+        agent = d.ledger.history.agent
+        assert (agent.protocol, agent.state, agent.exit_reason) == ("passthrough", "exited", by_name["kandev"].summary)
+        assert d.ctx.readiness.checks["agent"] is False and d.ctx.readiness.checks["mcp_endpoint"] is True
+        assert list(elsewhere.iterdir()) == []
+    finally:
+        await d.stop()
+
+
+# ---------------------------------------------------------------- restarts
+
+
+async def test_each_process_start_is_a_new_attempt_with_its_own_token(tmp_path, short_tmp, workdir, private_tmp):
+    d = Daemon(load_spec(write_spec(tmp_path, agent_section("claude", REF_CLAUDE, workdir, servers=False))),
+               socket_path=short_tmp / "c.sock")
+    await d.start()
+    try:
+        first = d.ledger.current_attempt_id
+        first_token = d.ledger.tokens.token_of(first)
+        await until(lambda: rows(d.ledger.history)["kandev"].status == "active", what="first attempt active")
+        await until(lambda: d.ledger.history.agent.state == "exited" and not list(private_tmp.iterdir()),
+                    what="the first CLI run to finish and clean up")
+        assert d.ledger.history.current.session_error is None  # exit 0
+
+        second = await d.agent.restart()
+        assert second == d.ledger.current_attempt_id and second != first
+        assert d.ledger.tokens.token_of(second) != first_token
+        history = d.ledger.history
+        assert history.current.origin == "passthrough_start" and history.previous[0].attempt_id == first
+        assert history.previous[0].superseded_at is not None
+        assert {r.name: r.status for r in history.previous[0].servers} == {"kandev": "active"}  # kept, not reset
+        await until(lambda: rows(d.ledger.history)["kandev"].status == "active", what="second attempt active")
+    finally:
+        await d.stop()
+    assert list(private_tmp.iterdir()) == [] and tree(workdir) == []
+
+
+async def test_a_cli_that_fails_is_a_report_level_diagnostic(tmp_path, short_tmp, workdir, private_tmp):
+    failing = [*REF_CLAUDE, "--crash-after", "0.05"]
+    d = Daemon(load_spec(write_spec(tmp_path, agent_section("claude", failing, workdir, servers=False))),
+               socket_path=short_tmp / "c.sock")
+    await d.start()
+    try:
+        error = await until(lambda: d.ledger.history.current.session_error, what="the exit diagnostic")
+        assert error.reason_code == "agent_exited" and error.summary == "exited with code 3"
+        assert rows(d.ledger.history)["kandev"].status != "failed"  # an exit names no server
+        assert not list(private_tmp.iterdir())
+    finally:
+        await d.stop()

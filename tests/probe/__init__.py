@@ -1,0 +1,1 @@
+"""Tests for the developer probe (`agentctl probe mcp`)."""

@@ -1,0 +1,121 @@
+"""Real processes for the upstream tests: `agentctl hub serve` and `agentctl serve`, logs to files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from agentctl.control.client import ControlClient
+from agentctl.evidence.contract import encode
+from agentctl.upstream.hub_store import HubStore, HubStoreError
+from tests.conftest import REPO, agentctl_cmd
+
+REF_AGENT = str(Path(sys.executable).parent / "agentctl-reference-agent")
+
+
+class Proc:
+    def __init__(self, popen: subprocess.Popen, ready: dict[str, Any], log: Path) -> None:
+        self.popen = popen
+        self.ready = ready
+        self.log = log
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+        try:
+            return self.popen.wait(timeout=timeout)
+        finally:
+            self.popen.stdout.close()
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            os.kill(self.popen.pid, signal.SIGCONT)
+            self.popen.kill()
+            self.popen.wait(timeout=10)
+        self.popen.stdout.close()
+
+
+def _start(args: list[str], log: Path, env: dict[str, str] | None = None) -> Proc:
+    with open(log, "ab") as err:
+        popen = subprocess.Popen(agentctl_cmd(*args), stdout=subprocess.PIPE, stderr=err, cwd=REPO,
+                                 env={**os.environ, **(env or {})})
+    line = popen.stdout.readline()
+    if not line:
+        popen.wait(timeout=10)
+        pytest.fail(f"{args[0]} exited before ready ({popen.returncode}): {log.read_text()[-2000:]}")
+    return Proc(popen, json.loads(line), log)
+
+
+def start_hub(d: Path, name: str = "hub") -> Proc:
+    return _start(["hub", "serve", "--socket", str(d / "hub.sock"), "--db", str(d / "hub.sqlite3")], d / f"{name}.log")
+
+
+def write_spec(d: Path, *, execution: str = "exec-1", agent: bool = False, profile: str = "task",
+               upstream: str | None = None, name: str = "spec.toml") -> Path:
+    agent_block = f'[agent]\ncommand = ["{REF_AGENT}"]\n' if agent else ""
+    path = d / name
+    path.write_text(f"""
+[identity]
+task_id = "task-1"
+session_id = "session-1"
+agent_id = "agent-1"
+agent_profile_id = "profile-1"
+execution_id = "{execution}"
+
+{agent_block}
+[mcp]
+profile = "{profile}"
+
+[state]
+dir = "{d / 'state'}"
+
+[upstream]
+socket = "{upstream or d / 'hub.sock'}"
+""")
+    return path
+
+
+def start_daemon(d: Path, spec: Path, name: str = "daemon") -> Proc:
+    return _start(["serve", str(spec), "--socket", str(d / f"{name}.sock")], d / f"{name}.log")
+
+
+def control(proc: Proc) -> ControlClient:
+    return ControlClient(Path(proc.ready["control_socket"]), timeout=30)
+
+
+def daemon_report(proc: Proc) -> dict[str, Any]:
+    status, body = control(proc).get("/v1/report")
+    assert status == 200
+    return body
+
+
+def hub_history(db: Path, session: str = "session-1") -> dict[str, Any] | None:
+    """The hub's stored history of the session's current execution, read read-only like the CLI does."""
+    try:
+        store = HubStore(db, readonly=True)
+    except HubStoreError:
+        return None
+    try:
+        sessions = store.load()
+    finally:
+        store.close()
+    found = sessions.get(session)
+    if found is None or found.current.history is None:
+        return None
+    return json.loads(encode(found.current.history))
+
+
+def builtins(obj: Any) -> Any:
+    return json.loads(encode(obj)) if hasattr(obj, "__struct_fields__") else msgspec.to_builtins(obj)

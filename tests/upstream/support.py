@@ -1,0 +1,98 @@
+"""Helpers for the upstream tests: identities, a raw frame client over a real Unix socket, and a
+daemon-side context (real Ledger, real Readiness) for running real Publishers without a whole daemon."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentctl.daemon.context import DaemonContext
+from agentctl.evidence.contract import Identity
+from agentctl.evidence.ledger import Ledger, ServerSeed
+from agentctl.spec import parse_spec
+from agentctl.upstream import protocol as P
+
+
+def identity(session: str = "session-1", execution: str = "exec-1", instance: str = "inst-1", task: str = "task-1") -> Identity:
+    return Identity(task_id=task, session_id=session, execution_id=execution, instance_id=instance,
+                    agent_id="agent-1", agent_profile_id="profile-1")
+
+
+async def eventually(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+SEEDS = [
+    ServerSeed(name="kandev", source="builtin", transport="http", target="http://127.0.0.1:1"),
+    ServerSeed(name="docs", source="profile", transport="http", target="https://docs.example"),
+]
+
+
+def make_ctx(tmp: Path, ident: Identity, upstream: str | None = None) -> DaemonContext:
+    spec = parse_spec(
+        f"""
+[identity]
+task_id = "{ident.task_id}"
+session_id = "{ident.session_id}"
+agent_id = "{ident.agent_id}"
+agent_profile_id = "{ident.agent_profile_id}"
+execution_id = "{ident.execution_id}"
+
+[[mcp.servers]]
+name = "docs"
+type = "http"
+url = "https://docs.example/mcp"
+""".encode()
+    )
+    return DaemonContext(spec=spec, ledger=Ledger(ident), state_dir=tmp, control_socket=tmp / "unused.sock")
+
+
+class RawClient:
+    """A hand-driven daemon side: writes any bytes, reads the hub's frames. For frames a real daemon never sends."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def connect(cls, path: str | Path) -> RawClient:
+        reader, writer = await asyncio.open_unix_connection(str(path), limit=P.STREAM_LIMIT)
+        return cls(reader, writer)
+
+    async def send(self, frame_or_bytes: Any) -> None:
+        data = frame_or_bytes if isinstance(frame_or_bytes, bytes) else P.encode_frame(frame_or_bytes)
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def hello(self, ident: Identity) -> None:
+        await self.send(P.frame(P.HelloFrame, identity=ident, daemon_version="test", contract_version=1, heartbeat_ms=10_000))
+
+    async def recv(self, timeout: float = 5.0) -> Any:
+        """The next frame from the hub, or None at end of stream."""
+        raw = await asyncio.wait_for(P.read_frame_line(self.reader), timeout)
+        return None if raw is None else P.decode_from_upstream(raw)
+
+    async def recv_until_closed(self, timeout: float = 5.0) -> list[Any]:
+        frames = []
+        while (item := await self.recv(timeout)) is not None:
+            frames.append(item)
+        return frames
+
+    async def close(self) -> None:
+        self.writer.close()
+        try:
+            await self.writer.wait_closed()
+        except (OSError, ConnectionError):
+            pass

@@ -1,0 +1,74 @@
+"""`agentctl hub` commands and the in-process hub `agentctl run` uses (`embedded_hub`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from agentctl.cli import main
+from agentctl.daemon.app import Daemon
+from agentctl.spec import parse_spec
+from agentctl.upstream.hub import embedded_hub
+from tests.conftest import REPO, agentctl_cmd
+from tests.upstream.procs import start_hub
+from tests.upstream.support import eventually
+
+
+async def test_embedded_hub_serves_a_daemon_in_process_and_the_cli_reads_what_it_kept(short_dir, capsys):
+    async with embedded_hub(short_dir) as socket_path:
+        spec = parse_spec(f"""
+[identity]
+task_id = "task-1"
+session_id = "session-e"
+agent_id = "agent-1"
+agent_profile_id = "profile-1"
+[state]
+dir = "{short_dir}/state"
+[upstream]
+socket = "{socket_path}"
+""".encode())
+        daemon = Daemon(spec, socket_path=short_dir / "c.sock")
+        await daemon.start()
+        try:
+            await eventually(lambda: daemon.ctx.upstream.connected, what="connected to the embedded hub")
+            attempt, _ = daemon.open_attempt("manual")
+        finally:
+            await daemon.stop()  # the final snapshot reaches the hub before it stops
+
+    db = str(short_dir / "hub.sqlite3")
+    assert main(["hub", "status", "--db", db, "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    [session] = status["sessions"]
+    assert session["session_id"] == "session-e" and session["current_attempt"]["attempt_id"] == attempt
+    assert session["connected"] is False
+
+    assert main(["hub", "status", "--db", db]) == 0
+    text = capsys.readouterr().out
+    assert "session session-e (task task-1)" in text and "kandev" in text and "not connected" in text
+
+    assert main(["hub", "report", "session-e", "--db", db]) == 0
+    assert "executions, newest first:" in capsys.readouterr().out
+
+    assert main(["hub", "report", "nope", "--db", db]) == 1
+    assert capsys.readouterr().err.strip() == "agentctl: the hub has no session 'nope'"
+    assert main(["hub", "report", "session-e", "--execution", "nope", "--db", db]) == 1
+    capsys.readouterr()
+    assert main(["hub", "status", "--db", str(short_dir / "missing.sqlite3")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("agentctl: no hub database at") and err.count("\n") == 1
+
+
+def test_a_second_hub_on_a_live_socket_refuses_to_start_with_one_line(short_dir):
+    first = start_hub(short_dir)
+    try:
+        second = subprocess.run(
+            agentctl_cmd("hub", "serve", "--socket", str(short_dir / "hub.sock"), "--db", str(short_dir / "other.sqlite3")),
+            capture_output=True, text=True, timeout=60, cwd=REPO,
+        )
+        assert second.returncode == 2
+        assert second.stderr.startswith("agentctl: hub socket: ") and "already serving" in second.stderr
+        assert second.stderr.count("\n") == 1 and second.stdout == ""
+        assert first.popen.poll() is None, "the first hub keeps serving"
+    finally:
+        assert first.stop() == 0
+    assert not (short_dir / "hub.sock").exists(), "socket removed at shutdown"

@@ -1,0 +1,65 @@
+"""On-demand requests from the upstream, answered by a real daemon with a real agent: recent agent output
+(bounded, never stored by the hub) and endpoint tests by stored name."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentctl.daemon.app import Daemon
+from agentctl.spec import parse_spec
+from agentctl.upstream.hub import Hub, HubRequestError
+from agentctl.upstream.protocol import MAX_STDERR_BYTES, MAX_STDERR_LINES
+from tests.upstream.support import eventually
+
+REF_AGENT = str(Path(sys.executable).parent / "agentctl-reference-agent")
+
+
+async def test_the_hub_reads_bounded_agent_output_and_tests_endpoints_through_the_daemon(short_dir):
+    hub = Hub(short_dir / "hub.sock", short_dir / "hub.sqlite3", flush_interval=0.02)
+    await hub.start()
+    spec = parse_spec(f"""
+[identity]
+task_id = "task-1"
+session_id = "session-1"
+agent_id = "agent-1"
+agent_profile_id = "profile-1"
+execution_id = "exec-1"
+[agent]
+command = ["{REF_AGENT}", "--flood-stderr", "0.1"]
+[state]
+dir = "{short_dir}/state"
+[upstream]
+socket = "{short_dir}/hub.sock"
+""".encode())
+    daemon = Daemon(spec, socket_path=short_dir / "c.sock")
+    await daemon.start()
+    try:
+        await eventually(lambda: hub.report("session-1") is not None and hub._live_conn("session-1") is not None,
+                         what="daemon connected")
+        supervisor = daemon.agent.supervisor
+        await eventually(lambda: supervisor.stderr_snapshot().total_bytes_seen >= 100_000, what="agent output")
+
+        view = await hub.read_stderr("session-1")
+        assert 0 < len(view.lines) <= MAX_STDERR_LINES
+        assert sum(len(line.encode()) + 1 for line in view.lines) <= MAX_STDERR_BYTES
+        assert view.truncated and "sensitive" in view.warning
+        assert any("flood-stderr" in line for line in view.lines)
+
+        await daemon.agent.acp.new_session()
+        result = await hub.test_endpoint("session-1", "kandev")
+        assert result.succeeded and result.tool_count and result.tool_count > 0
+        with pytest.raises(HubRequestError) as info:
+            await hub.test_endpoint("session-1", "https://evil.example/mcp")
+        assert info.value.code == "unknown_server"
+        with pytest.raises(HubRequestError) as info:
+            await hub.read_stderr("no-such-session")
+        assert info.value.code == "unavailable"
+    finally:
+        await daemon.stop()
+        await hub.stop()
+    # Agent output was handed over on request only: it is in no file the hub wrote.
+    for path in short_dir.glob("hub.sqlite3*"):
+        assert b"flood-stderr" not in path.read_bytes(), path.name
