@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import acp
+import acp.meta
 from acp.schema import (
     AllowedOutcome,
     DeniedOutcome,
@@ -38,6 +40,43 @@ from agentctl.spec import Spec, secret_values
 log = logging.getLogger(__name__)
 
 UpdateSink = Callable[[dict[str, Any]], Awaitable[None] | None]
+
+_ACP_DIR = os.path.dirname(os.path.abspath(acp.__file__)) + os.sep
+# The only arguments the SDK's log lines may keep: protocol method names (an agent-chosen one is content).
+_KNOWN_METHODS = frozenset(acp.meta.CLIENT_METHODS.values()) | frozenset(acp.meta.AGENT_METHODS.values())
+
+
+class _SdkLogScrubber(logging.Filter):
+    """The ACP SDK logs through the root logger with full tracebacks, and a pydantic ValidationError's text
+    quotes its input: one malformed session/update from the agent would put the agent's output (and so
+    prompt or file content) in the daemon's log. Keep the SDK's line and the exception's type only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.pathname.startswith(_ACP_DIR):
+            return True
+        exc = record.exc_info[1] if record.exc_info else None
+        args = record.args if isinstance(record.args, tuple) else ()
+        # Arguments are agent-chosen (a JSON-RPC method name): keep only the protocol's own names.
+        safe = tuple(a if isinstance(a, str) and a in _KNOWN_METHODS else "<other>" for a in args)
+        try:
+            text = str(record.msg) % safe if safe else str(record.msg)
+        except (TypeError, ValueError):
+            text = str(record.msg).split("%", 1)[0].strip()
+        record.msg = f"ACP SDK: {text}" + (f" ({type(exc).__name__})" if exc is not None else "")
+        record.args = ()
+        record.exc_info = None
+        record.exc_text = None
+        record.stack_info = None
+        return True
+
+
+_SCRUBBER = _SdkLogScrubber()
+
+
+def install_sdk_log_scrubber() -> None:
+    root = logging.getLogger()
+    if _SCRUBBER not in root.filters:
+        root.addFilter(_SCRUBBER)
 
 
 class AgentError(Exception):
@@ -101,6 +140,7 @@ class AcpRuntime:
         # only once the frame was written to the agent's stdin (see _on_sent).
         self._pending_delivery: tuple[str, list[Planned], list[Planned]] | None = None
         self._secrets = secret_values(spec)
+        install_sdk_log_scrubber()
 
     # -- connection ------------------------------------------------------------------------------
 
@@ -250,13 +290,17 @@ class AcpRuntime:
     ) -> SessionOutcome:
         """An error that names delivered servers fails those rows; one that names none is report-level.
 
-        A structured error (`data.servers[].name/reason`, or `data.server`) gives each named server its own
-        reason; otherwise a server counts as named when its name appears in the message or data as a word.
+        A structured error (`data.servers[].name/reason`, or `data.server`) names servers exactly and gives
+        each its own reason; only without one does a server count as named when its name appears in the
+        message or data as a word (so a server called "server" is not failed by "MCP server 'docs' ...").
         """
-        detail = json.dumps(data, default=str) if data is not None else ""
         reasons = _server_reasons(data)
-        text = f"{message} {detail}".strip()
-        named = tuple(p.name for p in delivered if p.name in reasons or _names(text, p.name))
+        if reasons:
+            named = tuple(p.name for p in delivered if p.name in reasons)
+        else:
+            detail = json.dumps(data, default=str) if data is not None else ""
+            text = f"{message} {detail}".strip()
+            named = tuple(p.name for p in delivered if _names(text, p.name))
         if named:
             for name in named:
                 summary = self._summary(reasons.get(name) or message)

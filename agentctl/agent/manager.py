@@ -21,6 +21,7 @@ DAEMON_SECRET_ENV_PREFIXES = ("AGENTCTL_", "CREDENTIALS_DIRECTORY")
 # The agent's stdout is read in chunks of at most this much: AgentStdioTransport joins a frame from
 # chunks (up to its own frame cap), so a bigger reader buffer would only add memory, never capacity.
 STDOUT_CHUNK_LIMIT = 1024 * 1024
+EXIT_AFTER_EOF_WAIT = 2.0
 
 
 def resolve_command(argv: list[str]) -> list[str]:
@@ -70,6 +71,13 @@ class AgentManager:
             await self.acp.connect(self.supervisor.stdin, self.supervisor.stdout)
         except AgentError as exc:
             self._failed(exc.reason_code, exc.summary)
+            if exc.reason_code == "agent_exited" and self.supervisor.running:
+                # stdout ended first; the exit itself is usually a moment behind. Let it be the agent's own
+                # exit (with its code) rather than one we caused.
+                try:
+                    await asyncio.wait_for(self.supervisor.wait_exit(), EXIT_AFTER_EOF_WAIT)
+                except TimeoutError:
+                    pass
             if self.supervisor.running:
                 # Without ACP the process is of no use, and it must not outlive the evidence of why.
                 await self.supervisor.stop(grace=min(self.agent_spec.stop_grace, 1.0))
@@ -110,14 +118,15 @@ class AgentManager:
             stdout_skipped_lines=self.acp.skipped_stdout_lines,
         )
         ctx.readiness.set("agent", False, f"exited: {reason}")
-        if info.stopped or self._stopping:
-            return
-        log.info("agent %s", info.reason)
+        if self._stopping:
+            return  # the daemon is stopping: the exit is the expected end, not news
+        log.info("agent %s", reason)
         attempt = ctx.ledger.current_attempt_id
-        if attempt is not None:
+        if attempt is not None and not info.stopped:
             # Report-level: an exit is not tied to one server, so it marks no row failed.
             ctx.ledger.record("explicit_error", attempt, reason_code="agent_exited", summary=info.reason)
         if self.agent_spec.linger is not None:
+            # Whether it crashed or was stopped for failing to start, the agent is gone: linger, then stop.
             loop = asyncio.get_running_loop()
             self._linger = loop.call_later(self.agent_spec.linger, ctx.request_stop)
 

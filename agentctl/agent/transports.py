@@ -62,7 +62,7 @@ class AgentStdioTransport:
             except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested deeper than the parser goes
                 self.skipped_lines += 1
                 continue
-            if not isinstance(message, dict):
+            if not isinstance(message, dict) or not _valid_envelope(message):
                 self.skipped_lines += 1
                 continue
             return message
@@ -114,3 +114,16 @@ class AgentStdioTransport:
             self._writer.close()
         except (ConnectionError, OSError, RuntimeError):
             pass
+
+
+def _valid_envelope(message: dict[str, Any]) -> bool:
+    """JSON-RPC's own rules for `id` (string, number or null) and `method` (string).
+
+    The SDK indexes its pending requests by id: an unhashable id (a list) raises inside its receive loop,
+    which then drops the whole connection. Such a frame is junk, not a reason to lose the agent.
+    """
+    if "id" in message:
+        mid = message["id"]
+        if isinstance(mid, bool) or not isinstance(mid, (int, float, str, type(None))):
+            return False
+    return "method" not in message or isinstance(message["method"], str)

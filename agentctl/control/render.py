@@ -102,8 +102,8 @@ def row_explanation(row: Any) -> str:
     if status == "active":
         count = _get(row, "tool_count")
         text = _plural(count, "tool") + " loaded" if isinstance(count, int) else "tools loaded"
-        if _get(row, "tool_calls", 0):
-            text += ", used"
+        # Say whether the tools were used either way: silence would read as "unknown".
+        text += ", used" if _get(row, "tool_calls", 0) else ", none used yet"
         return text
     if status == "connected":
         return "initialized, tools not listed yet"

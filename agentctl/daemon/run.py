@@ -7,6 +7,7 @@ evidence step as it arrives, then the status table and where the report is persi
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 from typing import TextIO
 
@@ -62,45 +63,97 @@ async def run_main_job(
             show(line)
 
     daemon.ledger.subscribe(on_event)
+    interrupted = _Interrupts(asyncio.current_task())
     code = 0
-    await daemon.start()
     try:
-        show(f"agentctl: execution {daemon.ctx.identity.execution_id}, MCP at {daemon.ctx.mcp_url}")
-        agent = daemon.agent
-        if agent is None:
-            attempt_id, _ = daemon.open_attempt("manual")
-            show(f"attempt {attempt_id} (no [agent] in the spec: MCP only)")
-        elif agent.start_error is not None:
-            show(f"the agent did not start: {agent.start_error}")
-            code = 1
-        else:
-            history = daemon.ledger.history
-            show(f"agent {history.agent.name or '?'} {history.agent.version or ''} started".replace("  ", " "))
-            outcome = await agent.acp.new_session()
-            if not outcome.accepted:
-                code = 1
-            elif prompt is not None:
-                show("prompt sent")
-                printer = _AnswerPrinter(show)
-                try:
-                    stop_reason = await agent.acp.prompt(prompt, printer)
-                    printer.flush()
-                    show(f"  done        {stop_reason}")
-                except AgentError as exc:
-                    printer.flush()
-                    show(f"  error       prompt: {exc}")
-                    code = 1
-            await _settle(daemon)
-        assert daemon.persister is not None
-        await daemon.persister.flush()
-        if as_json:
-            out.write(encode(daemon.ledger.history).decode() + "\n")
-        else:
-            out.write("\n" + render_status(build_status(daemon.ctx), color=use_color(out)))
-            out.write(f"report persisted to {daemon.ctx.report_path}\n")
+        with interrupted:
+            code = await _job(daemon, prompt, show)
+            assert daemon.persister is not None
+            await daemon.persister.flush()
+            if as_json:
+                out.write(encode(daemon.ledger.history).decode() + "\n")
+            else:
+                out.write("\n" + render_status(build_status(daemon.ctx), color=use_color(out)))
+                out.write(f"report persisted to {daemon.ctx.report_path}\n")
+    except asyncio.CancelledError:
+        if interrupted.signum is None:
+            raise
+        code = 128 + interrupted.signum
     finally:
         await daemon.stop()
+        daemon.ledger.unsubscribe(on_event)
+    if interrupted.signum is not None:
+        # Ctrl-C or SIGTERM: the agent tree is stopped and the report is final all the same.
+        where = f"; report persisted to {daemon.ctx.report_path}" if daemon.ctx.report_path else ""
+        print(f"agentctl: interrupted by {signal.Signals(interrupted.signum).name}: stopped the agent{where}",
+              file=sys.stderr)
     return code
+
+
+async def _job(daemon: Daemon, prompt: str | None, show) -> int:
+    code = 0
+    await daemon.start()
+    show(f"agentctl: execution {daemon.ctx.identity.execution_id}, MCP at {daemon.ctx.mcp_url}")
+    agent = daemon.agent
+    if agent is None:
+        attempt_id, _ = daemon.open_attempt("manual")
+        show(f"attempt {attempt_id} (no [agent] in the spec: MCP only)")
+    elif agent.start_error is not None:
+        show(f"the agent did not start: {agent.start_error}")
+        code = 1
+    else:
+        history = daemon.ledger.history
+        show(f"agent {history.agent.name or '?'} {history.agent.version or ''} started".replace("  ", " "))
+        outcome = await agent.acp.new_session()
+        if not outcome.accepted:
+            code = 1
+        elif prompt is not None:
+            show("prompt sent")
+            printer = _AnswerPrinter(show)
+            try:
+                stop_reason = await agent.acp.prompt(prompt, printer)
+                printer.flush()
+                show(f"  done        {stop_reason}")
+            except AgentError as exc:
+                printer.flush()
+                show(f"  error       prompt: {exc}")
+                code = 1
+        await _settle(daemon)
+    return code
+
+
+class _Interrupts:
+    """SIGINT/SIGTERM cancel the job (once), so the daemon still stops in order: agent tree, report, socket.
+
+    Without this SIGTERM would kill `run` outright (no sweep of the agent's descendants, a stale socket).
+    """
+
+    def __init__(self, task: asyncio.Task | None) -> None:
+        self._task = task
+        self.signum: int | None = None
+        self._installed: list[int] = []
+
+    def _on_signal(self, signum: int) -> None:
+        if self.signum is None and self._task is not None:
+            self.signum = signum
+            self._task.cancel()
+
+    def __enter__(self) -> _Interrupts:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, self._on_signal, int(sig))
+                self._installed.append(sig)
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread: leave signals be
+                pass
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in self._installed:
+            loop.remove_signal_handler(sig)
+        if self.signum is not None and self._task is not None:
+            self._task.uncancel()
 
 
 class _AnswerPrinter:

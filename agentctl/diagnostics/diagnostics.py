@@ -50,11 +50,8 @@ def checklist(row: ServerRow, attempt: Attempt) -> list[ChecklistStep]:
         )
     )
     count = _plural(row.tool_count, "tool") if row.tool_count is not None else None
-    steps.append(
-        ChecklistStep(
-            step="tools_loaded", done=row.tools_list_observed_at is not None, at=row.tools_list_observed_at, detail=count
-        )
-    )
+    listed = row.tools_list_observed_at
+    steps.append(ChecklistStep(step="tools_loaded", done=listed is not None, at=listed, detail=count))
     used = None
     if row.tool_calls:
         used = _plural(row.tool_calls, "call") + (f", {row.tool_errors} returned an error" if row.tool_errors else "")
@@ -90,6 +87,8 @@ def server_diagnostics(row: ServerRow, attempt: Attempt, secrets: list[str]) -> 
         summary=_scrub(row.summary, secrets),
         steps=steps,
         tool_count=row.tool_count,
+        tool_calls=row.tool_calls,
+        tool_errors=row.tool_errors,
         catalog_truncated=bool(catalog and (catalog.truncated or catalog.schemas_truncated)),
         endpoint_test=test,
     )
@@ -208,10 +207,14 @@ def find_tool(ctx: Any, name: str) -> ToolDetail:
     if view.attempt_id is None:
         raise ToolLookupError("no attachment attempt yet: open a session first")
     if not view.loaded or view.catalog is None:
-        raise ToolLookupError(f"catalog not loaded yet: the agent has not listed the {view.server} tools in this attempt")
+        raise ToolLookupError(
+            f"catalog not loaded yet: the agent has not listed the {view.server} tools in this attempt"
+        )
     for tool in view.catalog.tools:
         if tool.name == name:
-            return ToolDetail(server=view.server, attempt_id=view.attempt_id, estimator=view.catalog.estimator, tool=tool)
+            return ToolDetail(
+                server=view.server, attempt_id=view.attempt_id, estimator=view.catalog.estimator, tool=tool
+            )
     known = ", ".join(t.name for t in view.catalog.tools) or "none"
     extra = " (the catalog was truncated: a tool past the bound is not kept)" if view.catalog.truncated else ""
     raise ToolLookupError(f"no tool named {name!r} in the {view.server} catalog{extra}; known: {known}")

@@ -9,7 +9,7 @@ daemon's own spec. Nothing the caller sends can choose a target, so this is neve
   sweep leaves it alone, and stopped with its whole tree (stdin closed, SIGTERM, SIGKILL) on every exit
   path: success, error, timeout and cancellation.
 - the built-in server: our own loopback endpoint. The request carries a one-off credential minted for a
-  test-only attempt id whose evidence is dropped (see `_QuietAttempts`): the daemon contacting itself must
+  test-only attempt id whose evidence the ledger drops (`Ledger.mint_self_test_token`): the daemon contacting itself must
   never look like the agent attaching, so a test cannot promote the row.
 
 One test at a time per server; a second concurrent request is refused. The result is stored beside the
@@ -23,7 +23,6 @@ import contextvars
 import logging
 import secrets
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -39,7 +38,6 @@ MAX_TIMEOUT: Final = 60.0
 MAX_TOOL_PAGES: Final = 32  # a paginating server cannot keep a test busy forever
 STDOUT_LIMIT: Final = 16 * 1024 * 1024  # one JSON-RPC line (a large tools/list) from a stdio server
 CLIENT_NAME: Final = "agentctl-endpoint-test"
-SELF_TEST_PREFIX: Final = "selftest_"
 
 
 # When the last tools/list page arrived, per task (a test runs in its caller's task, start to end).
@@ -77,47 +75,12 @@ class _Failure(Exception):
         self.text = text
 
 
-class _QuietAttempts:
-    """Attempt ids whose evidence the ledger must drop: the built-in endpoint's self-tests.
-
-    The endpoint records every authenticated request for the attempt its token names. A self-test uses a
-    token minted for an id that is never an attempt, so without this its evidence would only be counted as
-    rejected. The filter wraps `Ledger.record` on the instance (once per ledger) and drops those ids before
-    a sequence number is spent. Ids are random and never reused; the set is bounded.
-    """
-
-    MAX = 256
-
-    def __init__(self, ledger: Any) -> None:
-        existing = getattr(ledger, "_agentctl_quiet_attempts", None)
-        if isinstance(existing, OrderedDict):
-            self._ids = existing
-            return
-        self._ids: OrderedDict[str, None] = OrderedDict()
-        ledger._agentctl_quiet_attempts = self._ids
-        original = ledger.record
-        ids = self._ids
-
-        def record(kind: Any, attempt_id: str, *args: Any, **kwargs: Any) -> Any:
-            if attempt_id in ids:
-                return None
-            return original(kind, attempt_id, *args, **kwargs)
-
-        ledger.record = record
-
-    def add(self, attempt_id: str) -> None:
-        self._ids[attempt_id] = None
-        while len(self._ids) > self.MAX:
-            self._ids.popitem(last=False)
-
-
 class EndpointTester:
     """Runs endpoint tests for one daemon context (spec, ledger, MCP base URL)."""
 
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
         self._running: set[str] = set()
-        self._quiet = _QuietAttempts(ctx.ledger)
         # pid of the last stdio process per server: tests check by pid that nothing is left.
         self.last_pids: dict[str, int] = {}
 
@@ -137,7 +100,9 @@ class EndpointTester:
         known = self.known_names()
         if name not in known:
             listing = ", ".join(known) if known else "none"
-            raise EndpointTestError(404, "unknown_server", f"no server named {name!r} in the current configuration; known: {listing}")
+            raise EndpointTestError(
+                404, "unknown_server", f"no server named {name!r} in the current configuration; known: {listing}"
+            )
         spec = self.ctx.spec
         if name == spec.mcp.builtin_name:
             return Target(name=name, transport="http", builtin=True)
@@ -161,7 +126,9 @@ class EndpointTester:
         if timeout is None:
             return DEFAULT_TIMEOUT
         if not isinstance(timeout, int | float) or not 0 < timeout <= MAX_TIMEOUT:
-            raise EndpointTestError(400, "bad_timeout", f"timeout must be greater than 0 and at most {MAX_TIMEOUT:g} seconds")
+            raise EndpointTestError(
+                400, "bad_timeout", f"timeout must be greater than 0 and at most {MAX_TIMEOUT:g} seconds"
+            )
         return float(timeout)
 
     async def test(self, name: str, timeout: float | None = None) -> EndpointTestResponse:
@@ -169,12 +136,16 @@ class EndpointTester:
         seconds = self.check_timeout(timeout)
         target = self.resolve(name)
         if name in self._running:
-            raise EndpointTestError(409, "already_running", f"an endpoint test of {name!r} is already running; wait for it to finish")
+            raise EndpointTestError(
+                409, "already_running", f"an endpoint test of {name!r} is already running; wait for it to finish"
+            )
         self._running.add(name)
         try:
             ledger = self.ctx.ledger
             attempt_id = ledger.current_attempt_id
             result = await self._measure(target, seconds)
+            # The name and a reason code only: never a target detail.
+            log.info("endpoint test of %s: %s", name, "reachable" if result.succeeded else result.reason_code)
             stored = attempt_id is not None and ledger.set_endpoint_test(attempt_id, name, result)
             return EndpointTestResponse(name=name, attempt_id=attempt_id, stored=bool(stored), result=result)
         finally:
@@ -185,8 +156,12 @@ class EndpointTester:
         try:
             return (await self.test(name, timeout)).result
         except EndpointTestError as exc:
+            summary = summarize(exc.code, exc.message, self._secrets())
             return EndpointTestResult(
-                succeeded=False, tested_at=self.ctx.ledger.now(), reason_code=exc.code, summary=exc.message[:256]
+                succeeded=False,
+                tested_at=self.ctx.ledger.now(),
+                reason_code=summary.reason_code,
+                summary=summary.summary,
             )
 
     async def _measure(self, target: Target, timeout: float) -> EndpointTestResult:
@@ -200,6 +175,9 @@ class EndpointTester:
             return self._failed(tested_at, start, failure.reason_code, failure.text)
         except TimeoutError:
             return self._failed(tested_at, start, "timeout", f"no complete answer within {timeout:g} s")
+        except Exception as exc:  # our own bug, or a client error not classified: still an answer, not a 500
+            log.debug("endpoint test of %s failed unexpectedly: %s", target.name, type(exc).__name__)
+            return self._failed(tested_at, start, "test_error", f"the test could not run ({type(exc).__name__})")
         # Up to the tools/list answer: stopping a stdio server afterwards is not the server's latency.
         latency = round(((_done_at.get() or time.monotonic()) - start) * 1000.0, 1)
         return EndpointTestResult(succeeded=True, tested_at=tested_at, tool_count=tool_count, latency_ms=latency)
@@ -232,20 +210,16 @@ class EndpointTester:
     async def _run_builtin(self, target: Target, timeout: float) -> int:
         import anyio
 
-        from agentctl.identity import new_attempt_id
-
         base = self.ctx.mcp_base
         if not base:
             raise _Failure("endpoint_not_listening", "the built-in MCP endpoint is not listening yet")
         ledger = self.ctx.ledger
-        self_test_id = SELF_TEST_PREFIX + new_attempt_id()
-        self._quiet.add(self_test_id)
-        token = ledger.tokens.mint(self_test_id)
+        self_test_id, token = ledger.mint_self_test_token()
         try:
             with anyio.fail_after(timeout):
                 return await _run_http("http", f"{base}/mcp", {"Authorization": f"Bearer {token}"}, timeout)
         finally:
-            ledger.tokens.forget(self_test_id)
+            ledger.forget_self_test(self_test_id)
 
     async def _run_stdio(self, target: Target, timeout: float) -> int:
         import anyio
@@ -276,7 +250,8 @@ class EndpointTester:
         except PermissionError:
             raise _Failure("command_not_executable", "the stored command is not executable") from None
         except OSError as exc:
-            raise _Failure("spawn_failed", f"the stored command could not start ({exc.strerror or type(exc).__name__})") from None
+            why = exc.strerror or type(exc).__name__
+            raise _Failure("spawn_failed", f"the stored command could not start ({why})") from None
         # No await between spawn and registration: the agent supervisor's sweep must never see it unregistered.
         register_own_child(proc.pid)
         self.last_pids[target.name] = proc.pid
@@ -288,7 +263,8 @@ class EndpointTester:
                     if proc.returncode is not None or failure.reason_code == "connection_closed":
                         code = await exit_code(proc)
                         if code is not None:
-                            raise _Failure("process_exited", f"the server process exited with code {code} before answering") from None
+                            text = f"the server process exited with code {code} before answering"
+                            raise _Failure("process_exited", text) from None
                     raise
         finally:
             # Outside the deadline's scope and shielded: the tree is stopped even when the test timed out or
@@ -320,7 +296,9 @@ async def _run_http(transport: str, url: str, headers: dict[str, str], timeout: 
     try:
         if transport == "sse":
             return await _session(
-                sse_client(url, headers=headers, timeout=timeout, sse_read_timeout=timeout, httpx_client_factory=factory),
+                sse_client(
+                    url, headers=headers, timeout=timeout, sse_read_timeout=timeout, httpx_client_factory=factory
+                ),
                 timeout,
                 statuses,
             )
@@ -366,6 +344,9 @@ async def _session(transport: Any, timeout: float, statuses: list[int] | None = 
         raise _classify(exc, statuses or [], stage) from None
 
 
+_HTTP_REASONS: Final = {401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}
+
+
 def _leaves(exc: BaseException) -> list[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
         found: list[BaseException] = []
@@ -393,7 +374,7 @@ def _classify(exc: BaseException, statuses: list[int], stage: str) -> _Failure:
             refused.append(leaf.response.status_code)
     if refused:
         status = refused[-1]
-        code = {401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}.get(status, "http_error")
+        code = _HTTP_REASONS.get(status, "http_error")
         return _Failure(code, f"the server answered HTTP {status} during {stage.replace('_', ' ')}")
     for leaf in leaves:
         if isinstance(leaf, httpx2.ConnectError):
@@ -410,7 +391,8 @@ def _classify(exc: BaseException, statuses: list[int], stage: str) -> _Failure:
             if leaf.error.code == -32000 or "closed" in leaf.error.message.lower():
                 return _Failure("connection_closed", "the server closed the connection")
             reason = "initialize_failed" if stage == "initialize" else "tools_list_failed"
-            return _Failure(reason, f"{stage.replace('_', ' ')} failed: MCP error {leaf.error.code}: {leaf.error.message}")
+            what = stage.replace("_", " ")
+            return _Failure(reason, f"{what} failed: MCP error {leaf.error.code}: {leaf.error.message}")
     for leaf in leaves:
         if isinstance(leaf, EOFError | ConnectionError | BrokenPipeError):
             return _Failure("connection_closed", "the server closed the connection")

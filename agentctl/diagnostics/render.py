@@ -154,7 +154,8 @@ def _attempt_block(attempt: dict[str, Any], title: str, color: bool) -> list[str
     error = attempt.get("session_error")
     if error:
         summary = error.get("summary")
-        text = f"session error (not tied to one server): {error.get('reason_code')}" + (f": {summary}" if summary else "")
+        text = f"session error (not tied to one server): {error.get('reason_code')}"
+        text += f": {summary}" if summary else ""
         lines += _wrap(text, 2)
     if attempt.get("dropped_events"):
         lines += _wrap(f"{_plural(attempt['dropped_events'], 'older event')} dropped (64 are kept)", 2)

@@ -345,6 +345,8 @@ class ServerDiagnostics(Base, kw_only=True):
     summary: str | None = None
     steps: list[ChecklistStep] = []
     tool_count: int | None = None
+    tool_calls: int = 0
+    tool_errors: int = 0
     catalog_truncated: bool = False
     endpoint_test: EndpointTestResult | None = None
 

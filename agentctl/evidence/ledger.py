@@ -55,6 +55,7 @@ class Ledger:
         self._seq = 0
         self._listeners: list[Listener] = []
         self.tokens = TokenRegistry()
+        self._self_tests: set[str] = set()
         self.history = AttachmentHistory(version=CONTRACT_VERSION, identity=identity, updated_at=clock())
 
     def now(self) -> datetime:
@@ -92,6 +93,20 @@ class Ledger:
         self._notify(None)
         return attempt_id, token
 
+    def mint_self_test_token(self) -> tuple[str, str]:
+        """A one-off credential for the daemon testing its own endpoint.
+
+        Requests made with it authenticate, but their evidence is dropped here: the daemon contacting
+        itself must never look like the agent attaching. Call `forget_self_test` when done.
+        """
+        attempt_id = "selftest_" + new_attempt_id()
+        self._self_tests.add(attempt_id)
+        return attempt_id, self.tokens.mint(attempt_id)
+
+    def forget_self_test(self, attempt_id: str) -> None:
+        self.tokens.forget(attempt_id)
+        self._self_tests.discard(attempt_id)
+
     def record(
         self,
         kind: EvidenceKind,
@@ -102,6 +117,8 @@ class Ledger:
         **fields: Any,
     ) -> EvidenceEvent | None:
         """Stamp and fold one observation. Returns the event, or None when its attempt is no longer kept."""
+        if attempt_id in self._self_tests:
+            return None
         self._seq += 1
         ident = self.identity
         event = EvidenceEvent(

@@ -446,12 +446,12 @@ class Hub:
                 return
             sessions_dirty, self._dirty_sessions = self._dirty_sessions, set()
             executions_dirty, self._dirty_executions = self._dirty_executions, {}
-            sessions = [self.sessions[sid] for sid in sessions_dirty if sid in self.sessions]
+            sessions = [HubStore.session_row(self.sessions[sid]) for sid in sessions_dirty if sid in self.sessions]
             rows = []
             for (sid, eid), with_history in executions_dirty.items():
                 execution = self.sessions[sid].executions[eid]
                 blob = encode(execution.history) if with_history and execution.history is not None else None
-                rows.append((sid, execution, blob))
+                rows.append(HubStore.execution_row(sid, execution, blob))
             try:
                 await asyncio.to_thread(self.store.write, sessions, rows)
             except Exception as exc:

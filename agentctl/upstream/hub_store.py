@@ -17,6 +17,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -191,8 +192,9 @@ class HubStore:
             )
         return {sid: s for sid, s in sessions.items() if s.current_execution_id in s.executions}
 
-    def write(self, sessions: list[SessionState], executions: list[tuple[str, ExecutionState, bytes | None]]) -> None:
-        """Upsert these rows in one transaction. `executions` holds (session id, state, encoded history or None)."""
+    def write(self, sessions: list[tuple[Any, ...]], executions: list[tuple[Any, ...]]) -> None:
+        """Upsert rows made by session_row / execution_row (on the loop: the state may change meanwhile) in one
+        transaction. Safe to call from a worker thread."""
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -201,8 +203,7 @@ class HubStore:
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET task_id=excluded.task_id, "
                 "current_execution_id=excluded.current_execution_id, stale_rejected=excluded.stale_rejected, "
                 "last_contact_at=excluded.last_contact_at",
-                [(s.session_id, s.task_id, s.current_execution_id, s.stale_rejected, _ts(s.last_contact_at))
-                 for s in sessions],
+                sessions,
             )
             conn.executemany(
                 "INSERT INTO executions(session_id, execution_id, hello_order, identity, daemon_version, "
@@ -212,18 +213,24 @@ class HubStore:
                 "daemon_version=excluded.daemon_version, last_contact_at=excluded.last_contact_at, "
                 "connected=excluded.connected, rejected_frames=excluded.rejected_frames, "
                 "history=COALESCE(excluded.history, executions.history)",
-                [
-                    (sid, e.execution_id, e.hello_order, encode(e.identity).decode(), e.daemon_version,
-                     _ts(e.first_hello_at), _ts(e.last_contact_at), int(e.connected), e.rejected_frames,
-                     history.decode() if history is not None else None)
-                    for sid, e, history in executions
-                ],
+                executions,
             )
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+    @staticmethod
+    def session_row(s: SessionState) -> tuple[Any, ...]:
+        return (s.session_id, s.task_id, s.current_execution_id, s.stale_rejected, _ts(s.last_contact_at))
+
+    @staticmethod
+    def execution_row(session_id: str, e: ExecutionState, history: bytes | None) -> tuple[Any, ...]:
+        """`history` is the encoded AttachmentHistory, or None to keep the stored one."""
+        return (session_id, e.execution_id, e.hello_order, encode(e.identity).decode(), e.daemon_version,
+                _ts(e.first_hello_at), _ts(e.last_contact_at), int(e.connected), e.rejected_frames,
+                history.decode() if history is not None else None)
 
     def max_hello_order(self) -> int:
         row = self._conn.execute("SELECT COALESCE(MAX(hello_order), 0) FROM executions").fetchone()

@@ -299,7 +299,24 @@ def frames_schema() -> dict[str, Any]:
     }
 
 
-if __name__ == "__main__":  # `python -m agentctl.upstream.protocol` prints the schema
+def write_doc_schema(path: str) -> None:
+    """Replace the schema block of docs/upstream-protocol.md (between its schema markers) with the current one."""
     import json
+    from pathlib import Path
 
-    print(json.dumps(frames_schema(), indent=2, sort_keys=True))
+    doc = Path(path)
+    block = "<!-- schema:begin -->\n```json\n" + json.dumps(frames_schema(), indent=2, sort_keys=True) + "\n```\n<!-- schema:end -->"
+    text, count = re.subn(r"<!-- schema:begin -->.*<!-- schema:end -->", lambda _: block, doc.read_text(), flags=re.S)
+    if count != 1:
+        raise SystemExit(f"{path}: no schema markers")
+    doc.write_text(text)
+
+
+if __name__ == "__main__":  # `python -m agentctl.upstream.protocol [--doc PATH]`: print the schema, or update the doc
+    import json
+    import sys
+
+    if sys.argv[1:2] == ["--doc"] and len(sys.argv) == 3:
+        write_doc_schema(sys.argv[2])
+    else:
+        print(json.dumps(frames_schema(), indent=2, sort_keys=True))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -61,14 +62,8 @@ def cli(sock: Path, *args: str, timeout: float = 60.0) -> subprocess.CompletedPr
         text=True,
         timeout=timeout,
         cwd=REPO,
-        env={**_env(), "NO_COLOR": "1"},
+        env={**os.environ, "NO_COLOR": "1"},
     )
-
-
-def _env() -> dict[str, str]:
-    import os
-
-    return dict(os.environ)
 
 
 def cli_json(sock: Path, *args: str) -> dict[str, Any]:

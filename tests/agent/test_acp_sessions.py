@@ -138,6 +138,7 @@ async def test_agent_that_exits_before_initialize_leaves_evidence_and_a_healthy_
             what="the exit code",
         )
         assert agent.state == "exited" and agent.exit_code == 2
+        assert not agent.stopped_by_daemon, "it exited on its own; the daemon did not have to stop it"
         assert agent.exit_reason == "agent_exited; exited with code 2"
         assert daemon.ctx.readiness.checks["agent"] is False
         assert daemon.ctx.readiness.details["agent"] == "exited: agent_exited; exited with code 2"
@@ -172,3 +173,44 @@ async def test_linger_stops_the_daemon_that_long_after_the_agent_exits_on_its_ow
         await asyncio.wait_for(daemon.ctx.stop_event.wait(), 20)
         assert daemon.ledger.history.agent.exit_code == 2
         assert not daemon.ctx.readiness.ready
+
+
+def _runtime_with_attempt(tmp_path, names: list[str]):
+    from agentctl.agent.acp import AcpRuntime
+    from agentctl.agent.delivery import Planned
+    from agentctl.evidence.contract import Identity
+    from agentctl.evidence.ledger import Ledger, ServerSeed
+
+    servers = "".join(
+        f'\n[[mcp.servers]]\nname = "{n}"\ntype = "http"\nurl = "http://127.0.0.1:9/mcp"\n' for n in names
+    )
+    spec = load_spec(agent_spec(tmp_path, servers=servers))
+    ident = Identity(task_id="t", session_id="s", execution_id="e", instance_id="i", agent_id="a", agent_profile_id="p")
+    ledger = Ledger(ident)
+    seeds = [ServerSeed(name=n, source="profile", transport="http", target="http://127.0.0.1:9") for n in names]
+    runtime = AcpRuntime(spec, ledger, builtin_base=lambda: "http://127.0.0.1:1", seeds=lambda: seeds)
+    attempt_id, _ = ledger.begin_attempt("session_new", seeds)
+    planned = [Planned(n, "http", "http://127.0.0.1:9", {}) for n in names]
+    return runtime, ledger, attempt_id, planned
+
+
+def test_a_structured_session_error_fails_exactly_the_servers_it_names_each_with_its_own_reason(tmp_path):
+    runtime, ledger, attempt_id, planned = _runtime_with_attempt(tmp_path, ["docs", "server", "files"])
+    data = {"servers": [{"name": "docs", "reason": "ConnectError: refused"}]}
+    outcome = runtime._session_failed(attempt_id, planned, "session_rejected", "MCP server 'docs' unreachable", data)
+    assert outcome.failed_servers == ("docs",)
+    rows = {r.name: r for r in ledger.history.current.servers}
+    assert rows["docs"].status == "failed" and rows["docs"].summary == "ConnectError: refused"
+    assert rows["server"].status != "failed", "the word 'server' in the message names no server"
+    assert ledger.history.current.session_error is None
+
+
+def test_a_session_error_naming_no_server_is_report_level_and_fails_no_row(tmp_path):
+    runtime, ledger, attempt_id, planned = _runtime_with_attempt(tmp_path, ["docs"])
+    outcome = runtime._session_failed(attempt_id, planned, "session_rejected", "Internal error", {"details": "boom"})
+    assert outcome.failed_servers == ()
+    current = ledger.history.current
+    assert current.session_error.reason_code == "session_rejected"
+    assert all(r.status != "failed" for r in current.servers)
+    named = runtime._session_failed(attempt_id, planned, "session_rejected", "cannot reach docs: refused")
+    assert named.failed_servers == ("docs",), "without structured data a server named as a word counts"

@@ -4,18 +4,25 @@ that end in one line and an exit code rather than a traceback."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
+import sys
+import time
 from pathlib import Path
+
+import psutil
 
 from agentctl.daemon.app import Daemon
 from agentctl.daemon.run import run_main_job
 from agentctl.evidence.contract import decode_history
 from agentctl.spec import load_spec
 from tests.agent.serve_support import agent_spec
-from tests.conftest import REPO, agentctl_cmd
+from tests.conftest import REPO, agentctl_cmd, poll, write_spec
 
 DEMO = REPO / "examples" / "demo.toml"
 
@@ -99,3 +106,54 @@ async def test_run_whose_agent_dies_during_the_prompt_reports_the_error_and_stop
     assert "report persisted to" in text
     assert daemon.ledger.history.agent.exit_signal == 9
     assert not (short_tmp / "c.sock").exists(), "the daemon stopped in order"
+
+
+def test_sigterm_during_a_prompt_stops_the_agent_and_the_daemon_in_order_and_says_so(tmp_path, short_tmp):
+    # A third-party server that accepts and never answers keeps the lazy agent's first prompt in flight.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    servers = f'\n[[mcp.servers]]\nname = "slow"\ntype = "http"\nurl = "http://127.0.0.1:{port}/mcp"\n'
+    spec = agent_spec(tmp_path, "--lazy", servers=servers)
+    sock = short_tmp / "c.sock"
+    proc = subprocess.Popen(
+        agentctl_cmd("run", str(spec), "--prompt", "hello", "--socket", str(sock)),
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        listener.settimeout(60)
+        held = listener.accept()[0]  # the agent is connecting: the prompt is in flight
+        agents = psutil.Process(proc.pid).children()
+        assert agents
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        listener.close()
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert "interrupted by SIGTERM: stopped the agent; report persisted to" in err and "Traceback" not in err
+    assert time.monotonic() - started < 10
+    poll(lambda: all(not a.is_running() or a.status() == psutil.STATUS_ZOMBIE for a in agents), timeout=5,
+         what="the agent to be gone")
+    assert not sock.exists(), "the control socket is removed: the daemon stopped in order"
+    history = decode_history((tmp_path / "state" / "exec-test" / "report.json").read_bytes())
+    assert history.agent.state == "exited" and history.agent.stopped_by_daemon
+    held.close()
+
+
+def test_malformed_frames_from_the_agent_neither_reach_the_log_nor_cost_the_session(tmp_path, short_tmp):
+    canary = "FRAMECANARY58"
+    fixture = Path(__file__).parent / "fixtures" / "malformed_agent.py"
+    extra = f"\n[agent]\ncommand = {json.dumps([sys.executable, str(fixture), canary])}\n"
+    spec = write_spec(tmp_path, extra)
+    done = _run(tmp_path, str(spec), "--prompt", "hello", "--socket", str(short_tmp / "c.sock"))
+    assert done.returncode == 0, done.stderr
+    assert "still here" in done.stdout and re.search(r"^\s+done\s+end_turn$", done.stdout, re.MULTILINE)
+    assert canary not in done.stderr, "the SDK's validation errors quote their input; the log must not"
+    assert "Traceback" not in done.stderr
+    persisted = (tmp_path / "state" / "exec-test" / "report.json").read_text()
+    assert canary not in persisted
+    assert decode_history(persisted).agent.stdout_skipped_lines >= 1, "the unhashable-id frame was junk"

@@ -7,8 +7,6 @@ import os
 import signal
 import time
 
-import pytest
-
 from agentctl.evidence.store import read_report
 from tests.agent.serve_support import (
     agent_pid,

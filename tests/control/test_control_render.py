@@ -166,7 +166,7 @@ def test_each_state_label_and_plain_language_line(row: dict, label: str, meaning
 
 def test_active_without_tool_use_does_not_claim_use() -> None:
     out = render_status(status_body(rows=[{"name": "k", "status": "active", "tool_count": 3}]), color=False)
-    assert "3 tools loaded\n" in out and "used" not in out
+    assert "3 tools loaded, none used yet\n" in out and ", used" not in out
 
 
 def test_contract_structs_render_like_their_json() -> None:

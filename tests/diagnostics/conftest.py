@@ -113,8 +113,12 @@ async def serve_asgi(app: Any) -> AsyncIterator[int]:
     finally:
         server.should_exit = True
         AppStatus.should_exit = True  # or open SSE streams stall the shutdown
-        await asyncio.wait_for(task, 10)
-        sock.close()
+        try:
+            await asyncio.wait_for(task, 10)
+        finally:
+            # Process-global: left set, it would end every later SSE response at once (a daemon's too).
+            AppStatus.should_exit = False
+            sock.close()
 
 
 def plain_app(status: int, body: bytes) -> Any:

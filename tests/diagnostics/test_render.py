@@ -61,7 +61,7 @@ Current attempt att_X (reset) · ACP session acp-new
 ACTIVE = """\
   kandev  active
     builtin · http · http://127.0.0.1:40123
-    7 tools loaded
+    7 tools loaded, used
     [x] configured        2026-01-02 03:04:16
     [x] delivered         2026-01-02 03:04:22
     [x] session accepted  2026-01-02 03:04:27

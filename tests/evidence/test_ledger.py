@@ -283,3 +283,16 @@ def test_history_json_round_trip_gives_an_equal_struct(ledger: Ledger) -> None:
     decoded = decode_history(data)
     assert decoded == ledger.history
     assert encode(decoded) == data
+
+
+def test_self_test_token_authenticates_but_its_evidence_is_dropped_without_a_seq(ledger: Ledger) -> None:
+    attempt, _ = ledger.begin_attempt("manual", [ServerSeed(name="kandev", source="builtin", transport="http", target=None)])
+    before = ledger.history.last_seq
+    self_id, token = ledger.mint_self_test_token()
+    assert ledger.tokens.attempt_for(token) == self_id
+    assert ledger.record("tools_list_observed", self_id, "kandev", tool_count=3) is None
+    assert ledger.history.last_seq == before and ledger.history.rejected_events == 0
+    assert ledger.history.current.servers[0].status == "configured"
+    ledger.forget_self_test(self_id)
+    assert ledger.tokens.attempt_for(token) is None
+    assert ledger.current_attempt_id == attempt

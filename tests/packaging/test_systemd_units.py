@@ -1,4 +1,4 @@
-"""The systemd units: they verify cleanly, and the execution unit's own command line works under systemd's environment.
+"""The systemd units: they verify cleanly, and each unit's own command line works under systemd's environment.
 
 `systemd-analyze verify` needs the ExecStart binary to exist, so the units are verified from a temporary
 copy with /usr/local/bin/agentctl replaced by this venv's real `agentctl` console script.
@@ -179,3 +179,29 @@ def test_execution_unit_command_line_under_systemds_environment_notifies_in_orde
     assert not control.exists(), "the control socket is removed before systemd removes RuntimeDirectory"
     report = read_report(state_dir, instance)
     assert report.identity.instance_id == ready["instance_id"]
+
+
+def test_hub_unit_command_line_serves_its_socket_and_keeps_its_databases_in_the_state_directory(short_tmp):
+    unit = directives(REPO / "systemd" / "agentctl-hub.service")
+    specifiers = {"t": str(short_tmp / "run"), "S": str(short_tmp / "state"), "C": str(short_tmp / "cache"), "%": "%"}
+    runtime_dir = Path(_expand("%t/" + unit["RuntimeDirectory"][0], specifiers))
+    state_dir = Path(_expand("%S/" + unit["StateDirectory"][0], specifiers))
+    for directory in (runtime_dir, state_dir):
+        directory.mkdir(parents=True, mode=0o700)
+    argv = shlex.split(_expand(unit["ExecStart"][0], specifiers))
+    assert argv[0] == INSTALLED_BINARY
+    argv[0] = str(venv_agentctl())
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/")
+    try:
+        ready = json.loads(proc.stdout.readline() or b"null")
+        assert ready, proc.stderr.read().decode()
+        hub_socket = Path(ready["socket"])
+        assert hub_socket.parent == runtime_dir and oct(hub_socket.stat().st_mode & 0o777) == "0o600"
+        assert Path(ready["db"]).parent == state_dir and Path(ready["tasks_db"]).parent == state_dir
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=seconds(unit["TimeoutStopSec"][0])) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not hub_socket.exists()

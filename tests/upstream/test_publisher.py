@@ -178,3 +178,47 @@ async def test_a_stalled_upstream_never_blocks_recording_keeps_memory_bounded_an
 def test_the_write_buffer_limit_is_below_the_queue_limit():
     # Memory held for a stalled upstream: at most the queue, one frame in flight and the transport's buffer.
     assert WRITE_HIGH_WATER < QUEUE_MAX_BYTES and P.MAX_FRAME_BYTES <= QUEUE_MAX_BYTES
+
+
+async def test_a_silent_upstream_is_left_after_three_heartbeats_and_reconnected(short_dir, tmp_path):
+    """The peer reads every frame but never answers a heartbeat (a wedged upstream)."""
+    accepted: list[int] = []
+
+    async def mute(reader, writer):
+        accepted.append(1)
+        while await P.read_frame_line(reader) is not None:
+            pass
+
+    server = await _serve(short_dir / "mute.sock", mute)
+    ctx = make_ctx(tmp_path, identity())
+    publisher = Publisher(ctx, short_dir / "mute.sock", heartbeat=0.05, backoff_initial=0.01, backoff_max=0.05)
+    publisher.start()
+    try:
+        await eventually(lambda: publisher.connects >= 2, what="a reconnect after the idle timeout")
+        assert publisher.last_error == "idle_timeout" and len(accepted) >= 2
+        assert ctx.readiness.checks["upstream"] is True, "an outage never flips readiness"
+    finally:
+        await publisher.stop()
+        server.close()
+
+
+async def test_a_garbage_frame_from_upstream_gets_an_error_frame_and_a_fresh_connection(short_dir, tmp_path):
+    received: list[object] = []
+
+    async def rude(reader, writer):
+        writer.write(b"garbage from upstream\n")
+        while (raw := await P.read_frame_line(reader)) is not None:
+            received.append(P.decode_from_daemon(raw))
+
+    server = await _serve(short_dir / "rude.sock", rude)
+    ctx = make_ctx(tmp_path, identity())
+    publisher = Publisher(ctx, short_dir / "rude.sock", backoff_initial=0.01, backoff_max=0.05)
+    publisher.start()
+    try:
+        await eventually(lambda: publisher.connects >= 2, what="reconnected after refusing the frame")
+        errors = [f for f in received if isinstance(f, P.ErrorFrame)]
+        assert errors and errors[0].code == "malformed_frame" and errors[0].fatal
+        assert publisher.last_error == "malformed_frame"
+    finally:
+        await publisher.stop()
+        server.close()

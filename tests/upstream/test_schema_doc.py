@@ -1,5 +1,5 @@
-"""docs/upstream-protocol.md carries the JSON Schema generated from the frame types (regenerate the block
-between the schema markers with `agentctl hub schema`), and names every frame type and error code."""
+"""docs/upstream-protocol.md carries the JSON Schema generated from the frame types (regenerate its block with
+`python -m agentctl.upstream.protocol --doc docs/upstream-protocol.md`), and names every frame type and error code."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _committed_schema() -> dict:
 
 def test_the_documented_schema_matches_the_frame_types():
     assert _committed_schema() == P.frames_schema(), (
-        "docs/upstream-protocol.md is stale: replace the schema block with `agentctl hub schema` output"
+        "docs/upstream-protocol.md is stale: run `python -m agentctl.upstream.protocol --doc docs/upstream-protocol.md`"
     )
 
 
