@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from agentctl.agent.acp import AcpRuntime, AgentError
 from agentctl.agent.supervisor import AgentStartError, ExitInfo, Supervisor
+from agentctl.bundled import bundled_command
 from agentctl.daemon.context import DaemonContext
 from agentctl.evidence.ledger import ServerSeed
 
@@ -34,6 +35,9 @@ def resolve_command(argv: list[str]) -> list[str]:
         return list(argv)
     search = os.pathsep.join(filter(None, [os.environ.get("PATH", ""), os.path.dirname(sys.executable)]))
     found = shutil.which(first, path=search)
+    if found is None and (bundled := bundled_command(first)) is not None:
+        # A zipapp or frozen build has no console script for the reference agent: it is a subcommand.
+        return [*bundled, *argv[1:]]
     return [found or first, *argv[1:]]
 
 

@@ -71,10 +71,33 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
             return None
         return agent.acp
 
+    async def restarted(ctx: DaemonContext) -> web.Response:
+        """A passthrough CLI has no session to open: a new attempt is a new process start."""
+        agent = ctx.agent
+        attempt_id = await agent.restart()
+        if attempt_id is None:
+            return error_response(409, "the daemon is stopping")
+        error = agent.start_error
+        return json_response(
+            SessionResult(
+                attempt_id=attempt_id,
+                accepted=error is None,
+                with_agent=True,
+                reason_code=error.reason_code if error else None,
+                summary=error.summary if error else None,
+            )
+        )
+
+    def is_passthrough(ctx: DaemonContext) -> bool:
+        return ctx.agent is not None and agent_acp(ctx) is None and callable(getattr(ctx.agent, "restart", None))
+
     async def session_new(request: web.Request) -> web.Response:
         ctx = ctx_of(request)
         acp = agent_acp(ctx)
         if acp is None:
+            if is_passthrough(ctx):
+                # Not a "manual" attempt: that would supersede the running CLI's attempt behind its back.
+                return await restarted(ctx)
             # MCP-only mode: an attempt with no agent, so a person can attach an MCP client by hand.
             attempt_id, _ = ctx.open_attempt("manual")
             return json_response(SessionResult(attempt_id=attempt_id, accepted=False, with_agent=False))
@@ -84,6 +107,8 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
         ctx = ctx_of(request)
         acp = agent_acp(ctx)
         if acp is None:
+            if is_passthrough(ctx):
+                return await restarted(ctx)
             attempt_id, _ = ctx.open_attempt("reset")
             return json_response(SessionResult(attempt_id=attempt_id, accepted=False, with_agent=False))
         return json_response(_result(await acp.reset()))
@@ -92,7 +117,7 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
         body = await _body(request, _LoadBody)
         acp = agent_acp(ctx_of(request))
         if acp is None:
-            return error_response(409, "session load needs an ACP agent; this daemon hosts MCP only")
+            return error_response(409, "session load needs an ACP agent; this daemon has none (MCP only or passthrough)")
         return json_response(_result(await acp.load_session(body.session_id)))
 
     async def prompt(request: web.Request) -> web.StreamResponse:
@@ -101,7 +126,7 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
         body = await _body(request, _PromptBody)
         acp = agent_acp(ctx_of(request))
         if acp is None:
-            return error_response(409, "prompt needs an ACP agent; this daemon hosts MCP only")
+            return error_response(409, "prompt needs an ACP agent; this daemon has none (MCP only or passthrough)")
         try:
             acp.check_prompt()
         except AgentError as exc:

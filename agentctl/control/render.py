@@ -250,6 +250,11 @@ def render_status(status: Any, color: bool) -> str:
             lines += _detail("task", " · ".join(x for x in (task and str(task), session and f"session {session}") if x), color)
     if data.get("mcp_url"):
         lines += _detail("MCP", str(data["mcp_url"]), color)
+    upstream = data.get("upstream")
+    if upstream:
+        dropped = _get(upstream, "dropped_events") or 0
+        state = str(_get(upstream, "state"))
+        lines += _detail("upstream", state + (f", {_plural(dropped, 'event')} resynced" if dropped else ""), color)
     if data.get("report_path"):
         lines += _detail("report", str(data["report_path"]), color)
     rejected = data.get("rejected_events") or 0

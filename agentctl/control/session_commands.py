@@ -72,7 +72,8 @@ def cmd_session(args: argparse.Namespace) -> int:
         _out(f"attempt {body['attempt_id']} opened (no agent: MCP only; see `agentctl mcp-config`)\n")
         return EXIT_OK
     if body.get("accepted"):
-        _out(f"attempt {body['attempt_id']}: session accepted ({body.get('acp_session_id')})\n")
+        acp_session = body.get("acp_session_id")
+        _out(f"attempt {body['attempt_id']}: " + (f"session accepted ({acp_session})\n" if acp_session else "agent started\n"))
         return EXIT_OK
     failed = ", ".join(body.get("failed_servers") or [])
     line = f"attempt {body['attempt_id']}: the agent refused the session: {body.get('reason_code')}"

@@ -177,7 +177,7 @@ def prepare_socket_path(path: Path) -> None:
     if not stat.S_ISSOCK(st.st_mode):
         raise ControlSocketError(f"{path} exists and is not a socket; refusing to replace it")
     if _probe_live(path):
-        raise ControlSocketError(f"another agentctl daemon is already serving {path}")
+        raise ControlSocketError(f"another agentctl process is already serving {path}")
     try:
         os.unlink(path)  # stale: a daemon that died without cleaning up
     except FileNotFoundError:
@@ -195,7 +195,7 @@ def bind_unix_socket(path: Path) -> socket.socket:
     except OSError as exc:
         sock.close()
         if exc.errno == errno.EADDRINUSE:
-            raise ControlSocketError(f"another agentctl daemon is already serving {path}") from None
+            raise ControlSocketError(f"another agentctl process is already serving {path}") from None
         raise ControlSocketError(f"cannot bind control socket {path}: {exc.strerror or exc}") from None
     finally:
         os.umask(old)

@@ -101,6 +101,16 @@ async def _job(daemon: Daemon, prompt: str | None, show) -> int:
     elif agent.start_error is not None:
         show(f"the agent did not start: {agent.start_error}")
         code = 1
+    elif getattr(agent, "acp", None) is None:
+        # A passthrough CLI: its start was the attempt, and it works (and exits) on its own.
+        show("agent started (passthrough: its process start is the attempt)")
+        if prompt is not None:
+            show("  note        --prompt needs an ACP agent; a passthrough CLI takes its task from its own argv")
+            code = 1
+        if agent.supervisor.process is not None:
+            info = await agent.supervisor.wait_exit()
+            show(f"  exited      the agent {info.reason}")
+        await _settle(daemon)
     else:
         history = daemon.ledger.history
         show(f"agent {history.agent.name or '?'} {history.agent.version or ''} started".replace("  ", " "))

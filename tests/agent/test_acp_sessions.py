@@ -214,3 +214,27 @@ def test_a_session_error_naming_no_server_is_report_level_and_fails_no_row(tmp_p
     assert all(r.status != "failed" for r in current.servers)
     named = runtime._session_failed(attempt_id, planned, "session_rejected", "cannot reach docs: refused")
     assert named.failed_servers == ("docs",), "without structured data a server named as a word counts"
+
+
+async def test_session_new_and_reset_on_a_passthrough_agent_restart_it_as_a_new_attempt(tmp_path, short_tmp):
+    # A passthrough CLI has no ACP session: a "manual" attempt would silently supersede the running CLI's.
+    extra = f"""
+[agent]
+command = {json.dumps([sys.executable, "-m", "agentctl.testing.reference_agent", "--passthrough", "claude"])}
+protocol = "passthrough"
+strategy = "claude"
+workdir = "{tmp_path}"
+stop_grace = 0.2
+"""
+    sock = short_tmp / "c.sock"
+    async with running(write_spec(tmp_path, extra), sock) as daemon:
+        first = daemon.ledger.current_attempt_id
+        assert first is not None
+        new = await asyncio.to_thread(cli_json, sock, "session", "new")
+        assert new["with_agent"] and new["accepted"] and new["attempt_id"] != first
+        assert daemon.ledger.history.current.origin == "passthrough_start"
+        reset = await asyncio.to_thread(cli, sock, "session", "reset")
+        assert reset.returncode == 0 and "agent started" in reset.stdout
+        assert daemon.ledger.history.current.origin == "passthrough_start"
+        load = await asyncio.to_thread(ControlClient(sock).post, "/v1/session/load", {"session_id": "x"})
+        assert load[0] == 409 and "passthrough" in load[1]["error"]

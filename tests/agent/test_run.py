@@ -45,34 +45,30 @@ def _persisted(cwd: Path, stdout: str) -> Path:
     return path if path.is_absolute() else cwd / path
 
 
-def test_the_demo_runs_end_to_end_showing_active_beside_delivered_unverified_and_persists_the_report(tmp_path):
+def test_the_demo_with_a_prompt_shows_progress_active_beside_delivered_unverified_and_used_and_keeps_no_payload(
+    tmp_path,
+):
     shutil.copy(DEMO, tmp_path / "demo.toml")  # its state dir is relative: keep it inside the test's directory
-    done = _run(tmp_path, "demo.toml")
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
-    lines = out.splitlines()
-    steps = [line.split()[0] for line in lines if line.startswith(("attempt ", "  "))]
-    assert steps.index("attempt") < steps.index("delivered") < steps.index("connected") < steps.index("tools")
-    assert re.search(r"^\s+kandev\s+active$", out, re.MULTILINE)
-    assert re.search(r"^\s+docs\s+delivered · connection unverified$", out, re.MULTILINE)
-    assert "Traceback" not in done.stderr
-    history = decode_history(_persisted(tmp_path, out).read_bytes())
-    rows = {r.name: r.status for r in history.current.servers}
-    assert rows == {"kandev": "active", "docs": "delivered"}
-    assert history.agent.state == "exited" and history.agent.stopped_by_daemon
-    assert "example-not-a-real-token" not in _persisted(tmp_path, out).read_text()
-
-
-def test_run_with_a_prompt_shows_the_tool_used_and_keeps_the_prompt_and_answer_out_of_report_and_log(tmp_path):
-    shutil.copy(DEMO, tmp_path / "demo.toml")
     canary = "RUNCANARY4242"
+    # The prompt, the tool's arguments, its result and the agent's answer all carry the canary.
     done = _run(tmp_path, "demo.toml", "--prompt", f'CALL update_task {{"description": "{canary}"}}')
     assert done.returncode == 0, done.stderr
-    assert re.search(r"^\s+used\s+kandev: update_task \(ok\)$", done.stdout, re.MULTILINE)
-    assert canary in done.stdout, "the answer is shown to the person who asked"
-    assert re.search(r"^\s+kandev\s+active$", done.stdout, re.MULTILINE)
-    assert "used" in done.stdout.split("kandev    active", 1)[1].splitlines()[1]
-    assert canary not in done.stderr
+    out = done.stdout
+    steps = [line.split()[0] for line in out.splitlines() if line.startswith(("attempt ", "  "))]
+    assert steps.index("attempt") < steps.index("delivered") < steps.index("connected") < steps.index("tools")
+    assert steps.index("tools") < steps.index("used")
+    assert re.search(r"^\s+used\s+kandev: update_task \(ok\)$", out, re.MULTILINE)
+    assert canary in out, "the answer is shown to the person who asked"
+    assert re.search(r"^\s+kandev\s+active$", out, re.MULTILINE)
+    assert "used" in out.split("kandev    active", 1)[1].splitlines()[1]
+    assert re.search(r"^\s+docs\s+delivered · connection unverified$", out, re.MULTILINE)
+    assert "Traceback" not in done.stderr and canary not in done.stderr
+
+    report = _persisted(tmp_path, out)
+    history = decode_history(report.read_bytes())
+    assert {r.name: r.status for r in history.current.servers} == {"kandev": "active", "docs": "delivered"}
+    assert history.agent.state == "exited" and history.agent.stopped_by_daemon
+    assert "example-not-a-real-token" not in report.read_text()
     for path in (tmp_path / "state").rglob("*"):
         if path.is_file() and not path.name.startswith("tasks.sqlite3"):  # the task store holds task data
             assert canary.encode() not in path.read_bytes(), f"{path.name} holds the prompt or the answer"
@@ -157,3 +153,22 @@ def test_malformed_frames_from_the_agent_neither_reach_the_log_nor_cost_the_sess
     persisted = (tmp_path / "state" / "exec-test" / "report.json").read_text()
     assert canary not in persisted
     assert decode_history(persisted).agent.stdout_skipped_lines >= 1, "the unhashable-id frame was junk"
+
+
+async def test_run_with_a_passthrough_cli_waits_for_it_and_shows_its_attempt(tmp_path, short_tmp):
+    extra = f"""
+[agent]
+command = {json.dumps([sys.executable, "-m", "agentctl.testing.reference_agent", "--passthrough", "claude"])}
+protocol = "passthrough"
+strategy = "claude"
+workdir = "{tmp_path}"
+stop_grace = 0.2
+"""
+    daemon = Daemon(load_spec(write_spec(tmp_path, extra)), socket_path=short_tmp / "c.sock")
+    out = io.StringIO()
+    code = await run_main_job(daemon, out=out)
+    text = out.getvalue()
+    assert code == 0, text
+    assert "agent started (passthrough" in text and re.search(r"^\s+exited\s+the agent exited with code 0$", text, re.M)
+    assert re.search(r"^\s+kandev\s+active$", text, re.MULTILINE), text
+    assert daemon.ledger.history.current.origin == "passthrough_start"

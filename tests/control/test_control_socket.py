@@ -91,7 +91,7 @@ async def test_second_daemon_on_a_live_path_is_refused(short_dir: Path, tmp_path
         inode = os.lstat(path).st_ino
         with pytest.raises(ControlSocketError) as info:
             prepare_socket_path(path)
-        assert str(info.value) == f"another agentctl daemon is already serving {path}"
+        assert str(info.value) == f"another agentctl process is already serving {path}"
         assert os.lstat(path).st_ino == inode  # the live socket was not touched
     finally:
         await s.runner.cleanup()
