@@ -20,7 +20,7 @@ from agentctl.evidence.contract import McpConfig, SessionResult, StderrView
 
 STDERR_WARNING = (
     "recent agent output may contain sensitive data (prompts, file contents, tokens); "
-    "it is kept only in memory and never persisted or sent upstream"
+    "it is kept only in memory, never persisted, and sent upstream only when the upstream asks for it"
 )
 MAX_PROMPT_BYTES = 256 * 1024
 

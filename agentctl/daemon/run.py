@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+import tempfile
 from typing import TextIO
 
 from agentctl.agent.acp import AgentError
@@ -44,6 +45,25 @@ def progress_line(event: EvidenceEvent) -> str | None:
 async def run_main_job(
     daemon: Daemon, *, prompt: str | None = None, as_json: bool = False, out: TextIO | None = None
 ) -> int:
+    """The main job; with no `[upstream] socket` in the spec it runs an in-process hub, so one command shows
+    the whole path (evidence upstream, the tool tunnel) and `agentctl hub status` can read it afterwards."""
+    if daemon.spec.upstream.socket:
+        return await _run_main_job(daemon, prompt=prompt, as_json=as_json, out=out)
+    from agentctl.evidence.store import ensure_state_dir
+    from agentctl.upstream.hub import embedded_hub
+
+    state_dir = daemon.ctx.state_dir
+    ensure_state_dir(state_dir, daemon.ctx.identity.execution_id)
+    # A short private directory: the hub's socket path must fit AF_UNIX's 107 bytes.
+    with tempfile.TemporaryDirectory(prefix="agentctl-hub-", dir="/tmp") as tmp:
+        async with embedded_hub(tmp, db_path=state_dir / "hub.sqlite3", tasks_db=state_dir / "tasks.sqlite3") as sock:
+            daemon.spec.upstream.socket = sock
+            return await _run_main_job(daemon, prompt=prompt, as_json=as_json, out=out)
+
+
+async def _run_main_job(
+    daemon: Daemon, *, prompt: str | None = None, as_json: bool = False, out: TextIO | None = None
+) -> int:
     from agentctl.control.render import render_status, use_color
     from agentctl.control.server import build_status
 
@@ -68,11 +88,9 @@ async def run_main_job(
     try:
         with interrupted:
             code = await _job(daemon, prompt, show)
-            assert daemon.persister is not None
-            await daemon.persister.flush()
-            if as_json:
-                out.write(encode(daemon.ledger.history).decode() + "\n")
-            else:
+            if not as_json:
+                assert daemon.persister is not None
+                await daemon.persister.flush()
                 out.write("\n" + render_status(build_status(daemon.ctx), color=use_color(out)))
                 out.write(f"report persisted to {daemon.ctx.report_path}\n")
     except asyncio.CancelledError:
@@ -82,6 +100,9 @@ async def run_main_job(
     finally:
         await daemon.stop()
         daemon.ledger.unsubscribe(on_event)
+    if as_json and daemon.ctx.report_path is not None:
+        # After the stop: the same final report the file holds (the agent's exit included).
+        out.write(encode(daemon.ledger.history).decode() + "\n")
     if interrupted.signum is not None:
         # Ctrl-C or SIGTERM: the agent tree is stopped and the report is final all the same.
         where = f"; report persisted to {daemon.ctx.report_path}" if daemon.ctx.report_path else ""

@@ -48,6 +48,7 @@ from acp.schema import (
 
 from agentctl import __version__
 from agentctl.probe.commands import DEFAULT_TIMEOUT
+from agentctl.agent.acp import install_sdk_log_scrubber
 from agentctl.agent.manager import DAEMON_SECRET_ENV_PREFIXES, resolve_command
 from agentctl.agent.supervisor import AgentStartError, Supervisor
 from agentctl.agent.transports import AgentStdioTransport
@@ -252,6 +253,7 @@ class Probe:
         self.rec.step("agent_started")
         self._transport = AgentStdioTransport(self.supervisor.stdout, self.supervisor.stdin)
         observers = [self.rec.frame] if opts.jsonl else []
+        install_sdk_log_scrubber()  # the SDK's own log lines may quote agent output
         self._conn = acp.connect_to_agent(self.client, self._transport, use_unstable_protocol=True, observers=observers)
         try:
             resp = await asyncio.wait_for(

@@ -37,7 +37,7 @@ def agent_spec(
     extra = f"""
 [agent]
 command = {command}
-stop_grace = 0.5
+stop_grace = 0.3
 {agent_extra}
 {servers}
 """

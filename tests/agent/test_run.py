@@ -172,3 +172,14 @@ stop_grace = 0.2
     assert "agent started (passthrough" in text and re.search(r"^\s+exited\s+the agent exited with code 0$", text, re.M)
     assert re.search(r"^\s+kandev\s+active$", text, re.MULTILINE), text
     assert daemon.ledger.history.current.origin == "passthrough_start"
+
+
+async def test_run_json_prints_exactly_the_final_persisted_report(tmp_path, short_tmp):
+    daemon = Daemon(load_spec(agent_spec(tmp_path, "--ignore-mcp")), socket_path=short_tmp / "c.sock")
+    out = io.StringIO()
+    assert await run_main_job(daemon, as_json=True, out=out) == 0
+    printed = out.getvalue()
+    assert printed.count("\n") == 1, "one JSON document, no progress lines"
+    history = decode_history(printed)
+    assert history.agent.state == "exited", "printed after the stop, like the file"
+    assert printed.strip() == daemon.ctx.report_path.read_text().strip()
