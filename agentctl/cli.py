@@ -113,6 +113,10 @@ def _run_daemon(spec, socket_path, body) -> int:
     from agentctl.daemon.app import Daemon, StartupError
     from agentctl.evidence.store import StateDirError
 
+    import logging
+
+    from agentctl.daemon.app import describe_error
+
     try:
         daemon = Daemon(spec, socket_path=socket_path)
     except (ControlSocketError, StateDirError, ValueError) as exc:
@@ -121,6 +125,11 @@ def _run_daemon(spec, socket_path, body) -> int:
         return asyncio.run(body(daemon))
     except (ControlSocketError, StateDirError, StartupError) as exc:
         return _fail(str(exc))
+    except Exception as exc:
+        # Never a traceback at default verbosity (it may quote a payload); --log-level debug shows it.
+        if logging.getLogger("agentctl").isEnabledFor(logging.DEBUG):
+            raise
+        return _fail(describe_error(exc, spec))
 
 
 def cmd_run(args: argparse.Namespace) -> int:

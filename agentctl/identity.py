@@ -61,6 +61,9 @@ class TokenRegistry:
                 return token.decode()
         return None
 
+    def attempt_ids(self) -> set[str]:
+        return {attempt_id for _, attempt_id in self._tokens}
+
     def all_tokens(self) -> list[str]:
         """Every live token, for redaction lists only."""
         return [token.decode() for token, _ in self._tokens]

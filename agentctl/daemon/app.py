@@ -21,7 +21,13 @@ from agentctl import __version__
 from agentctl.backend.embedded import EmbeddedBackend
 from agentctl.control.agent_routes import install_agent_routes
 from agentctl.control.server import install_control_routes
-from agentctl.control.socket import cleanup_socket_path, prepare_socket_path, resolve_socket_path, start_unix_site
+from agentctl.control.socket import (
+    ControlSocketError,
+    cleanup_socket_path,
+    prepare_socket_path,
+    resolve_socket_path,
+    start_unix_site,
+)
 from agentctl.daemon.context import CTX_KEY, DaemonContext
 from agentctl.daemon.health import install_health_routes
 from agentctl.daemon.systemd import Notifier
@@ -29,11 +35,11 @@ from agentctl.diagnostics.routes import install_diagnostics_routes, tester_of
 from agentctl.evidence.catalog import EstimatorLoader
 from agentctl.evidence.contract import Identity
 from agentctl.evidence.ledger import Clock, Ledger, ServerSeed, utcnow
-from agentctl.evidence.sanitize import target_for_command, target_for_url
-from agentctl.evidence.store import Persister, ensure_state_dir, report_path, resolve_state_dir
+from agentctl.evidence.sanitize import summarize, target_for_command, target_for_url
+from agentctl.evidence.store import Persister, StateDirError, ensure_state_dir, report_path, resolve_state_dir
 from agentctl.identity import new_execution_id, new_instance_id
 from agentctl.mcp_endpoint.server import McpEndpoint
-from agentctl.spec import Spec, listen_address
+from agentctl.spec import Spec, listen_address, secret_values
 
 log = logging.getLogger("agentctl.daemon")
 
@@ -42,6 +48,13 @@ Stopper = Callable[[], Awaitable[None]]
 
 class StartupError(Exception):
     """A start-up failure phrased for one line (the CLI prints it and exits non-zero)."""
+
+
+def describe_error(exc: BaseException, spec: Spec | None = None) -> str:
+    """An exception as one redacted line: its type and a bounded, secret-free summary of its text."""
+    secrets = secret_values(spec) if spec is not None else []
+    text = summarize("error", str(exc), secrets).summary
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class Daemon:
@@ -89,16 +102,31 @@ class Daemon:
 
     async def start(self) -> dict[str, Any]:
         """Start every component in order; on any failure stop what started, in reverse, and raise."""
-        try:
+        async def probe_socket() -> None:
+            prepare_socket_path(self.ctx.control_socket)
+
+        steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
             # The socket probe comes first: a second daemon for the same execution must be refused before
             # it touches that execution's report.
-            prepare_socket_path(self.ctx.control_socket)
-            await self._start_state()
-            await self._start_http()
-            await self._start_mcp()
-            await self._start_control()
-            await self._start_upstream()
-            await self._start_agent()
+            ("control socket", probe_socket),
+            ("state directory and task store", self._start_state),
+            ("HTTP listener", self._start_http),
+            # Upstream before MCP: it stops after the endpoint, so the endpoint's last evidence (closed
+            # connections) still goes out in the publisher's final snapshot, and the tunnel exists before
+            # the first tool call.
+            ("upstream publisher", self._start_upstream),
+            ("MCP endpoint", self._start_mcp),
+            ("control socket", self._start_control),
+            ("agent", self._start_agent),
+        ]
+        try:
+            for name, step in steps:
+                try:
+                    await step()
+                except (StartupError, ControlSocketError, StateDirError):
+                    raise
+                except Exception as exc:
+                    raise StartupError(f"cannot start the {name}: {describe_error(exc, self.spec)}") from exc
         except BaseException:
             await self.stop()
             raise
@@ -172,6 +200,29 @@ class Daemon:
         self.persister = Persister(ctx.ledger, ctx.report_path, delay=self.spec.daemon.persist_delay)
         self.persister.start()
         self._stoppers.append(("persistence", self.persister.stop))
+        self._open_task_store()
+
+    def _open_task_store(self) -> None:
+        spec, ctx = self.spec, self.ctx
+        ident = ctx.identity
+        self.backend = EmbeddedBackend(
+            ctx.state_dir / "tasks.sqlite3",
+            agents_info={
+                "agents": [
+                    {
+                        "agent_id": ident.agent_id,
+                        "agent_profile_id": ident.agent_profile_id,
+                        "protocol": spec.agent.protocol if spec.agent else None,
+                    }
+                ]
+            },
+            mcp_info=[
+                {"name": seed.name, "transport": seed.transport, "target": seed.target, "source": seed.source}
+                for seed in self.server_seeds()
+            ],
+            execution_info={"instance_id": ident.instance_id, "execution_id": ident.execution_id},
+        )
+        self._stoppers.append(("task store", self._close_backend))
 
     async def _start_http(self) -> None:
         ctx = self.ctx
@@ -204,25 +255,6 @@ class Daemon:
 
     def _build_endpoint(self) -> McpEndpoint:
         spec, ctx = self.spec, self.ctx
-        ident = ctx.identity
-        self.backend = EmbeddedBackend(
-            ctx.state_dir / "tasks.sqlite3",
-            agents_info={
-                "agents": [
-                    {
-                        "agent_id": ident.agent_id,
-                        "agent_profile_id": ident.agent_profile_id,
-                        "protocol": spec.agent.protocol if spec.agent else None,
-                    }
-                ]
-            },
-            mcp_info=[
-                {"name": seed.name, "transport": seed.transport, "target": seed.target, "source": seed.source}
-                for seed in self.server_seeds()
-            ],
-            execution_info={"instance_id": ident.instance_id, "execution_id": ident.execution_id},
-        )
-        self._stoppers.append(("task store", self._close_backend))
         return McpEndpoint(
             ctx.ledger,
             builtin_name=spec.mcp.builtin_name,
@@ -232,7 +264,8 @@ class Daemon:
         )
 
     async def _close_backend(self) -> None:
-        self.backend.close()
+        # close() waits for the store's lock (an in-flight write): not on the event loop.
+        await asyncio.to_thread(self.backend.close)
 
     async def _start_mcp(self) -> None:
         await self.endpoint.start()

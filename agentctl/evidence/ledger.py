@@ -164,10 +164,10 @@ class Ledger:
 
     def _prune_tokens(self) -> None:
         # A token outlives its attempt only while the attempt is kept in history.
-        kept = {a.attempt_id for a in self.history.previous}
+        kept = {a.attempt_id for a in self.history.previous} | self._self_tests
         if self.history.current:
             kept.add(self.history.current.attempt_id)
-        for attempt_id in {a for _, a in self.tokens._tokens} - kept:
+        for attempt_id in self.tokens.attempt_ids() - kept:
             self.tokens.forget(attempt_id)
 
     def _notify(self, event: EvidenceEvent | None) -> None:

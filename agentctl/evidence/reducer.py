@@ -10,6 +10,8 @@ import bisect
 from datetime import datetime
 from typing import Literal
 
+import msgspec
+
 from agentctl.evidence.contract import (
     MAX_ATTEMPTS,
     MAX_EVENTS_PER_ATTEMPT,
@@ -128,9 +130,9 @@ def apply(history: AttachmentHistory, event: EvidenceEvent) -> ApplyResult:
     if attempt is None:
         history.rejected_events += 1
         return "unknown_attempt"
-    if attempt.superseded_at is not None and event.catalog is not None:
-        event.catalog = None
-    _append_event(attempt, event)
+    # The catalog lives on the row only: one bounded copy per attempt, not one per logged event.
+    logged = msgspec.structs.replace(event, catalog=None) if event.catalog is not None else event
+    _append_event(attempt, logged)
     attempt.updated_at = _later(attempt.updated_at, event.occurred_at)
     history.updated_at = _later(history.updated_at, event.occurred_at)
 

@@ -51,6 +51,10 @@ def add_hub_commands(subparsers: Any) -> None:
     p.add_argument("--db", metavar="PATH", help=db_help)
     p.add_argument("--tasks-db", metavar="PATH", help="task store for the tool tunnel (default: next to --db)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--http", metavar="HOST:PORT", help="also serve the read-only status page (loopback by default; "
+                   "PORT alone means 127.0.0.1:PORT); its address with a new token is in the ready line")
+    p.add_argument("--token-file", metavar="PATH", help="the page's token: read from PATH (created with a new "
+                   "token, mode 0600, when missing) instead of a new one printed at start")
     p.set_defaults(func=cmd_hub_serve)
 
     p = sub.add_parser("status", help="every session: current execution and attempt, server states, last contact")
@@ -95,15 +99,28 @@ def cmd_hub_serve(args: argparse.Namespace) -> int:
         db = Path(args.db).expanduser().absolute() if args.db else default_db()
     except ControlSocketError as exc:
         return _err(f"hub socket: {exc}", 2)
+    from agentctl.upstream.web import WebConfigError, load_token, parse_listen
+
+    web_args = None
     try:
-        return asyncio.run(_serve(socket_path, db, args.tasks_db))
+        if args.http:
+            token_file = Path(args.token_file).expanduser().absolute() if args.token_file else None
+            web_args = (*parse_listen(args.http), *load_token(token_file), token_file)
+        elif args.token_file:
+            return _err("--token-file needs --http HOST:PORT", 1)
+    except WebConfigError as exc:
+        return _err(str(exc), 1)
+    try:
+        return asyncio.run(_serve(socket_path, db, args.tasks_db, web_args))
     except ControlSocketError as exc:
         return _err(f"hub socket: {exc}", 2)
     except HubStoreError as exc:
         return _err(str(exc), 2)
+    except WebConfigError as exc:
+        return _err(str(exc), 2)
 
 
-async def _serve(socket_path: Path, db: Path, tasks_db: str | None) -> int:
+async def _serve(socket_path: Path, db: Path, tasks_db: str | None, web_args: tuple | None = None) -> int:
     import asyncio
     import json
     import signal
@@ -114,17 +131,31 @@ async def _serve(socket_path: Path, db: Path, tasks_db: str | None) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     await hub.start()
+    page = None
     try:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
         ready = {"event": "ready", "socket": str(hub.socket_path), "db": str(hub.db_path),
                  "tasks_db": str(hub.tasks_db), "pid": os.getpid()}
+        if web_args is not None:
+            from agentctl.upstream.web import HubWeb
+
+            host, port, token, generated, token_file = web_args
+            page = HubWeb(hub, host, port, token=token)
+            await page.start()
+            ready["http"] = page.url
+            # The token goes in the fragment: a browser never sends that part of a URL to any server.
+            ready["page"] = page.url + "#token=" + token if generated else page.url
+            if token_file is not None:
+                ready["token_file"] = str(token_file)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
         sys.stdout.write(json.dumps(ready) + "\n")
         sys.stdout.flush()
         await stop.wait()
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+        if page is not None:
+            await page.stop()
         await hub.stop()
     return 0
 

@@ -153,3 +153,12 @@ def test_second_daemon_on_the_same_socket_is_refused_and_first_keeps_serving(tmp
         assert sock.exists()
     finally:
         assert first.stop() == 0
+
+
+def test_a_corrupt_task_store_gives_one_line_naming_the_component(tmp_path, short_tmp):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "tasks.sqlite3").write_bytes(b"not a database" * 100)
+    spec = write_spec(tmp_path, state_dir=state)
+    _assert_one_clear_line(_run_cli("serve", str(spec), "--socket", str(short_tmp / "c.sock")), "task store")
+    assert not (short_tmp / "c.sock").exists()

@@ -296,3 +296,12 @@ def test_self_test_token_authenticates_but_its_evidence_is_dropped_without_a_seq
     ledger.forget_self_test(self_id)
     assert ledger.tokens.attempt_for(token) is None
     assert ledger.current_attempt_id == attempt
+
+
+def test_a_new_attempt_does_not_revoke_a_running_self_test_credential(ledger: Ledger) -> None:
+    ledger.begin_attempt("manual", [])
+    self_id, token = ledger.mint_self_test_token()
+    ledger.begin_attempt("reset", [])
+    assert ledger.tokens.attempt_for(token) == self_id
+    ledger.forget_self_test(self_id)
+    assert ledger.tokens.attempt_for(token) is None

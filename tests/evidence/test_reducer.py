@@ -916,3 +916,13 @@ def test_occurrence_order_beats_arrival_order_for_any_permutation(
     rnd.shuffle(shuffled)
     by_time = sorted(events, key=lambda d: d["minutes"])
     assert _fold(shuffled) == _fold(by_time)
+
+
+
+def test_catalog_is_kept_once_on_the_row_not_in_every_logged_event(world: World) -> None:
+    catalog = ToolCatalog(tools=[ToolSummary(name="get_task", description="d" * 500)])
+    for _ in range(70):
+        assert world.apply("tools_list_observed", "kandev", tool_count=1, catalog=catalog) == "applied"
+    assert world.row().catalog == catalog and world.row().tool_count == 1
+    assert all(e.catalog is None for e in world.current.evidence)
+    assert len(encode(world.history)) < 40_000

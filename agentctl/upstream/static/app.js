@@ -1,0 +1,421 @@
+// The hub page: sessions by task, one neutral MCP trigger each; a popover (precise pointer: hover, focus,
+// click to pin) or a bottom drawer (coarse pointer) with the current attempt's servers. Live through
+// server-sent events read with fetch (so the token stays in a header). Text only: see views.js.
+import { el, historyView, outputLines, outputView, serverDetail, serverList, toolDetail, toolList } from "/views.js";
+
+const TOKEN_KEY = "agentctl-hub-token";
+const coarse = matchMedia("(pointer: coarse)");
+const $ = (id) => document.getElementById(id);
+const state = {
+  token: null,
+  sessions: new Map(), // session_id -> session view
+  rows: new Map(), // session_id -> {li, trigger, panel, wrap, nav}
+  open: null, // {sid, pinned, drawer}
+  outputWarning: "",
+  closeTimer: null,
+  noFocusOpen: null, // a trigger that must not reopen on focus (after Escape or a closing click)
+};
+
+// ---- token and API ---------------------------------------------------------------------------------
+
+function takeToken() {
+  const match = /(?:^#|&)token=([^&]+)/.exec(location.hash);
+  if (match) {
+    sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(match[1]));
+    history.replaceState(null, "", location.pathname); // out of the address bar and the history
+  }
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+function needToken() {
+  sessionStorage.removeItem(TOKEN_KEY);
+  state.token = null;
+  $("token-needed").hidden = false;
+  setLive("not signed in");
+}
+
+async function api(path, { method = "GET", body } = {}) {
+  const headers = { Authorization: `Bearer ${state.token}` };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const resp = await fetch(path, { method, headers, cache: "no-store", credentials: "omit",
+    body: body === undefined ? undefined : JSON.stringify(body) });
+  if (resp.status === 401) { needToken(); throw new Error("the hub token is missing or wrong"); }
+  const data = await resp.json().catch(() => ({}));
+  if (!resp.ok) throw new Error(data.error || `the hub answered HTTP ${resp.status}`);
+  return data;
+}
+
+const sid$ = (sid) => encodeURIComponent(sid);
+const setLive = (text) => { $("live").textContent = text; };
+
+function toast(text) {
+  const t = $("toast");
+  t.textContent = text;
+  t.classList.add("shown");
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => t.classList.remove("shown"), 4000);
+}
+
+// ---- live updates ----------------------------------------------------------------------------------
+
+function handleEvent(block) {
+  let event = "message";
+  const data = [];
+  for (const line of block.split("\n")) {
+    if (line.startsWith("event:")) event = line.slice(6).trim();
+    else if (line.startsWith("data:")) data.push(line.slice(5).trimStart());
+  }
+  if (!data.length) return;
+  const payload = JSON.parse(data.join("\n"));
+  if (event === "status") applyStatus(payload);
+  else if (event === "session") upsert(payload);
+}
+
+async function listen() {
+  let backoff = 500;
+  while (state.token) {
+    try {
+      const resp = await fetch("/api/events", { headers: { Authorization: `Bearer ${state.token}` }, cache: "no-store" });
+      if (resp.status === 401) { needToken(); return; }
+      if (!resp.ok || !resp.body) throw new Error(String(resp.status));
+      setLive("live");
+      backoff = 500;
+      const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value;
+        let cut;
+        while ((cut = buffer.indexOf("\n\n")) >= 0) {
+          handleEvent(buffer.slice(0, cut));
+          buffer = buffer.slice(cut + 2);
+        }
+      }
+    } catch (err) { /* the hub went away: retry below */ }
+    if (!state.token) return;
+    setLive("reconnecting…");
+    await new Promise((r) => setTimeout(r, backoff));
+    backoff = Math.min(backoff * 2, 5000);
+  }
+}
+
+// ---- sessions --------------------------------------------------------------------------------------
+
+function applyStatus(status) {
+  state.outputWarning = status.output_warning;
+  for (const session of status.sessions) upsert(session);
+  $("empty").hidden = state.sessions.size > 0;
+}
+
+function taskList(taskId) {
+  let section = [...$("tasks").children].find((s) => s.dataset.task === taskId);
+  if (!section) {
+    section = el("section", { class: "task", data: { task: taskId } },
+      el("h2", {}, el("span", { class: "secondary", text: "task " }), el("span", { text: taskId })),
+      el("ul", { class: "sessions" }));
+    $("tasks").append(section);
+  }
+  return section.querySelector("ul.sessions");
+}
+
+function upsert(session) {
+  const sid = session.session_id;
+  state.sessions.set(sid, session);
+  $("empty").hidden = true;
+  let row = state.rows.get(sid);
+  if (!row) row = createRow(session);
+  const count = session.attempt ? session.attempt.servers.length : 0;
+  row.count.textContent = String(count);
+  row.trigger.setAttribute("aria-label", `MCP servers of session ${sid}: ${count}`);
+  row.link.textContent = session.link;
+  row.meta.textContent = `execution ${session.execution_id} · last contact ${session.last_contact}` +
+    (session.executions > 1 ? ` · ${session.executions} executions` : "");
+  row.agent.textContent = session.agent + (session.stale ? ` · ${session.stale}` : "");
+  if (state.open && state.open.sid === sid) renderPanel(sid, { live: true });
+}
+
+let panelSeq = 0;
+function createRow(session) {
+  const sid = session.session_id;
+  const id = `panel-${++panelSeq}`;
+  const count = el("span", { class: "count" });
+  const trigger = el("button", { type: "button", class: "mcp-trigger", ariaExpanded: "false", ariaControls: id,
+    ariaHaspopup: "dialog", data: { sid } }, el("span", { text: "MCP" }), count);
+  const panel = el("div", { class: "panel", id, role: "dialog", ariaLabel: `MCP servers of session ${sid}`, hidden: true });
+  const wrap = el("div", { class: "mcp" }, trigger, panel);
+  const link = el("span", { class: "link" });
+  const meta = el("p", { class: "secondary" });
+  const agent = el("p", { class: "secondary" });
+  const li = el("li", { class: "session", data: { sid } },
+    el("div", { class: "info" }, el("p", { class: "sid" }, el("span", { text: sid }), link), meta, agent), wrap);
+  const row = { li, trigger, panel, wrap, count, link, meta, agent, nav: [{ view: "servers" }] };
+  state.rows.set(sid, row);
+  wire(sid, row);
+  taskList(session.task_id).append(li);
+  return row;
+}
+
+// ---- the popover and the drawer ----------------------------------------------------------------------
+
+const isOpen = (sid) => state.open && state.open.sid === sid;
+
+function open(sid, pinned) {
+  if (state.open && state.open.sid !== sid) close({ focus: false });
+  clearTimeout(state.closeTimer);
+  const row = state.rows.get(sid);
+  if (isOpen(sid)) { state.open.pinned = state.open.pinned || pinned; return; }
+  const drawer = coarse.matches;
+  state.open = { sid, pinned: pinned || drawer, drawer };
+  row.nav = [{ view: "servers" }];
+  row.panel.classList.toggle("drawer", drawer);
+  row.panel.classList.toggle("popover", !drawer);
+  row.panel.hidden = false;
+  row.trigger.setAttribute("aria-expanded", "true");
+  renderPanel(sid);
+  if (drawer) {
+    $("backdrop").hidden = false;
+    document.body.classList.add("drawer-open");
+    row.panel.querySelector(".panel-title").focus();
+  } else place(row);
+}
+
+function close({ focus }) {
+  if (!state.open) return;
+  const row = state.rows.get(state.open.sid);
+  const wasDrawer = state.open.drawer;
+  state.open = null;
+  clearTimeout(state.closeTimer);
+  row.panel.hidden = true;
+  row.panel.replaceChildren(); // nothing fetched (agent output above all) stays in the page
+  row.trigger.setAttribute("aria-expanded", "false");
+  if (wasDrawer) { $("backdrop").hidden = true; document.body.classList.remove("drawer-open"); }
+  if (focus) { state.noFocusOpen = row.trigger; row.trigger.focus(); }
+}
+
+function place(row) {
+  const panel = row.panel;
+  panel.style.maxHeight = "";
+  const rect = panel.getBoundingClientRect();
+  const room = window.innerHeight - rect.top - 12;
+  if (room > 200) panel.style.maxHeight = `${Math.floor(room)}px`;
+}
+
+function scheduleClose(sid) {
+  clearTimeout(state.closeTimer);
+  state.closeTimer = setTimeout(() => {
+    const row = state.rows.get(sid);
+    if (isOpen(sid) && !state.open.pinned && !row.wrap.matches(":hover") && !row.wrap.contains(document.activeElement)) {
+      close({ focus: false });
+    }
+  }, 150);
+}
+
+function wire(sid, row) {
+  const { trigger, wrap, panel } = row;
+  trigger.addEventListener("pointerenter", (e) => {
+    if (e.pointerType === "mouse" && !coarse.matches) open(sid, false);
+  });
+  wrap.addEventListener("pointerleave", (e) => {
+    if (e.pointerType === "mouse" && isOpen(sid) && !state.open.pinned) scheduleClose(sid);
+  });
+  wrap.addEventListener("pointerenter", () => { if (isOpen(sid)) clearTimeout(state.closeTimer); });
+  trigger.addEventListener("focus", () => {
+    if (coarse.matches || state.noFocusOpen === trigger) return;
+    open(sid, false);
+  });
+  trigger.addEventListener("blur", () => { if (state.noFocusOpen === trigger) state.noFocusOpen = null; });
+  wrap.addEventListener("focusout", (e) => {
+    if (!isOpen(sid) || state.open.pinned || state.open.drawer) return;
+    if (!e.relatedTarget || !wrap.contains(e.relatedTarget)) scheduleClose(sid);
+  });
+  trigger.addEventListener("click", () => {
+    if (isOpen(sid) && state.open.pinned) { close({ focus: false }); state.noFocusOpen = trigger; return; }
+    open(sid, true);
+  });
+  panel.addEventListener("click", () => { if (isOpen(sid)) state.open.pinned = true; });
+}
+
+document.addEventListener("keydown", (e) => {
+  if (e.key !== "Escape" || !state.open) return;
+  const row = state.rows.get(state.open.sid);
+  e.preventDefault();
+  close({ focus: state.open.drawer || row.wrap.contains(document.activeElement) });
+});
+
+document.addEventListener("pointerdown", (e) => {
+  if (!state.open) return;
+  const row = state.rows.get(state.open.sid);
+  if (!row.wrap.contains(e.target)) close({ focus: state.open.drawer });
+});
+
+coarse.addEventListener("change", () => { if (state.open) close({ focus: false }); });
+
+// ---- panel views -----------------------------------------------------------------------------------
+
+const TITLES = { servers: "MCP servers", server: "Server", tools: "Tool catalog", tool: "Tool",
+  history: "Attempt history", output: "Recent agent output" };
+
+function navigate(sid, entry) {
+  const row = state.rows.get(sid);
+  const top = row.nav[row.nav.length - 1];
+  top.scroll = row.panel.scrollTop; // the panel is the scroller, popover and drawer alike
+  top.focusKey = document.activeElement?.dataset?.key;
+  row.nav.push(entry);
+  renderPanel(sid);
+  row.panel.querySelector(".panel-title").focus();
+}
+
+function back(sid) {
+  const row = state.rows.get(sid);
+  if (row.nav.length > 1) row.nav.pop();
+  renderPanel(sid, { restore: true });
+}
+
+function renderPanel(sid, { live = false, restore = false } = {}) {
+  const row = state.rows.get(sid);
+  const session = state.sessions.get(sid);
+  const entry = row.nav[row.nav.length - 1];
+  // Views fetched on entry (tools, history, output) are not redrawn by live updates.
+  if (live && !["servers", "server"].includes(entry.view)) return;
+  const keep = live ? document.activeElement?.dataset?.key : null;
+  const scroll = row.panel.scrollTop;
+  const body = el("div", { class: "panel-body" });
+  const title = el("h2", { class: "panel-title", tabindex: "-1",
+    text: entry.view === "server" ? entry.name : entry.view === "tool" ? entry.name : TITLES[entry.view] });
+  const head = el("div", { class: "panel-head" },
+    row.nav.length > 1 ? el("button", { type: "button", class: "back", text: "Back", data: { key: "back" },
+      onclick: () => back(sid) }) : null,
+    title,
+    el("button", { type: "button", class: "close", ariaLabel: "Close", text: "×", data: { key: "close" },
+      onclick: () => close({ focus: true }) }));
+  row.panel.replaceChildren(head, body);
+  body.append(...viewContent(sid, session, entry).filter(Boolean));
+  if (entry.view === "servers") body.append(footer(sid));
+  if (live) {
+    row.panel.scrollTop = scroll;
+    if (keep) row.panel.querySelector(`[data-key="${CSS.escape(keep)}"]`)?.focus({ preventScroll: true });
+  } else if (restore) {
+    row.panel.scrollTop = entry.scroll || 0;
+    const target = entry.focusKey && row.panel.querySelector(`[data-key="${CSS.escape(entry.focusKey)}"]`);
+    (target || title).focus({ preventScroll: true });
+  } else row.panel.scrollTop = 0;
+}
+
+// A view fetched when entered, kept in its navigation entry so Back redraws it at once, where it was.
+function fetched(entry, url, render) {
+  if (entry.data) return render(entry.data);
+  const holder = el("p", { class: "secondary", text: "loading…" });
+  api(url).then((data) => {
+    entry.data = data;
+    if (holder.isConnected) holder.replaceWith(...render(data).filter(Boolean));
+  }).catch((err) => { holder.textContent = err.message; holder.className = "warn"; });
+  return [holder];
+}
+
+function viewContent(sid, session, entry) {
+  switch (entry.view) {
+    case "servers":
+      return serverList(session, (name) => navigate(sid, { view: "server", name }));
+    case "server": {
+      const server = session.attempt?.servers.find((s) => s.name === entry.name);
+      if (!server) return [el("p", { class: "note", text: "this server is not in the current attempt any more" })];
+      return serverDetail(server, { test: (name, button, out) => testEndpoint(sid, name, button, out),
+        tools: () => navigate(sid, { view: "tools" }) });
+    }
+    case "tools":
+      return fetched(entry, `/api/sessions/${sid$(sid)}/tools`,
+        (data) => toolList(data, (name) => navigate(sid, { view: "tool", name })));
+    case "tool":
+      return fetched(entry, `/api/sessions/${sid$(sid)}/tools/${encodeURIComponent(entry.name)}`, toolDetail);
+    case "history":
+      return fetched(entry, `/api/sessions/${sid$(sid)}/history`, historyView);
+    case "output":
+      return outputView(state.outputWarning, (out, button) => showOutput(sid, out, button));
+    default:
+      return [];
+  }
+}
+
+function footer(sid) {
+  return el("div", { class: "panel-foot" },
+    el("button", { type: "button", class: "action", text: "Attempt history", data: { key: "history" },
+      onclick: () => navigate(sid, { view: "history" }) }),
+    el("button", { type: "button", class: "action", text: "Copy diagnostics", data: { key: "copy" },
+      onclick: () => copyDiagnostics(sid) }),
+    el("button", { type: "button", class: "action", text: "View recent agent output", data: { key: "output" },
+      onclick: () => navigate(sid, { view: "output" }) }));
+}
+
+// ---- actions ---------------------------------------------------------------------------------------
+
+async function testEndpoint(sid, name, button, out) {
+  button.disabled = true;
+  out.replaceChildren(el("p", { class: "secondary", text: "testing from the daemon…" }));
+  try {
+    const data = await api(`/api/sessions/${sid$(sid)}/test-endpoint`, { method: "POST", body: { server: name } });
+    out.replaceChildren(el("p", { class: `test ${data.view.succeeded ? "ok" : "failed"}`, text: data.view.line }),
+      el("p", { class: "note", text: data.view.note }));
+  } catch (err) {
+    out.replaceChildren(el("p", { class: "warn", text: err.message }));
+  } finally {
+    button.disabled = false;
+  }
+}
+
+async function showOutput(sid, out, button) {
+  button.disabled = true;
+  try {
+    outputLines(out, await api(`/api/sessions/${sid$(sid)}/agent-output`, { method: "POST" }));
+  } catch (err) {
+    out.replaceChildren(el("p", { class: "warn", text: err.message }));
+  } finally {
+    button.disabled = false;
+  }
+}
+
+async function copyDiagnostics(sid) {
+  try {
+    const { text } = await api(`/api/sessions/${sid$(sid)}/diagnostics`);
+    try {
+      await navigator.clipboard.writeText(text);
+      toast("Diagnostics copied: sanitized, no agent output.");
+    } catch (err) {
+      // No clipboard (permission, or not a secure context): show the text to copy by hand.
+      const row = state.rows.get(sid);
+      const area = el("textarea", { class: "copy", readOnly: true, value: text, ariaLabel: "diagnostics" });
+      row.panel.querySelector(".panel-body").append(area);
+      area.select();
+      toast("Select-all and copy the diagnostics below.");
+    }
+  } catch (err) {
+    toast(err.message);
+  }
+}
+
+// ---- start -----------------------------------------------------------------------------------------
+
+$("backdrop").addEventListener("click", () => close({ focus: true }));
+$("token-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const value = $("token-input").value.trim();
+  if (!value) return;
+  sessionStorage.setItem(TOKEN_KEY, value);
+  $("token-input").value = "";
+  start();
+});
+
+async function start() {
+  state.token = takeToken();
+  if (!state.token) { needToken(); return; }
+  $("token-needed").hidden = true;
+  try {
+    applyStatus(await api("/api/status"));
+  } catch (err) {
+    if (state.token) setLive(err.message);
+    if (!state.token) return;
+  }
+  listen();
+}
+
+start();

@@ -1,0 +1,169 @@
+// The MCP panel's views, built as DOM nodes from the hub's JSON. Text only: every string goes in through
+// textContent or text nodes (never parsed as HTML), so a description, schema or summary can never become markup.
+
+export function el(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === "class") node.className = value;
+    else if (key === "text") node.textContent = value;
+    else if (key === "data") for (const [k, v] of Object.entries(value)) node.dataset[k] = v;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (key.startsWith("aria") || key === "role" || key === "tabindex" || key === "for") node.setAttribute(key.replace(/^aria([A-Z])/, (m, c) => "aria-" + c.toLowerCase()), value);
+    else node[key] = value;
+  }
+  for (const child of children.flat(Infinity)) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(typeof child === "string" ? document.createTextNode(child) : child);
+  }
+  return node;
+}
+
+const note = (text, cls = "note") => (text ? el("p", { class: cls, text }) : null);
+
+export function stateLabel(server) {
+  return el("span", { class: `state tone-${server.tone}` },
+    el("span", { class: "dot", ariaHidden: "true" }), el("span", { class: "label", text: server.label }));
+}
+
+function attemptHead(attempt) {
+  return el("div", { class: "attempt" },
+    el("p", { class: "secondary", text: `attempt ${attempt.attempt_id} (${attempt.origin})` +
+      (attempt.acp_session_id ? ` · ACP session ${attempt.acp_session_id}` : "") }),
+    note(attempt.times, "secondary"),
+    note(attempt.session_error, "warn"),
+    note(attempt.dropped));
+}
+
+// The current attempt's servers: state colour, label and the plain-language line, one button each.
+export function serverList(session, onServer) {
+  const attempt = session.attempt;
+  if (!attempt) return [note("no attachment attempt yet (no session has been opened)")];
+  const items = attempt.servers.map((server) =>
+    el("li", {},
+      el("button", { type: "button", class: "server", data: { key: `server:${server.name}`, server: server.name },
+        onclick: () => onServer(server.name) },
+        el("span", { class: "row" }, el("span", { class: "name", text: server.name }), stateLabel(server)),
+        el("span", { class: "explain", text: server.explanation }),
+        ...server.details.map((d) => el("span", { class: "detail", text: d })))));
+  return [attemptHead(attempt),
+    items.length ? el("ul", { class: "servers" }, items) : note("no MCP servers in this attempt")];
+}
+
+export function checklist(server) {
+  const steps = server.steps.map((step) =>
+    el("li", { class: step.done ? "done" : "open", data: { step: step.step } },
+      el("span", { class: "mark", text: step.mark }),
+      el("span", { class: "step", text: step.label }),
+      el("span", { class: "when", text: step.text }),
+      step.detail ? el("span", { class: "detail", text: step.detail }) : null));
+  return [el("ol", { class: "checklist", ariaLabel: `attachment checklist of ${server.name}` }, steps),
+    note(server.hidden_note)];
+}
+
+function testResult(view) {
+  if (!view) return [];
+  return [el("p", { class: `test ${view.succeeded ? "ok" : "failed"}`, text: view.line }), note(view.note)];
+}
+
+// One server: its state, checklist with times, reachability test, and the catalog for the built-in one.
+export function serverDetail(server, actions) {
+  const result = el("div", { class: "test-result", ariaLive: "polite" }, testResult(server.endpoint_test));
+  const test = el("button", { type: "button", class: "action", text: "Test endpoint", data: { key: "test" },
+    onclick: () => actions.test(server.name, test, result) });
+  return [
+    el("p", { class: "server-head" }, el("span", { class: "name", text: server.name }), stateLabel(server)),
+    el("p", { class: "explain", text: server.explanation }),
+    ...server.details.map((d) => note(d, "detail")),
+    note(server.where, "secondary"),
+    el("h3", { text: "Attachment checklist" }),
+    ...checklist(server),
+    note(server.catalog_note),
+    el("h3", { text: "Reachability" }),
+    note("A test from the daemon with the stored configuration; it never changes the status above."),
+    test, result,
+    el("h3", { text: "Tools" }),
+    server.builtin
+      ? el("button", { type: "button", class: "action", data: { key: "tools" }, onclick: () => actions.tools(),
+        text: server.tool_count != null ? `Tool catalog (${server.tool_count})` : "Tool catalog" })
+      : note(server.no_catalog_note),
+  ];
+}
+
+export function toolList(data, onTool) {
+  const out = [];
+  if (!data.loaded) out.push(note(data.message));
+  else {
+    out.push(el("p", { class: "secondary", text: data.head }));
+    out.push(el("ul", { class: "tools" }, data.tools.map((tool) =>
+      el("li", {}, el("button", { type: "button", class: "tool", data: { key: `tool:${tool.name}` },
+        onclick: () => onTool(tool.name) },
+        el("span", { class: "row" }, el("span", { class: "name", text: tool.name }),
+          tool.tokens ? el("span", { class: "tokens", text: tool.tokens }) : null),
+        el("span", { class: "summary", text: tool.summary }))))));
+  }
+  out.push(...data.notes.map((n) => note(n)));
+  out.push(note(data.third_party));
+  return out;
+}
+
+export function toolDetail(tool) {
+  const out = [
+    el("p", { class: "server-head" }, el("span", { class: "name", text: tool.name }),
+      tool.tokens ? el("span", { class: "tokens", text: tool.tokens }) : null),
+    note(`${tool.server}, attempt ${tool.attempt_id}`, "secondary"),
+    note(tool.estimate_note),
+    el("h3", { text: "Description" }),
+    el("p", { class: "description", text: tool.description }),
+    note(tool.description_note),
+    el("h3", { text: "Arguments" }),
+  ];
+  if (tool.schema_note) return [...out, note(tool.schema_note)];
+  if (!tool.arguments.length) out.push(note("(no arguments)"));
+  else {
+    out.push(el("dl", { class: "args" }, tool.arguments.map((a) => [
+      el("dt", {}, el("span", { class: "name", text: a.name }),
+        el("span", { class: "type", text: ` ${a.type}` }), el("span", { class: "req", text: a.required ? " required" : " optional" })),
+      el("dd", { text: a.description || "—" }),
+    ])));
+  }
+  out.push(el("h3", { text: "Input schema (JSON)" }), el("pre", { class: "schema", text: tool.schema }));
+  return out;
+}
+
+function compactServers(attempt) {
+  return el("ul", { class: "servers compact" }, attempt.servers.map((server) =>
+    el("li", { data: { server: server.name } },
+      el("span", { class: "row" }, el("span", { class: "name", text: server.name }), stateLabel(server)),
+      el("span", { class: "explain", text: server.explanation }),
+      el("details", {}, el("summary", { text: "checklist" }), ...checklist(server)))));
+}
+
+export function historyView(data) {
+  const out = [el("h3", { text: "Executions, newest first" }),
+    el("ul", { class: "plain" }, data.executions.map((e) =>
+      el("li", { class: "secondary", text: `${e.execution_id} (${e.flags}), last contact ${e.last_contact}` })))];
+  if (!data.snapshot) return [...out, note("no snapshot received for this execution yet")];
+  out.push(el("h3", { text: "Previous attempts, newest first" }));
+  if (!data.previous.length) out.push(note("none: the current attempt is the first"));
+  for (const attempt of data.previous) {
+    out.push(el("section", { class: "previous", data: { attempt: attempt.attempt_id } },
+      attemptHead(attempt), compactServers(attempt)));
+  }
+  return out;
+}
+
+// Recent agent output: a warning first; the lines only after an explicit click, fetched fresh every time.
+export function outputView(warning, onShow) {
+  const body = el("div", { class: "output" });
+  const show = el("button", { type: "button", class: "action danger", text: "Show recent agent output",
+    data: { key: "show-output" }, onclick: () => onShow(body, show) });
+  return [el("p", { class: "warn", text: `Warning: ${warning}` }), show, body];
+}
+
+export function outputLines(body, data) {
+  body.replaceChildren(
+    el("p", { class: "warn", text: `Warning: ${data.view.warning}` }),
+    ...data.notes.map((n) => note(n)),
+    data.view.empty ? null : el("pre", { class: "stderr", text: data.view.lines.join("\n") }));
+}

@@ -1,0 +1,349 @@
+"""What the hub page shows, as plain JSON built from the hub's contract data with the CLI's own wording.
+
+The page renders text only; every label, colour name, plain-language line, checklist step and note comes
+from here, and here it comes from the same functions `agentctl status`, `diagnostics` and `tools` use
+(control/render.py, diagnostics/render.py, diagnostics/diagnostics.py), so the page and the terminal say the
+same things. Only sanitized contract data goes in: no agent output (that has its own route, on request).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+from agentctl.control.agent_routes import STDERR_WARNING
+from agentctl.control.render import (
+    AMBER,
+    GREEN,
+    GREY,
+    RED,
+    STATE_COLORS,
+    _row_details,
+    _when,
+    display_label,
+    row_explanation,
+)
+from agentctl.diagnostics.diagnostics import attempt_diagnostics, checklist
+from agentctl.diagnostics.render import (
+    _BUILTIN_ONLY,
+    ESTIMATE_NOTE,
+    NOT_OBSERVABLE,
+    REACHABILITY_NOTE,
+    STEP_LABELS,
+    TEST_FAILURE_NOTE,
+    THIRD_PARTY_NOTE,
+    _agent_lines,
+    _upstream_lines,
+    endpoint_test_line,
+    render_diagnostics,
+    tool_arguments,
+)
+from agentctl.evidence.contract import (
+    CONTRACT_VERSION,
+    Attempt,
+    Diagnostics,
+    EndpointTestResult,
+    HubSession,
+    HubSessionReport,
+    ServerRow,
+    StderrView,
+)
+
+# The terminal's colour for a display state, as a name the stylesheet knows; `configured` stays plain.
+_TONE_OF_CODE = {GREEN: "green", AMBER: "amber", RED: "red", GREY: "grey"}
+TONES = {status: _TONE_OF_CODE[code] for status, code in STATE_COLORS.items()}
+
+
+def _text(value: Any) -> str | None:
+    return f"{_when(value)} UTC" if value is not None else None
+
+
+def _join(lines: list[str]) -> str:
+    """Lines the CLI wrapped at 80 columns, as one paragraph again (the browser wraps)."""
+    return " ".join(line.strip() for line in lines if line.strip())
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def endpoint_test_view(test: EndpointTestResult | dict[str, Any] | None) -> dict[str, Any] | None:
+    if test is None:
+        return None
+    data = msgspec.to_builtins(test) if not isinstance(test, dict) else test
+    ok = bool(data.get("succeeded"))
+    return {
+        "succeeded": ok,
+        "line": endpoint_test_line(data),
+        "note": REACHABILITY_NOTE if ok else TEST_FAILURE_NOTE,
+    }
+
+
+def steps_view(row: ServerRow, attempt: Attempt) -> tuple[list[dict[str, Any]], str | None]:
+    """The row's checklist as `agentctl diagnostics` prints it: the same steps, marks, times and details, and
+    the one `[-]` line for what only the built-in endpoint could have observed."""
+    third_party = row.source != "builtin"
+    steps, hidden = [], []
+    for step in checklist(row, attempt):
+        label = STEP_LABELS.get(step.step, step.step)
+        if third_party and step.step in _BUILTIN_ONLY and not step.done:
+            hidden.append(label)
+            continue
+        text = (_text(step.at) or "") if step.done else ("not observed" if step.step != "failed" else "no attachment error")
+        steps.append({
+            "step": step.step, "label": label, "done": step.done, "mark": "[x]" if step.done else "[ ]",
+            "at": step.at, "text": text, "detail": step.detail,
+        })
+    delivered = row.delivered_at is not None
+    note = f"[-] {', '.join(hidden)}: {NOT_OBSERVABLE}" if hidden and delivered else None
+    return steps, note
+
+
+def server_view(row: ServerRow, attempt: Attempt) -> dict[str, Any]:
+    steps, hidden_note = steps_view(row, attempt)
+    catalog = row.catalog
+    truncated = bool(catalog and (catalog.truncated or catalog.schemas_truncated))
+    builtin = row.source == "builtin"
+    return {
+        "name": row.name,
+        "builtin": builtin,
+        "status": row.status,
+        "label": display_label(row),
+        "tone": TONES.get(row.status, "plain"),
+        "explanation": row_explanation(row),
+        "details": _row_details(row),
+        "where": " · ".join(str(x) for x in (row.source, row.transport, row.target) if x),
+        "steps": steps,
+        "hidden_note": hidden_note,
+        "catalog_note": "the tool catalog was truncated at its bound" if truncated else None,
+        "no_catalog_note": None if builtin else THIRD_PARTY_NOTE,
+        "tool_count": row.tool_count,
+        "endpoint_test": endpoint_test_view(row.endpoint_test),
+    }
+
+
+def attempt_view(attempt: Attempt | None) -> dict[str, Any] | None:
+    if attempt is None:
+        return None
+    error = attempt.session_error
+    error_line = None
+    if error is not None:
+        error_line = f"session error (not tied to one server): {error.reason_code}" + (
+            f": {error.summary}" if error.summary else ""
+        )
+    times = [f"started {_text(attempt.started_at)}"]
+    if attempt.accepted_at:
+        times.append(f"session accepted {_text(attempt.accepted_at)}")
+    if attempt.superseded_at:
+        times.append(f"superseded {_text(attempt.superseded_at)}")
+    return {
+        "attempt_id": attempt.attempt_id,
+        "origin": attempt.origin,
+        "acp_session_id": attempt.acp_session_id,
+        "times": " · ".join(times),
+        "session_error": error_line,
+        "dropped": f"{_plural(attempt.dropped_events, 'older event')} dropped (64 are kept)"
+        if attempt.dropped_events else None,
+        "servers": [server_view(row, attempt) for row in attempt.servers],
+    }
+
+
+def _agent_text(session: HubSession) -> str:
+    agent = msgspec.to_builtins(session.agent) if session.agent is not None else None
+    return _join(_agent_lines(agent))
+
+
+def session_view(session: HubSession) -> dict[str, Any]:
+    return {
+        "task_id": session.task_id,
+        "session_id": session.session_id,
+        "execution_id": session.current_execution_id,
+        "connected": session.connected,
+        "link": "connected" if session.connected else "not connected",
+        "last_contact": _text(session.last_contact_at),
+        "executions": session.executions,
+        "stale": f"rejected {_plural(session.stale_rejected, 'frame')} from older executions"
+        if session.stale_rejected else None,
+        "agent": _agent_text(session),
+        "attempt": attempt_view(session.current_attempt),
+    }
+
+
+def status_page(sessions: list[HubSession], now: datetime) -> dict[str, Any]:
+    return {"version": CONTRACT_VERSION, "generated_at": now, "output_warning": STDERR_WARNING,
+            "sessions": [session_view(s) for s in sessions]}
+
+
+def output_notes(view: StderrView) -> list[str]:
+    """What `agentctl stderr` says around the lines (its warning is the view's own)."""
+    if view.empty:
+        state = view.agent_state
+        return ["the agent has written nothing to stderr" + (f" (agent {state})" if state else " (no agent)")]
+    notes = []
+    if view.agent_state == "exited":
+        notes.append("(the agent has exited; this is its last output)")
+    if view.truncated:
+        notes.append("(older output dropped: at most 50 lines and 16 KiB are kept)")
+    return notes
+
+
+def history_view(report: HubSessionReport) -> dict[str, Any]:
+    """The session's executions and previous attempts (newest first), each with its rows and checklists."""
+    history = report.history
+    executions = []
+    for e in report.executions:
+        flags = ["current" if e.current else "superseded", "connected" if e.connected else "not connected"]
+        if e.rejected_frames:
+            flags.append(f"{_plural(e.rejected_frames, 'frame')} rejected")
+        executions.append({"execution_id": e.execution_id, "flags": ", ".join(flags),
+                           "last_contact": _text(e.last_contact_at), "current": e.current})
+    return {
+        "session": session_view(report.session),
+        "executions": executions,
+        "current": attempt_view(history.current) if history else None,
+        "previous": [attempt_view(a) for a in history.previous] if history else [],
+        "snapshot": history is not None,
+    }
+
+
+# ---- tools ------------------------------------------------------------------------------------------------
+
+
+def _builtin(attempt: Attempt | None) -> ServerRow | None:
+    if attempt is None:
+        return None
+    return next((row for row in attempt.servers if row.source == "builtin"), None)
+
+
+def _some(names: list[str], limit: int = 5) -> str:
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{_plural(len(names), 'tool')} ({shown}, …)"
+
+
+def tools_view(report: HubSessionReport) -> dict[str, Any]:
+    """The built-in server's catalog in the current attempt, with `agentctl tools`' notices."""
+    attempt = report.history.current if report.history else None
+    row = _builtin(attempt)
+    third = [r.name for r in attempt.servers if r.source != "builtin"] if attempt else []
+    view: dict[str, Any] = {
+        "server": row.name if row else None,
+        "attempt_id": attempt.attempt_id if attempt else None,
+        "loaded": False, "tools": [], "notes": [],
+        "third_party": f"{', '.join(third)}: {THIRD_PARTY_NOTE}" if third else None,
+    }
+    if attempt is None:
+        view["message"] = "no attachment attempt yet (no session has been opened)"
+        return view
+    if row is None:
+        view["message"] = "the built-in server is not in this attempt"
+        return view
+    if row.tools_list_observed_at is None or row.catalog is None:
+        view["message"] = (
+            f"catalog not loaded yet: the agent has not listed the tools in attempt {attempt.attempt_id} "
+            f"(status: {display_label(row)})"
+        )
+        return view
+    catalog = row.catalog
+    tools = catalog.tools
+    view["loaded"] = True
+    view["tool_count"] = row.tool_count
+    estimates = [t.token_estimate for t in tools if isinstance(t.token_estimate, int)]
+    head = f"{row.name} tools in attempt {attempt.attempt_id}: " + (
+        _plural(row.tool_count, "tool") if isinstance(row.tool_count, int) else "?"
+    )
+    if estimates and len(estimates) == len(tools):
+        head += f", ~{sum(estimates):,} tokens in all"
+    view["head"] = head
+    view["tools"] = [
+        {
+            "name": t.name,
+            "tokens": f"~{t.token_estimate:,} tokens" if isinstance(t.token_estimate, int) else None,
+            "summary": " ".join((t.description or "").split()),
+        }
+        for t in tools
+    ]
+    notes = view["notes"]
+    if catalog.estimator:
+        notes.append(ESTIMATE_NOTE)
+    else:
+        reason = catalog.estimator_unavailable_reason or "encoding_unavailable"
+        notes.append(f"no token estimates: the o200k_base encoding is not available ({reason})")
+    if catalog.truncated and isinstance(row.tool_count, int):
+        notes.append(f"catalog truncated: {len(tools)} of {row.tool_count} tools kept (the bound is 128, sorted by name)")
+    elif catalog.truncated:
+        notes.append("catalog truncated at its bound")
+    cut_desc = [t.name for t in tools if t.description_truncated]
+    cut_schema = [t.name for t in tools if t.schema_truncated]
+    if cut_desc:
+        notes.append(f"description cut at 1,024 bytes: {_some(cut_desc)}")
+    if cut_schema or catalog.schemas_truncated:
+        names = f": {_some(cut_schema)}" if cut_schema else ""
+        notes.append(f"input schema dropped (over 64 KiB, or past 512 KiB in all){names}")
+    return view
+
+
+def tool_view(report: HubSessionReport, name: str) -> dict[str, Any] | None:
+    attempt = report.history.current if report.history else None
+    row = _builtin(attempt)
+    if attempt is None or row is None or row.catalog is None:
+        return None
+    tool = next((t for t in row.catalog.tools if t.name == name), None)
+    if tool is None:
+        return None
+    view: dict[str, Any] = {
+        "server": row.name, "attempt_id": attempt.attempt_id, "name": tool.name,
+        "tokens": f"~{tool.token_estimate:,} tokens" if isinstance(tool.token_estimate, int) else None,
+        "estimate_note": ESTIMATE_NOTE if isinstance(tool.token_estimate, int) else None,
+        "description": tool.description or "(none)",
+        "description_note": "(description cut at 1,024 bytes)" if tool.description_truncated else None,
+        "arguments": [], "schema": None, "schema_note": None,
+    }
+    if tool.schema_truncated or tool.input_schema is None:
+        view["schema_note"] = "(input schema not kept: over its 64 KiB bound, or past 512 KiB for the catalog)"
+    else:
+        view["arguments"] = tool_arguments(tool.input_schema)
+        view["schema"] = json.dumps(tool.input_schema, indent=2, ensure_ascii=False)
+    return view
+
+
+# ---- diagnostics ------------------------------------------------------------------------------------------
+
+
+def diagnostics_text(report: HubSessionReport, now: datetime | None = None) -> str | None:
+    """`agentctl diagnostics`' text for the session's current execution, built from what the hub holds.
+
+    The hub does not know the daemon's readiness, so that line is left out, and the upstream line says what
+    the hub saw instead. Sanitized evidence only: agent output is never part of it.
+    """
+    history = report.history
+    if history is None:
+        return None
+    current = next((e for e in report.executions if e.current), None)
+    diag = Diagnostics(
+        contract_version=CONTRACT_VERSION,
+        daemon_version=current.daemon_version if current else "?",
+        generated_at=now or datetime.now(UTC),
+        identity=history.identity,
+        ready=False,
+        current=attempt_diagnostics(history.current, []) if history.current else None,
+        previous=[attempt_diagnostics(a, []) for a in history.previous],
+        http_refusals=list(history.http_refusals),
+        rejected_events=history.rejected_events,
+        agent=history.agent,
+    )
+    data = msgspec.to_builtins(diag)
+    data.pop("ready", None)
+    data.pop("checks", None)
+    text = render_diagnostics(data, color=False)
+    session = report.session
+    hub_line = (
+        f"Upstream: agentctl hub; execution {'connected' if session.connected else 'not connected'}, "
+        f"last contact {_when(session.last_contact_at)} UTC"
+    )
+    if session.stale_rejected:
+        hub_line += f"; {_plural(session.stale_rejected, 'frame')} from older executions rejected"
+    return text.replace(_upstream_lines(None)[0], hub_line, 1)
+

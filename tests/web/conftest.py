@@ -1,0 +1,122 @@
+"""Fixtures for the hub page tests: a short private directory, a world of real daemons (world.py), and
+headless Chromium from the system's packages driven by Playwright (it never downloads a browser).
+
+Browser tests skip with the reason when Chromium or the Playwright driver is missing, so `make test` works
+on a machine without them; `.ci/run` installs both, so CI runs them. Screenshots go to tests/web/artifacts/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.web.world import World, world
+
+ARTIFACTS = Path(__file__).parent / "artifacts"
+O200K = Path(__file__).resolve().parents[3] / "shared" / "data" / "o200k_base.tiktoken"
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+
+
+def chromium_path() -> str | None:
+    for candidate in (os.environ.get("AGENTCTL_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("AGENTCTL_SOCKET", "RUNTIME_DIRECTORY", "NO_COLOR", "TERM"):
+        monkeypatch.delenv(name, raising=False)
+    if O200K.is_file():  # token estimates in the catalog, without a network
+        monkeypatch.setenv("AGENTCTL_O200K_PATH", str(O200K))
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(prefix="actl-w-", dir="/tmp"))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+async def eventually(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def running(short_dir: Path) -> AsyncIterator[World]:
+    """The world with both sessions opened: session-a (mixed states) and session-b (lazy: delivered)."""
+    async with world(short_dir) as w:
+        for daemon in (w.a, w.b):
+            loader = daemon.endpoint.estimator_loader
+            await eventually(lambda: loader is None or loader.ready, 60, "the token estimator")
+        await w.a.agent.acp.new_session()
+        await w.b.agent.acp.new_session()
+        for sid in ("session-a", "session-b"):
+            await eventually(lambda: (r := w.hub.report(sid)) and r.history and r.history.current, what=f"{sid} at the hub")
+        yield w
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Any]:
+    path = chromium_path()
+    if path is None:
+        pytest.skip("browser tests need Chromium (apt-get install chromium; .ci/run installs it)")
+    try:
+        from playwright.async_api import async_playwright
+    except ImportError:
+        pytest.skip("browser tests need the Playwright driver (pip install -r tests/web/requirements.txt)")
+    async with async_playwright() as p:
+        # Playwright starts Chromium with a new empty profile directory of its own every launch.
+        chromium = await p.chromium.launch(executable_path=path, args=CHROMIUM_FLAGS, headless=True)
+        try:
+            yield chromium
+        finally:
+            await chromium.close()
+
+
+@pytest.fixture
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
+
+
+async def desktop(browser: Any, **extra: Any) -> Any:
+    context = await browser.new_context(viewport={"width": 1280, "height": 800}, **extra)
+    return context
+
+
+async def phone(browser: Any) -> Any:
+    return await browser.new_context(viewport={"width": 390, "height": 844}, has_touch=True, is_mobile=True,
+                                     device_scale_factor=2)
+
+
+async def open_page(context: Any, w: World) -> Any:
+    page = await context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.errors = errors  # type: ignore[attr-defined]
+    await page.goto(w.page_url)
+    await page.wait_for_selector("li.session[data-sid='session-a']")
+    await page.wait_for_selector("li.session[data-sid='session-b']")
+    return page

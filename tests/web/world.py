@@ -1,0 +1,166 @@
+"""A hub with its page, fed by real daemons (in-process Daemon, real reference agents, real sockets).
+
+One task, two sessions in different states:
+- session-a: a strict reference agent; the built-in server goes active, `docs` (unreachable) fails the
+  session, `legacy` (sse, not allowed by policy) is filtered, `local` (stdio) stays delivered. Canaries are
+  planted in every value a spec can carry: header values, URL user info, path and query, server args and
+  env, agent args and env.
+- session-b: a lazy reference agent (connects on the first prompt), so after a reset its current attempt
+  is delivered while the previous one keeps the active evidence.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentctl.daemon.app import Daemon
+from agentctl.spec import parse_spec
+from agentctl.upstream.hub import Hub
+from agentctl.upstream.web import HubWeb
+
+PY = sys.executable
+REF_AGENT = str(Path(sys.executable).parent / "agentctl-reference-agent")
+STDIO_SERVER = Path(__file__).resolve().parents[1] / "diagnostics" / "fixtures" / "stdio_server.py"
+TOKEN = "test-token-" + "7f3a9c2e5b1d4f60a8e2c9b7d3f1e5a2"
+
+CANARIES = {
+    "header": "cnry-hdr-5d2e91",
+    "user": "cnryuser3b",
+    "password": "cnry-pw-c4e7",
+    "path": "cnry-path-8a61",
+    "query": "cnry-query-f0b2",
+    "server_arg": "--cnry-sarg-27d9",
+    "server_env": "cnry-senv-9e14",
+    "agent_arg": "--cnry-aarg-61fa",
+    "agent_env": "cnry-aenv-0c3b",
+    "sse_header": "cnry-sse-4b8f",
+}
+
+
+def leaks(text: str) -> list[str]:
+    return [name for name, value in CANARIES.items() if value.lstrip("-") in text]
+
+
+def _identity(session: str, execution: str) -> str:
+    return f"""
+[identity]
+task_id = "task-web"
+session_id = "{session}"
+agent_id = "reference-agent"
+agent_profile_id = "profile-web"
+execution_id = "{execution}"
+"""
+
+
+def spec_a(d: Path) -> bytes:
+    c = CANARIES
+    url = f"http://{c['user']}:{c['password']}@127.0.0.1:1/{c['path']}/mcp?key={c['query']}"
+    return f"""{_identity("session-a", "exec-a")}
+[agent]
+command = ["{REF_AGENT}", "{c['agent_arg']}"]
+env = {{ AGENTCTL_REF_MODE = "strict,connect-timeout=5", AGENT_SECRET = "{c['agent_env']}" }}
+
+[policy]
+transports = ["http", "stdio"]
+
+[[mcp.servers]]
+name = "docs"
+type = "http"
+url = "{url}"
+headers = {{ Authorization = "Bearer {c['header']}" }}
+
+[[mcp.servers]]
+name = "legacy"
+type = "sse"
+url = "http://127.0.0.1:1/sse"
+headers = {{ X-Api-Key = "{c['sse_header']}" }}
+
+[[mcp.servers]]
+name = "local"
+type = "stdio"
+command = "{PY}"
+args = ["{STDIO_SERVER}", "{c['server_arg']}"]
+env = {{ SERVER_SECRET = "{c['server_env']}" }}
+
+[state]
+dir = "{d / 'state'}"
+[daemon]
+persist_delay = 0.0
+[upstream]
+socket = "{d / 'hub.sock'}"
+""".encode()
+
+
+def spec_b(d: Path) -> bytes:
+    return f"""{_identity("session-b", "exec-b")}
+[agent]
+command = ["{REF_AGENT}"]
+env = {{ AGENTCTL_REF_MODE = "lazy,connect-timeout=5" }}
+
+[[mcp.servers]]
+name = "search"
+type = "http"
+url = "http://127.0.0.1:1/mcp"
+
+[state]
+dir = "{d / 'state'}"
+[daemon]
+persist_delay = 0.0
+[upstream]
+socket = "{d / 'hub.sock'}"
+""".encode()
+
+
+@dataclass
+class World:
+    dir: Path
+    hub: Hub
+    web: HubWeb
+    a: Daemon
+    b: Daemon
+
+    @property
+    def url(self) -> str:
+        return self.web.url
+
+    @property
+    def page_url(self) -> str:
+        return self.web.url + "#token=" + TOKEN
+
+
+@contextlib.asynccontextmanager
+async def hub_with_page(d: Path, socket: str = "hub.sock") -> AsyncIterator[tuple[Hub, HubWeb]]:
+    hub = Hub(d / socket, d / "hub.sqlite3", flush_interval=0.02)
+    await hub.start()
+    web = HubWeb(hub, "127.0.0.1", 0, token=TOKEN)
+    try:
+        await web.start()
+        yield hub, web
+    finally:
+        await web.stop()
+        await hub.stop()
+
+
+@contextlib.asynccontextmanager
+async def world(d: Path) -> AsyncIterator[World]:
+    async with hub_with_page(d) as (hub, web):
+        a = Daemon(parse_spec(spec_a(d)), socket_path=d / "a.sock")
+        b = Daemon(parse_spec(spec_b(d)), socket_path=d / "b.sock")
+        await a.start()
+        try:
+            await b.start()
+            try:
+                yield World(dir=d, hub=hub, web=web, a=a, b=b)
+            finally:
+                await b.stop()
+        finally:
+            await a.stop()
+
+
+def dumps(obj: object) -> str:
+    return json.dumps(obj, default=str)
