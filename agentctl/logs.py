@@ -43,3 +43,13 @@ def configure_logging(level: str = "info") -> None:
 def quiet_third_party() -> None:
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def log_failure(logger: logging.Logger, message: str, exc: BaseException, level: int = logging.ERROR) -> None:
+    """Log an unexpected failure as one line with the exception's type only; the traceback at DEBUG.
+
+    An exception's text or traceback may quote a payload (a pydantic error quotes its input), so neither
+    reaches the default log level.
+    """
+    logger.log(level, "%s (%s)", message, type(exc).__name__)
+    logger.debug("%s: traceback", message, exc_info=exc)

@@ -28,6 +28,7 @@ from agentctl.evidence.contract import (
     Transport,
 )
 from agentctl.identity import TokenRegistry, new_attempt_id
+from agentctl.logs import log_failure
 
 log = logging.getLogger(__name__)
 
@@ -174,5 +175,5 @@ class Ledger:
         for listener in self._listeners:
             try:
                 listener(event)
-            except Exception:  # a broken listener must not break the MCP request path
-                log.exception("evidence listener failed")
+            except Exception as exc:  # a broken listener must not break the MCP request path
+                log_failure(log, "evidence listener failed", exc)

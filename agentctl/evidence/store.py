@@ -29,6 +29,7 @@ import platformdirs
 
 from agentctl.evidence.contract import CONTRACT_VERSION, AttachmentHistory, decode_history, encode
 from agentctl.evidence.ledger import Ledger
+from agentctl.logs import log_failure
 
 log = logging.getLogger(__name__)
 
@@ -378,10 +379,10 @@ class Persister:
             self._dirty = False
             try:
                 data = encode(self.ledger.history)
-            except Exception:
+            except Exception as exc:
                 self._dirty = True
                 self._note_failure("encode", None)
-                log.exception("report encode failed for %s", self.path)
+                log_failure(log, f"report encode failed for {self.path}", exc)
                 return False
             self._generation += 1
             generation = self._generation
@@ -418,7 +419,7 @@ class Persister:
             self._note_failure(_errno_name(exc), exc)
         else:
             self._note_failure(type(exc).__name__, exc)
-            log.error("report write to %s raised an unexpected error", self.path, exc_info=exc)
+            log_failure(log, f"report write to {self.path} raised an unexpected error", exc)
 
     def _note_failure(self, name: str, exc: BaseException | None) -> None:
         self.failures += 1
