@@ -8,11 +8,10 @@ when it names a server. Prompts stream the agent's updates to the caller and are
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,12 +33,15 @@ from agentctl.agent.delivery import McpCaps, Planned, plan_delivery
 from agentctl.agent.transports import AgentStdioTransport
 from agentctl.evidence.contract import AttemptOrigin, McpCapabilities
 from agentctl.evidence.ledger import Ledger, ServerSeed
-from agentctl.evidence.sanitize import summarize
+from agentctl.evidence.sanitize import bounded_text, opaque_id, summarize
 from agentctl.spec import Spec, secret_values
 
 log = logging.getLogger(__name__)
 
-UpdateSink = Callable[[dict[str, Any]], Awaitable[None] | None]
+# Called synchronously from the SDK's per-update task and must never block: the SDK starts one task per
+# session/update, so a sink that waits on a slow reader lets them pile up without bound.
+UpdateSink = Callable[[dict[str, Any]], None]
+CANCEL_TIMEOUT = 5.0
 
 _ACP_DIR = os.path.dirname(os.path.abspath(acp.__file__)) + os.sep
 # The only arguments the SDK's log lines may keep: protocol method names (an agent-chosen one is content).
@@ -176,8 +178,8 @@ class AcpRuntime:
         info = resp.agent_info
         self.ledger.update_agent(
             state="running",
-            name=_bounded(info.name) if info is not None else None,
-            version=_bounded(info.version) if info is not None else None,
+            name=bounded_text(info.name, secrets=self._known()) if info is not None else None,
+            version=bounded_text(info.version, secrets=self._known()) if info is not None else None,
             protocol_version=resp.protocol_version,
             mcp_capabilities=McpCapabilities(http=self.caps.http, sse=self.caps.sse),
         )
@@ -270,7 +272,7 @@ class AcpRuntime:
             self._pending_delivery = None
         session_id = load_id if load_id is not None else getattr(resp, "session_id", None)
         self.acp_session_id = session_id
-        ledger.record("session_accepted", attempt_id, acp_session_id=_bounded_id(session_id))
+        ledger.record("session_accepted", attempt_id, acp_session_id=opaque_id(session_id, secrets=self._known()))
         return SessionOutcome(attempt_id, True, acp_session_id=session_id)
 
     def _on_sent(self, message: dict[str, Any]) -> None:
@@ -291,16 +293,18 @@ class AcpRuntime:
         """An error that names delivered servers fails those rows; one that names none is report-level.
 
         A structured error (`data.servers[].name/reason`, or `data.server`) names servers exactly and gives
-        each its own reason; only without one does a server count as named when its name appears in the
-        message or data as a word (so a server called "server" is not failed by "MCP server 'docs' ...").
+        each its own reason. Without one, a server counts as named when its name appears as a word in the
+        message text (so a server called "server" is not failed by "MCP server 'docs' ..."); the rest of
+        `data` is never searched: an agent that echoes the whole request there would name every server.
+        A message naming every one of several delivered servers is such an echo too: report-level.
         """
         reasons = _server_reasons(data)
         if reasons:
             named = tuple(p.name for p in delivered if p.name in reasons)
         else:
-            detail = json.dumps(data, default=str) if data is not None else ""
-            text = f"{message} {detail}".strip()
-            named = tuple(p.name for p in delivered if _names(text, p.name))
+            named = tuple(p.name for p in delivered if _names(message, p.name))
+            if len(delivered) > 1 and len(named) == len(delivered):
+                named = ()
         if named:
             for name in named:
                 summary = self._summary(reasons.get(name) or message)
@@ -341,11 +345,17 @@ class AcpRuntime:
                 raise AgentError("agent_exited", "the agent closed the connection during the prompt") from None
             finally:
                 self._sink = None
-        return _bounded(str(getattr(resp, "stop_reason", None) or "end_turn"), 32) or "end_turn"
+        return bounded_text(str(getattr(resp, "stop_reason", None) or "end_turn"), 32) or "end_turn"
 
     async def cancel(self) -> None:
+        """Send session/cancel. An agent that stopped reading its stdin cannot hold the caller forever."""
         if self.connected and self.acp_session_id is not None:
-            await self._conn.cancel(session_id=self.acp_session_id)
+            try:
+                await asyncio.wait_for(self._conn.cancel(session_id=self.acp_session_id), CANCEL_TIMEOUT)
+            except TimeoutError:
+                raise AgentError("cancel_timeout", "the agent did not take the cancel in time") from None
+            except (ConnectionError, OSError):
+                raise AgentError("agent_exited", "the agent closed the connection") from None
 
     async def _on_update(self, session_id: str, update: Any) -> None:
         sink = self._sink
@@ -360,9 +370,7 @@ class AcpRuntime:
             item["title"] = getattr(update, "title", None)
             item["status"] = getattr(update, "status", None)
         try:
-            result = sink(item)
-            if asyncio.iscoroutine(result):
-                await result
+            sink(item)
         except Exception:  # the caller went away (closed the stream): keep the prompt, drop the output
             if self._sink is sink:
                 self._sink = None
@@ -391,26 +399,15 @@ class AcpRuntime:
         workdir = self.agent_spec.workdir
         return str(Path(workdir).resolve() if workdir else Path.cwd())
 
+    def _known(self) -> list[str]:
+        return self._secrets + self.ledger.tokens.all_tokens()
+
     def _summary(self, text: str) -> str:
-        return summarize("x", text, self._secrets + self.ledger.tokens.all_tokens()).summary
+        return summarize("x", text, self._known()).summary
 
 
 def _names(text: str, name: str) -> bool:
     return re.search(rf"(?<![A-Za-z0-9_.-]){re.escape(name)}(?![A-Za-z0-9_-])", text) is not None
-
-
-def _bounded(value: str | None, limit: int = 128) -> str | None:
-    if value is None:
-        return None
-    return summarize("x", value).summary[:limit]
-
-
-def _bounded_id(value: str | None, limit: int = 128) -> str | None:
-    """An agent-chosen session id as evidence: kept as is when short and printable, else cut and marked."""
-    if value is None:
-        return None
-    text = "".join(ch if ch.isprintable() else "?" for ch in str(value)[: limit + 1])
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _server_reasons(data: Any) -> dict[str, str]:

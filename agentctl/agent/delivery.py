@@ -42,6 +42,8 @@ class Planned:
 
 @dataclass(frozen=True)
 class Omitted:
+    """A server deliberately left out of an attempt (ACP delivery or a passthrough strategy), and why."""
+
     name: str
     reason_code: str
     summary: str
@@ -51,9 +53,6 @@ class Omitted:
 class DeliveryPlan:
     delivered: list[Planned] = field(default_factory=list)
     filtered: list[Omitted] = field(default_factory=list)
-
-    def entries(self) -> list[dict[str, Any]]:
-        return [p.entry for p in self.delivered]
 
 
 def plan_delivery(spec: Spec, caps: McpCaps, *, builtin_base: str, token: str) -> DeliveryPlan:

@@ -242,8 +242,10 @@ class AgentProcess:
             return
         try:
             result = self._on_exit(info)
-        except Exception:
-            log.exception("agent on_exit callback failed")
+        except Exception as exc:
+            # The type only at the usual levels; the traceback (which may quote state) is for DEBUG.
+            log.error("agent on_exit callback failed (%s)", type(exc).__name__)
+            log.debug("agent on_exit callback failed", exc_info=True)
             return
         if inspect.isawaitable(result):
             task = asyncio.ensure_future(result)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import secrets
 import sqlite3
 import threading
@@ -25,6 +24,7 @@ import msgspec
 from agentctl.backend.base import TASK_STATUSES, BackendError, timeout_message
 from agentctl.evidence.contract import Identity
 from agentctl.evidence.sanitize import target_for_command, target_for_url
+from agentctl.sqlite_util import open_sqlite
 
 logger = logging.getLogger(__name__)
 
@@ -178,6 +178,15 @@ def _str_list(args: dict[str, Any], key: str, *, max_items: int, limit: int, req
     return items
 
 
+class TaskStoreError(BackendError):
+    """The task store cannot be opened (corrupt, unreadable, or written by a newer agentctl): a start error
+    whose message is one line for the CLI."""
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 class EmbeddedBackend:
     """Backend over a local SQLite file. Thread-safe; every op is one transaction."""
 
@@ -197,31 +206,22 @@ class EmbeddedBackend:
         self._clock = clock
         self._lock = threading.Lock()
         self._closed = False
-        self._path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._conn = self._open()
 
     def _open(self) -> sqlite3.Connection:
-        fresh = not self._path.exists()
-        conn = sqlite3.connect(
-            self._path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
-        )
         try:
-            if fresh:
-                os.chmod(self._path, 0o600)  # task text is the user's data
-            conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise BackendError("the task store was written by a newer agentctl")
-            conn.executescript(_SCHEMA)
-            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+            return open_sqlite(
+                self._path, _SCHEMA, SCHEMA_VERSION, too_new=lambda found: TaskStoreError(
+                    f"the task store {self._path} was written by a newer agentctl (schema {found})"),
+                foreign_keys=True, row_factory=sqlite3.Row, busy_timeout_ms=BUSY_TIMEOUT_MS,
+            )
+        except sqlite3.Error as exc:
+            # A corrupt or foreign file: one line naming the file, not a traceback.
+            text = _one_line(exc)
+            hint = " (move the file aside to start an empty one)" if "not a database" in text or "malformed" in text else ""
+            raise TaskStoreError(f"cannot open the task store {self._path}: {text}{hint}") from None
+        except OSError as exc:
+            raise TaskStoreError(f"cannot create the task store {self._path}: {exc.strerror or exc}") from None
 
     @property
     def path(self) -> Path:

@@ -6,15 +6,17 @@ Prompt text and the agent's answers pass through the response stream only; nothi
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+from collections import deque
 from typing import Annotated, Any
 
 import msgspec
 from aiohttp import web
 
 from agentctl.agent.acp import AgentError, SessionOutcome
-from agentctl.control.server import error_response, json_response
+from agentctl.control.server import BodyError, decode_body, error_response, json_response
 from agentctl.daemon.context import DaemonContext
 from agentctl.evidence.contract import McpConfig, SessionResult, StderrView
 
@@ -23,6 +25,8 @@ STDERR_WARNING = (
     "it is kept only in memory, never persisted, and sent upstream only when the upstream asks for it"
 )
 MAX_PROMPT_BYTES = 256 * 1024
+# Updates waiting for a slow prompt reader; beyond this they are dropped and counted (see _UpdateStream).
+MAX_PENDING_UPDATES = 1024
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +43,51 @@ class _ProfileBody(msgspec.Struct, forbid_unknown_fields=True):
     name: str
 
 
-async def _body(request: web.Request, kind: type) -> Any:
-    raw = await request.read()
-    try:
-        return msgspec.json.decode(raw or b"{}", type=kind)
-    except msgspec.ValidationError as exc:
-        raise web.HTTPBadRequest(reason=f"bad request body: {str(exc).split(' - ')[0]}") from None
-    except msgspec.DecodeError:
-        raise web.HTTPBadRequest(reason="bad request body: not JSON") from None
+class _UpdateStream:
+    """A prompt's updates on their way to the caller: a bounded queue the ACP side never waits on.
+
+    The ACP SDK runs one task per session/update; a sink that awaited the caller's socket would let those
+    tasks pile up behind a slow reader. `put` never blocks: beyond the bound an update is dropped and
+    counted, and the final line says how many. One pump task writes what is queued, in order.
+    """
+
+    def __init__(self, response: web.StreamResponse, limit: int = MAX_PENDING_UPDATES) -> None:
+        self._response = response
+        self._limit = limit
+        self._items: deque[dict[str, Any]] = deque()
+        self._wake = asyncio.Event()
+        self._finished = False
+        self.dropped = 0
+        self.gone = False  # the caller went away: nothing more is written
+
+    def put(self, item: dict[str, Any]) -> None:
+        if self.gone:
+            return
+        if len(self._items) >= self._limit:
+            self.dropped += 1
+            return
+        self._items.append(item)
+        self._wake.set()
+
+    def finish(self) -> None:
+        self._finished = True
+        self._wake.set()
+
+    async def pump(self) -> None:
+        """Write queued updates until finish() and the queue is empty, or until the caller is gone."""
+        while True:
+            while self._items:
+                item = self._items.popleft()
+                try:
+                    await self._response.write(json.dumps(item).encode() + b"\n")
+                except (ConnectionError, RuntimeError):
+                    self.gone = True
+                    self._items.clear()
+                    return
+            if self._finished:
+                return
+            self._wake.clear()
+            await self._wake.wait()
 
 
 def _result(outcome: SessionOutcome) -> SessionResult:
@@ -114,7 +155,10 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
         return json_response(_result(await acp.reset()))
 
     async def session_load(request: web.Request) -> web.Response:
-        body = await _body(request, _LoadBody)
+        try:
+            body = await decode_body(request, _LoadBody)
+        except BodyError as exc:
+            return error_response(exc.status, exc.message)
         acp = agent_acp(ctx_of(request))
         if acp is None:
             return error_response(409, "session load needs an ACP agent; this daemon has none (MCP only or passthrough)")
@@ -123,7 +167,10 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
     async def prompt(request: web.Request) -> web.StreamResponse:
         if request.content_length is not None and request.content_length > MAX_PROMPT_BYTES:
             return error_response(413, f"prompt over {MAX_PROMPT_BYTES} bytes")
-        body = await _body(request, _PromptBody)
+        try:
+            body = await decode_body(request, _PromptBody, max_bytes=MAX_PROMPT_BYTES)
+        except BodyError as exc:
+            return error_response(exc.status, f"prompt over {MAX_PROMPT_BYTES} bytes" if exc.status == 413 else exc.message)
         acp = agent_acp(ctx_of(request))
         if acp is None:
             return error_response(409, "prompt needs an ACP agent; this daemon has none (MCP only or passthrough)")
@@ -133,30 +180,42 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
             return json_response({"error": exc.summary, "reason_code": exc.reason_code}, status=409)
         response = web.StreamResponse(status=200, headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
-
-        async def sink(item: dict[str, Any]) -> None:
-            await response.write(json.dumps(item).encode() + b"\n")
-
+        stream = _UpdateStream(response)
+        pump = asyncio.create_task(stream.pump(), name="prompt-updates")
         try:
-            stop_reason = await acp.prompt(body.text, sink)
-            final = {"type": "done", "stop_reason": stop_reason}
-        except AgentError as exc:
-            final = {"type": "error", "reason_code": exc.reason_code, "summary": exc.summary}
-        except Exception as exc:  # the stream is open: end it with a line, never a traceback with content
-            log.warning("prompt failed: %s", type(exc).__name__)
-            final = {"type": "error", "reason_code": "internal_error", "summary": type(exc).__name__}
+            try:
+                stop_reason = await acp.prompt(body.text, stream.put)
+                final: dict[str, Any] = {"type": "done", "stop_reason": stop_reason}
+            except AgentError as exc:
+                final = {"type": "error", "reason_code": exc.reason_code, "summary": exc.summary}
+            except Exception as exc:  # the stream is open: end it with a line, never a traceback with content
+                log.warning("prompt failed: %s", type(exc).__name__)
+                final = {"type": "error", "reason_code": "internal_error", "summary": type(exc).__name__}
+            stream.finish()
+            await pump  # what is queued (at most the bound) goes out before the final line
+        finally:
+            if not pump.done():  # this handler was cancelled: the pump must not outlive it
+                pump.cancel()
+        if stream.dropped:
+            final["dropped_updates"] = stream.dropped
+        if stream.gone:
+            return response  # the caller went away; the prompt itself completed
         try:
             await response.write(json.dumps(final).encode() + b"\n")
             await response.write_eof()
         except (ConnectionError, RuntimeError):
-            pass  # the caller went away; the prompt itself completed
+            pass
         return response
 
     async def cancel(request: web.Request) -> web.Response:
         acp = agent_acp(ctx_of(request))
         if acp is None:
             return error_response(409, "cancel needs an ACP agent")
-        await acp.cancel()
+        try:
+            await acp.cancel()
+        except AgentError as exc:
+            status = 504 if exc.reason_code == "cancel_timeout" else 409
+            return json_response({"error": exc.summary, "reason_code": exc.reason_code}, status=status)
         return json_response({"cancelled": True})
 
     async def mcp_config(request: web.Request) -> web.Response:
@@ -176,7 +235,10 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
         )
 
     async def mcp_profile(request: web.Request) -> web.Response:
-        body = await _body(request, _ProfileBody)
+        try:
+            body = await decode_body(request, _ProfileBody)
+        except BodyError as exc:
+            return error_response(exc.status, exc.message)
         endpoint = ctx_of(request).endpoint
         if endpoint is None:
             return error_response(409, "the MCP endpoint is not running")

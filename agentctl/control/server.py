@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import socket
-import struct
 from typing import Any
 
 import msgspec
 from aiohttp import web
 
+from agentctl.control.socket import peer_allowed, peer_cred
 from agentctl.evidence.contract import HealthResponse, StatusResponse, encode
 
 log = logging.getLogger(__name__)
 
 PREFIX = "/v1/"
-_UCRED = struct.Struct("3i")  # struct ucred { pid_t pid; uid_t uid; gid_t gid; }
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:
@@ -33,17 +31,43 @@ def error_response(status: int, message: str) -> web.Response:
     return json_response({"error": message}, status=status)
 
 
+class BodyError(Exception):
+    """A request body a route cannot use: `status` (400 or 413) and a one-line `message` for the caller."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+_MAX_BODY_ERROR = 200
+
+
+async def decode_body(request: web.Request, kind: type[Any], *, max_bytes: int | None = None, hint: str = "") -> Any:
+    """The request's JSON body as `kind` (an empty body is `{}`), or BodyError.
+
+    `max_bytes` is checked against the bytes actually read: a chunked body has no Content-Length.
+    The message is one line whatever the caller sent (a key may hold a newline), and bounded.
+    """
+    raw = await request.read()
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise BodyError(413, f"request body over {max_bytes} bytes")
+    try:
+        return msgspec.json.decode(raw or b"{}", type=kind)
+    except msgspec.ValidationError as exc:
+        detail = " ".join(str(exc).split(" - ")[0].split())
+        detail = "".join(ch if ch.isprintable() else "?" for ch in detail)
+        if len(detail) > _MAX_BODY_ERROR:
+            detail = detail[: _MAX_BODY_ERROR - 1] + "…"
+        raise BodyError(400, f"bad request body: {detail}{hint}") from None
+    except msgspec.DecodeError:
+        raise BodyError(400, "bad request body: not JSON") from None
+
+
 def peer_uid(sock: Any) -> int | None:
     """The uid of the process at the other end of a connected AF_UNIX socket, or None when unknown."""
-    peercred = getattr(socket, "SO_PEERCRED", None)
-    if peercred is None:
-        return None  # not Linux: fail closed
-    try:
-        raw = sock.getsockopt(socket.SOL_SOCKET, peercred, _UCRED.size)
-    except OSError:
-        return None
-    _pid, uid, _gid = _UCRED.unpack(raw)
-    return uid
+    cred = peer_cred(sock)
+    return cred[1] if cred is not None else None
 
 
 def _is_control_path(path: str) -> bool:
@@ -59,8 +83,7 @@ async def control_guard_middleware(request: web.Request, handler: Any) -> web.St
     if sock is None or getattr(sock, "family", None) != socket.AF_UNIX:
         # Over TCP the control API does not exist (not "forbidden": nothing to discover).
         return error_response(404, "not found")
-    uid = peer_uid(sock)
-    if uid is None or uid not in (0, os.getuid(), os.geteuid()):
+    if not peer_allowed(peer_uid(sock)):
         return error_response(403, "forbidden: the control socket serves only the daemon's own user and root")
     try:
         return await handler(request)
@@ -74,8 +97,10 @@ async def control_guard_middleware(request: web.Request, handler: Any) -> web.St
         return error_response(exc.status, exc.reason)
     except asyncio.CancelledError:
         raise
-    except Exception:
-        log.exception("control request %s %s failed", request.method, request.path)
+    except Exception as exc:
+        # The type only at the usual levels: an exception's text can quote a request body.
+        log.error("control request %s %s failed (%s)", request.method, request.path, type(exc).__name__)
+        log.debug("control request %s %s failed", request.method, request.path, exc_info=True)
         return error_response(500, "internal error")
 
 

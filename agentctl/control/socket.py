@@ -17,6 +17,7 @@ import errno
 import os
 import socket
 import stat
+import struct
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,6 +40,27 @@ _bound: dict[Path, tuple[int, int]] = {}
 
 class ControlSocketError(Exception):
     """The control socket cannot be placed or bound; the message is one line for the CLI."""
+
+
+_UCRED = struct.Struct("3i")  # struct ucred { pid_t pid; uid_t uid; gid_t gid; }
+
+
+def peer_cred(sock: socket.socket | None) -> tuple[int, int, int] | None:
+    """(pid, uid, gid) of the process at the other end of a connected AF_UNIX socket, or None when unknown."""
+    peercred = getattr(socket, "SO_PEERCRED", None)
+    if sock is None or peercred is None:
+        return None  # not Linux (or no socket): callers fail closed
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, peercred, _UCRED.size)
+    except (OSError, AttributeError):
+        return None
+    pid, uid, gid = _UCRED.unpack(raw)
+    return pid, uid, gid
+
+
+def peer_allowed(uid: int | None) -> bool:
+    """Whether a peer with this uid may use our sockets: our own user or root only (None: unknown, refused)."""
+    return uid is not None and uid in (0, os.getuid(), os.geteuid())
 
 
 def _check_execution_id(execution_id: str) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from agentctl.control.server import error_response, json_response
+from agentctl.control.server import BodyError, decode_body, error_response, json_response
 from agentctl.diagnostics.diagnostics import ToolLookupError, build_diagnostics, build_tools_view, find_tool
 from agentctl.diagnostics.endpoint_test import EndpointTester, EndpointTestError
 
@@ -37,16 +37,13 @@ def install_diagnostics_routes(app: web.Application, ctx_key: web.AppKey) -> Non
     async def test_endpoint(request: web.Request) -> web.Response:
         if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
             return error_response(413, f"request body over {MAX_BODY_BYTES} bytes")
-        raw = await request.read()
         try:
-            body = msgspec.json.decode(raw or b"{}", type=_TestBody)
-        except msgspec.ValidationError as exc:
-            message = str(exc).split(" - ")[0]
-            return error_response(
-                400, f"bad request body: {message} (only a server name and an optional timeout are accepted)"
+            body = await decode_body(
+                request, _TestBody, max_bytes=MAX_BODY_BYTES,
+                hint=" (only a server name and an optional timeout are accepted)",
             )
-        except msgspec.DecodeError:
-            return error_response(400, "bad request body: not JSON")
+        except BodyError as exc:
+            return error_response(exc.status, exc.message)
         try:
             response = await tester_of(request.app[ctx_key]).test(body.name, body.timeout)
         except EndpointTestError as exc:

@@ -26,6 +26,8 @@ __all__ = [
     "PATH_MARKER",
     "REDACTED",
     "UNPARSEABLE_TARGET",
+    "bounded_text",
+    "opaque_id",
     "redact",
     "summarize",
     "target_for_command",
@@ -401,3 +403,28 @@ def summarize(reason_code: str, text: str | None, secrets: Iterable[str] = ()) -
     text = _redact(_collapse(text), secret_re)
     # Redaction ran on the whole text: the cut below can shorten a marker, never expose what it replaced.
     return ErrorSummary(reason_code=reason_code, summary=_bounded(text, MAX_SUMMARY_BYTES))
+
+
+# ---- short outside text ------------------------------------------------------------------------------
+
+_OPAQUE_ID = re.compile(r"[A-Za-z0-9_.:-]+")
+# Enough for any name the bound keeps; a megabyte "client name" is not worth redacting in full.
+_SHORT_TEXT_INPUT = 8192
+
+
+def opaque_id(value: object, limit: int = 128, secrets: Iterable[str] = ()) -> str | None:
+    """An id someone else chose (an agent's session id), kept only when it looks like an id: 1..`limit`
+    characters of letters, digits and `_.:-`, and no known secret inside. Free text is None, never cut."""
+    if not isinstance(value, str) or not 0 < len(value) <= limit or not _OPAQUE_ID.fullmatch(value):
+        return None
+    secret_re = _secret_pattern(secrets)
+    return None if secret_re is not None and secret_re.search(value) else value
+
+
+def bounded_text(value: object, max_bytes: int = 128, secrets: Iterable[str] = ()) -> str | None:
+    """Short free text someone else chose (an agent's or client's name and version, a stop reason) as
+    evidence: redacted, on one line, within `max_bytes` of UTF-8 (cut marked); None when nothing is left."""
+    if not isinstance(value, str) or not value:
+        return None
+    text = summarize("x", value[:_SHORT_TEXT_INPUT], secrets).summary or ""
+    return _bounded(text, max_bytes) or None

@@ -44,7 +44,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import msgspec
@@ -56,6 +56,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from agentctl.evidence.catalog import EstimatorLoader, build_catalog
 from agentctl.evidence.contract import ClientInfo, ToolCatalog
 from agentctl.evidence.ledger import Ledger
+from agentctl.evidence.sanitize import bounded_text
 from agentctl.identity import new_connection_id
 
 log = logging.getLogger(__name__)
@@ -88,24 +89,24 @@ def legacy_connection(ctx: ServerRequestContext[Any, Any]) -> Connection | None:
     return connection if isinstance(connection, Connection) else None
 
 
-def _bounded(value: Any, limit: int = MAX_CLIENT_FIELD) -> str | None:
-    if not isinstance(value, str):
-        return None
-    text = "".join(ch for ch in value if ch.isprintable())
-    return text[:limit] or None
-
-
 def _version(value: Any) -> str | None:
     return value if isinstance(value, str) and _VERSION_TEXT.fullmatch(value) else None
 
 
-def _client_info(raw: Any) -> ClientInfo | None:
+def _client_info(raw: Any, secrets: Iterable[str] = ()) -> ClientInfo | None:
+    """The client's self-description as evidence: client-chosen text, so redacted and bounded like any."""
     if not isinstance(raw, Mapping):
         return None
-    name = _bounded(raw.get("name"))
+    name = bounded_text(raw.get("name"), MAX_CLIENT_FIELD, secrets)
     if name is None:
         return None
-    return ClientInfo(name=name, version=_bounded(raw.get("version")))
+    return ClientInfo(name=name, version=bounded_text(raw.get("version"), MAX_CLIENT_FIELD, secrets))
+
+
+def _log_failure(what: str, exc: BaseException) -> None:
+    # The type only at the usual levels: an exception's text can quote what the client sent.
+    log.error("%s failed (%s)", what, type(exc).__name__)
+    log.debug("%s failed", what, exc_info=exc)
 
 
 def _error_code(exc: BaseException) -> str:
@@ -150,8 +151,8 @@ class Observer:
     def _safely(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
         try:
             fn(*args)
-        except Exception:
-            log.exception("recording MCP evidence failed")
+        except Exception as exc:
+            _log_failure("recording MCP evidence", exc)
 
     def _record(self, kind: str, attempt_id: str, fields: dict[str, Any]) -> None:
         self.ledger.record(kind, attempt_id, self.server_name, source="builtin", **fields)  # type: ignore[arg-type]
@@ -193,8 +194,8 @@ class Observer:
                 raise
             try:
                 self._observe_initialize(ctx, attempt_id, result)
-            except Exception:
-                log.exception("observing initialize failed")
+            except Exception as exc:
+                _log_failure("observing initialize", exc)
             return result
         if method not in ("tools/list", "tools/call"):
             return await call_next(ctx)
@@ -255,7 +256,7 @@ class Observer:
             era="legacy",
             protocol_version=_version(negotiated),
             requested_protocol_version=_version(params.get("protocolVersion")),
-            client=_client_info(params.get("clientInfo")),
+            client=_client_info(params.get("clientInfo"), self.ledger.tokens.all_tokens()),
         )
 
     # ---- modern contact ------------------------------------------------------------------------
@@ -280,10 +281,10 @@ class Observer:
                 era="modern",
                 protocol_version=_version(version),
                 requested_protocol_version=_version(version),
-                client=_client_info({"name": name, "version": client_version}),
+                client=_client_info({"name": name, "version": client_version}, self.ledger.tokens.all_tokens()),
             )
-        except Exception:
-            log.exception("observing a modern request failed")
+        except Exception as exc:
+            _log_failure("observing a modern request", exc)
 
     # ---- tools ---------------------------------------------------------------------------------
 

@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -64,7 +63,7 @@ from agentctl.evidence.contract import (
     ProbeReport,
     ProbeSession,
 )
-from agentctl.evidence.sanitize import summarize, target_for_command, target_for_url
+from agentctl.evidence.sanitize import bounded_text, opaque_id, summarize, target_for_command, target_for_url
 from agentctl.identity import new_token
 from agentctl.probe import sentinel as S
 from agentctl.spec import AgentSpec
@@ -277,8 +276,8 @@ class Probe:
         mcp_caps = caps.mcp_capabilities if caps is not None else None
         info = resp.agent_info
         self.agent.state = "running"
-        self.agent.name = _bounded(info.name) if info is not None else None
-        self.agent.version = _bounded(info.version) if info is not None else None
+        self.agent.name = bounded_text(info.name, secrets=self.secrets) if info is not None else None
+        self.agent.version = bounded_text(info.version, secrets=self.secrets) if info is not None else None
         self.agent.protocol_version = resp.protocol_version if isinstance(resp.protocol_version, int) else None
         self.agent.mcp_capabilities = McpCapabilities(http=bool(mcp_caps and mcp_caps.http), sse=bool(mcp_caps and mcp_caps.sse))
         self.advertised = self.rec.step("initialized")
@@ -347,7 +346,7 @@ class Probe:
             )
         else:
             session.accepted = True
-            session.acp_session_id = _opaque_id(getattr(resp, "session_id", None))
+            session.acp_session_id = opaque_id(getattr(resp, "session_id", None), secrets=self.secrets)
         session.answered_at, session.answered_elapsed_s = self.rec.step(
             "session_answered", accepted=bool(session.accepted)
         )
@@ -369,7 +368,7 @@ class Probe:
             resp = await asyncio.wait_for(
                 self._conn.prompt(session_id=session_id, prompt=[acp.text_block(opts.prompt or DEFAULT_PROMPT)]), left()
             )
-            prompt.stop_reason = _bounded(str(getattr(resp, "stop_reason", "") or "")) or None
+            prompt.stop_reason = bounded_text(str(getattr(resp, "stop_reason", "") or ""), secrets=self.secrets)
         except asyncio.TimeoutError:
             prompt.error = ErrorSummary(
                 reason_code="prompt_timeout", summary=f"the prompt did not finish within {_seconds(opts.timeout)} s"
@@ -408,8 +407,10 @@ class Probe:
     async def _stop(self) -> None:
         try:
             await self._stop_all()
-        except Exception:  # the report must still be produced; the supervisor has swept what it could
-            log.warning("stopping the probe failed", exc_info=True)
+        except Exception as exc:  # the report must still be produced; the supervisor has swept what it could
+            # The type only: an exception's text can quote the agent. The traceback is for DEBUG.
+            log.warning("stopping the probe failed (%s)", type(exc).__name__)
+            log.debug("stopping the probe failed", exc_info=True)
         self.rec.close()
 
     async def _stop_all(self) -> None:
@@ -460,20 +461,6 @@ class Probe:
             unobserved=unobserved,
             raw_frames_recorded=self.opts.jsonl is not None,
         )
-
-
-_OPAQUE_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
-
-
-def _opaque_id(value: Any) -> str | None:
-    """An agent-chosen session id, kept only when it looks like an id (not free text)."""
-    return value if isinstance(value, str) and _OPAQUE_ID.fullmatch(value) else None
-
-
-def _bounded(value: Any, limit: int = 128) -> str | None:
-    if not isinstance(value, str) or not value:
-        return None
-    return summarize("x", value).summary[:limit] or None
 
 
 async def run_probe(opts: ProbeOptions, *, jsonl_fd: int | None = None) -> tuple[ProbeReport, int]:

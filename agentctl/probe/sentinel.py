@@ -38,6 +38,7 @@ from mcp.server import MCPServer
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from agentctl.evidence.sanitize import bounded_text
 from agentctl.identity import new_connection_id
 
 log = logging.getLogger(__name__)
@@ -68,13 +69,6 @@ def credential_digest(credential: str) -> str:
     return hashlib.sha256(credential.encode()).hexdigest()
 
 
-def _text(value: Any, limit: int = 128) -> str | None:
-    if not isinstance(value, str):
-        return None
-    text = "".join(ch for ch in value if ch.isprintable())[:limit]
-    return text or None
-
-
 def _version(value: Any) -> str | None:
     return value if isinstance(value, str) and _VERSION_RE.fullmatch(value) else None
 
@@ -84,8 +78,8 @@ def _client(raw: Any) -> dict[str, Any] | None:
         return None
     name = raw.get("name") if isinstance(raw, dict) else getattr(raw, "name", None)
     version = raw.get("version") if isinstance(raw, dict) else getattr(raw, "version", None)
-    name = _text(name)
-    return {"name": name, "version": _text(version)} if name else None
+    name = bounded_text(name)
+    return {"name": name, "version": bounded_text(version)} if name else None
 
 
 def tool_name_of(value: Any) -> str | None:

@@ -9,7 +9,8 @@ Formats (what agentctl's passthrough strategies materialize):
 - codex: repeated `-c`/`--config` `mcp_servers.<name>.<key>=<value>`; the value is parsed
   as TOML, falling back to the raw string (Codex does the same). Keys: `url`,
   `http_headers` (inline table), `bearer_token_env_var`, `env_http_headers`, `command`,
-  `args`, `env`, `enabled`; others are ignored. `mcp_servers.<name>={...}` sets a whole
+  `args`, `env`, `env_vars` (names, or `{name, source = "local"}`, forwarded from this
+  process's environment), `enabled`; others are ignored. `mcp_servers.<name>={...}` sets a whole
   table. Codex has no SSE transport: `url` means streamable HTTP.
 
 The agent connects to every server, lists tools, calls one tool on the built-in server,
@@ -133,6 +134,12 @@ def parse_codex_args(argv: list[str], environ: dict[str, str] | None = None) -> 
                 headers[str(header)] = env_source[str(var)]
         if cfg.get("bearer_token_env_var") and env_source.get(str(cfg["bearer_token_env_var"])):
             headers["Authorization"] = f"Bearer {env_source[str(cfg['bearer_token_env_var'])]}"
-        entry = _entry_from_mapping(name, {**cfg, "headers": headers, "type": "stdio" if cfg.get("command") else "http"})
+        env = {str(k): str(v) for k, v in (cfg.get("env") or {}).items()}
+        for item in cfg.get("env_vars") or []:
+            var = item.get("name") if isinstance(item, dict) and item.get("source", "local") == "local" else item
+            if isinstance(var, str) and var in env_source:
+                env[var] = env_source[var]
+        kind = "stdio" if cfg.get("command") else "http"
+        entry = _entry_from_mapping(name, {**cfg, "headers": headers, "env": env, "type": kind})
         entries.append(entry)
     return entries

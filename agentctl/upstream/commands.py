@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agentctl.control.commands import _err, _print_json
+
 ENV_HUB_SOCKET = "AGENTCTL_HUB_SOCKET"
 ENV_HUB_DB = "AGENTCTL_HUB_DB"
 
@@ -73,22 +75,10 @@ def add_hub_commands(subparsers: Any) -> None:
     p.set_defaults(func=cmd_hub_schema)
 
 
-def _err(message: str, code: int) -> int:
-    print(f"agentctl: {message}", file=sys.stderr)
-    return code
-
-
-def _print_json(obj: Any) -> None:
-    import json
-
-    import msgspec
-
-    sys.stdout.write(json.dumps(msgspec.to_builtins(obj), indent=2, ensure_ascii=False) + "\n")
-
-
 def cmd_hub_serve(args: argparse.Namespace) -> int:
     import asyncio
 
+    from agentctl.backend.embedded import TaskStoreError
     from agentctl.control.socket import ControlSocketError
     from agentctl.logs import configure_logging
     from agentctl.upstream.hub_store import HubStoreError
@@ -114,7 +104,7 @@ def cmd_hub_serve(args: argparse.Namespace) -> int:
         return asyncio.run(_serve(socket_path, db, args.tasks_db, web_args))
     except ControlSocketError as exc:
         return _err(f"hub socket: {exc}", 2)
-    except HubStoreError as exc:
+    except (HubStoreError, TaskStoreError) as exc:
         return _err(str(exc), 2)
     except WebConfigError as exc:
         return _err(str(exc), 2)
@@ -175,6 +165,8 @@ def _load(args: argparse.Namespace):
 
 
 def cmd_hub_status(args: argparse.Namespace) -> int:
+    import msgspec
+
     from agentctl.upstream.hub_store import status_view
 
     sessions = _load(args)
@@ -182,7 +174,7 @@ def cmd_hub_status(args: argparse.Namespace) -> int:
         return _err(sessions, 2)
     view = status_view(sessions)
     if args.json:
-        _print_json(view)
+        _print_json(msgspec.to_builtins(view))
         return 0
     from agentctl.control.render import use_color
 
@@ -191,6 +183,8 @@ def cmd_hub_status(args: argparse.Namespace) -> int:
 
 
 def cmd_hub_report(args: argparse.Namespace) -> int:
+    import msgspec
+
     from agentctl.upstream.hub_store import report_view
 
     sessions = _load(args)
@@ -203,7 +197,7 @@ def cmd_hub_report(args: argparse.Namespace) -> int:
     if view is None:
         return _err(f"session {args.session_id!r} has no execution {args.execution!r}", 1)
     if args.json:
-        _print_json(view)
+        _print_json(msgspec.to_builtins(view))
         return 0
     from agentctl.control.render import use_color
 

@@ -10,8 +10,10 @@ Orchestrator rules, per frame:
   line written; other connections are unaffected and the database is only ever written in transactions.
 
 State lives in memory (hydrated from the database at start) and dirty rows are flushed every
-`flush_interval`. Tool calls are answered by an EmbeddedBackend on the hub's own task database (a separate
-file: tool arguments never reach the evidence tables or the log).
+`flush_interval`; past `hot_sessions`, the sessions least recently in contact leave memory once flushed
+and are read from the database on demand (agentctl.upstream.hub_store). Tool calls are answered by an
+EmbeddedBackend on the hub's own task database (a separate file: tool arguments never reach the evidence
+tables or the log).
 """
 
 from __future__ import annotations
@@ -27,14 +29,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agentctl.backend.base import BackendError
 from agentctl.backend.embedded import EmbeddedBackend
-from agentctl.control.server import peer_uid
-from agentctl.control.socket import bind_unix_socket, cleanup_socket_path, prepare_socket_path
+from agentctl.control.socket import bind_unix_socket, cleanup_socket_path, peer_allowed, prepare_socket_path
 from agentctl.evidence import reducer
 from agentctl.evidence.contract import (
     CONTRACT_VERSION,
     EndpointTestResult,
+    HubSession,
     HubSessionReport,
     HubStatus,
     StderrView,
@@ -44,10 +45,13 @@ from agentctl.evidence.ledger import utcnow
 from agentctl.upstream import protocol as P
 from agentctl.upstream.hub_conn import Refused, HubConnection
 from agentctl.upstream.hub_store import (
+    HOT_SESSIONS,
     ExecutionState,
     HubStore,
+    HubStoreError,
     SessionState,
     enforce_bounds,
+    evict,
     report_view,
     status_view,
 )
@@ -56,7 +60,6 @@ log = logging.getLogger("agentctl.hub")
 
 FLUSH_INTERVAL = 0.1
 SWEEP_INTERVAL = 1.0
-MAX_TOOL_SECONDS = 60.0
 
 
 class HubRequestError(Exception):
@@ -76,18 +79,23 @@ class Hub:
         tasks_db: str | os.PathLike[str] | None = None,
         flush_interval: float = FLUSH_INTERVAL,
         clock: Callable[[], datetime] = utcnow,
+        hot_sessions: int = HOT_SESSIONS,
     ) -> None:
         self.socket_path = Path(socket_path)
         self.db_path = Path(db_path)
         self.tasks_db = Path(tasks_db) if tasks_db else self.db_path.with_suffix(".tasks.sqlite3")
         self.flush_interval = flush_interval
         self._clock = clock
-        self.sessions: dict[str, SessionState] = {}
+        self.sessions: dict[str, SessionState] = {}  # the hot ones; see hub_store.HOT_SESSIONS
+        self.hot_sessions = hot_sessions
+        self._cold: dict[str, HubSession] = {}  # every other session's listing; the rest is in the database
+        self._reader: HubStore | None = None  # read-only: cold sessions on the loop, never blocked by a flush
         self.store: HubStore | None = None
         self.backend: EmbeddedBackend | None = None
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[HubConnection] = set()
         self._handlers: set[asyncio.Task[Any]] = set()
+        self._tool_tasks: set[asyncio.Task[Any]] = set()
         self._dirty_sessions: set[str] = set()
         self._dirty_executions: dict[tuple[str, str], bool] = {}  # -> history changed
         self._order = 0
@@ -104,26 +112,25 @@ class Hub:
 
     async def start(self) -> None:
         self.store = HubStore(self.db_path)
-        self.sessions = self.store.load()
-        for session in self.sessions.values():
-            for execution in session.executions.values():
-                if execution.connected:  # nobody is connected to a hub that just started
-                    execution.connected = False
-                    self._mark(session, execution, history=False)
-        self._order = self.store.max_hello_order()
-        self.backend = EmbeddedBackend(
-            self.tasks_db,
-            agents_info={"agents": []},
-            mcp_info=[],
-            execution_info={},
-        )
-        prepare_socket_path(self.socket_path)
-        sock = bind_unix_socket(self.socket_path)
         try:
-            self._server = await asyncio.start_unix_server(self._handle, sock=sock, limit=P.STREAM_LIMIT)
+            self.store.reset_connected()  # nobody is connected to a hub that just started
+            self.sessions, self._cold = self.store.load_split(self.hot_sessions)
+            self._order = self.store.max_hello_order()
+            self._reader = HubStore(self.db_path, readonly=True)
+            self.backend = EmbeddedBackend(self.tasks_db, agents_info={"agents": []}, mcp_info=[], execution_info={})
+            prepare_socket_path(self.socket_path)
+            sock = bind_unix_socket(self.socket_path)
+            try:
+                self._server = await asyncio.start_unix_server(self._handle, sock=sock, limit=P.STREAM_LIMIT)
+            except BaseException:
+                sock.close()
+                cleanup_socket_path(self.socket_path)
+                raise
         except BaseException:
-            sock.close()
-            cleanup_socket_path(self.socket_path)
+            if self.backend is not None:
+                self.backend.close()
+                self.backend = None
+            self._close_stores()
             raise
         self._tasks = [
             asyncio.create_task(self._flush_loop(), name="agentctl-hub-flush"),
@@ -150,25 +157,43 @@ class Hub:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         for conn in list(self._conns):
-            for task in list(conn.tasks):
-                task.cancel()
             self._closed(conn)
+        # Tool calls of connections already closed too: none may touch the backend after it closes.
+        for task in self._tool_tasks:
+            task.cancel()
+        await asyncio.gather(*self._tool_tasks, return_exceptions=True)
         if self.store is not None:
             await self.flush()
-            self.store.close()
-            self.store = None
-        if self.backend is not None:
-            self.backend.close()
-            self.backend = None
+        backend, self.backend = self.backend, None
+        if backend is not None:
+            # Its close waits for an op still running in a worker thread (up to the busy timeout): not on the loop.
+            await asyncio.to_thread(backend.close)
+        self._close_stores()
+
+    def _close_stores(self) -> None:
+        for store in (self.store, self._reader):
+            if store is not None:
+                store.close()
+        self.store = self._reader = None
 
     # -- queries (the CLI reads the database; an in-process UI calls these) ------------------------------
 
     def status(self) -> HubStatus:
-        return status_view(self.sessions)
+        return status_view(self.sessions, self._cold.values())
 
     def report(self, session_id: str, execution_id: str | None = None) -> HubSessionReport | None:
-        session = self.sessions.get(session_id)
+        session = self.sessions.get(session_id) or self._read_cold(session_id)
         return report_view(session, execution_id) if session is not None else None
+
+    def _read_cold(self, session_id: str) -> SessionState | None:
+        """A session that left memory, read whole from the database (one indexed query, on the loop)."""
+        if session_id not in self._cold or self._reader is None:
+            return None
+        try:
+            return self._reader.load_session(session_id)
+        except HubStoreError as exc:
+            log.warning("reading session %s from the hub database failed: %s", session_id, type(exc).__name__)
+            return None
 
     def subscribe(self, listener: Callable[[str], None]) -> None:
         """`listener(session_id)` after every change to that session (called on the loop; must not block)."""
@@ -222,8 +247,7 @@ class Hub:
             self._handlers.add(current)
             current.add_done_callback(self._handlers.discard)
         try:
-            uid = peer_uid(writer.get_extra_info("socket"))
-            if uid is None or uid not in (0, os.getuid(), os.geteuid()):
+            if not peer_allowed(conn.peer_uid):
                 self._refuse(conn, "forbidden_peer", "the hub serves only its own user and root")
                 return
             while True:
@@ -295,9 +319,11 @@ class Hub:
         elif isinstance(received, P.ToolCallFrame):
             if received.identity != conn.identity:
                 self._fatal(conn, "identity_mismatch", "a tool call must carry the identity of the connection's hello")
-            task = asyncio.ensure_future(self._tool_call(conn, received))
+            task = asyncio.ensure_future(conn.run_tool_call(received, self.backend, self._clock()))
             conn.tasks.add(task)
             task.add_done_callback(conn.tasks.discard)
+            self._tool_tasks.add(task)
+            task.add_done_callback(self._tool_tasks.discard)
         elif isinstance(received, (P.StderrResultFrame, P.EndpointTestResultFrame)):
             future = conn.pending.get(received.id)
             if future is not None and not future.done():
@@ -307,7 +333,7 @@ class Hub:
             if future is not None and not future.done():
                 future.set_exception(HubRequestError(received.code, received.message))
             else:
-                log.info("%s reported %s", conn.label, received.code)
+                log.info("%s reported %s", conn.label, P.loggable_code(received.code))
 
     def _hello(self, conn: HubConnection, hello: P.HelloFrame) -> None:
         if conn.identity is not None:
@@ -321,6 +347,12 @@ class Hub:
         ident = hello.identity
         now = self._clock()
         session = self.sessions.get(ident.session_id)
+        if session is None and ident.session_id in self._cold:
+            session = self._read_cold(ident.session_id)
+            if session is None:  # without its stored state the hub cannot tell a stale execution
+                self._fatal(conn, "unavailable", "the hub cannot read this session's stored state; try again")
+            del self._cold[ident.session_id]
+            self.sessions[ident.session_id] = session
         execution = session.executions.get(ident.execution_id) if session else None
         if execution is None:
             self._order += 1
@@ -394,39 +426,6 @@ class Hub:
         self._touch(conn)
         self._mark(session, execution, history=True)
 
-    async def _tool_call(self, conn: HubConnection, call: P.ToolCallFrame) -> None:
-        def answer(ok: bool, result: dict[str, Any] | None = None, error: str | None = None) -> None:
-            try:
-                line = P.encode_frame(P.frame(P.ToolResultFrame, id=call.id, ok=ok, result=result, error=error))
-            except P.ProtocolError:
-                line = P.encode_frame(P.frame(
-                    P.ToolResultFrame, id=call.id, ok=False,
-                    error="the answer is too large for the upstream frame limit (1 MiB)",
-                ))
-            conn.send(line)
-
-        if conn.stale:
-            answer(False, error="a newer execution of this session is current; the tool did not run")
-            return
-        elapsed = (self._clock() - call.sent_at).total_seconds()
-        remaining = min(call.deadline_ms / 1000 - max(elapsed, 0.0), MAX_TOOL_SECONDS)
-        if remaining <= 0:
-            answer(False, error="the call's deadline passed before the hub read it; the tool did not run")
-            return
-        assert self.backend is not None and conn.identity is not None
-        async with conn.tool_slots:
-            try:
-                result = await self.backend.call(call.op, conn.identity, call.args, deadline=remaining)
-            except BackendError as exc:
-                answer(False, error=str(exc) or "the task backend refused the request")
-                return
-            except Exception as exc:
-                # Type only: an exception's text may quote the tool's arguments.
-                log.error("tool op %s failed unexpectedly: %s", call.op, type(exc).__name__)
-                answer(False, error="the hub failed unexpectedly; its log has details")
-                return
-        answer(True, result=result)
-
     # -- persistence ---------------------------------------------------------------------------------
 
     def _mark(self, session: SessionState, execution: ExecutionState, *, history: bool) -> None:
@@ -436,8 +435,9 @@ class Hub:
         for listener in self._listeners:
             try:
                 listener(session.session_id)
-            except Exception:
-                log.exception("hub listener failed")
+            except Exception as exc:
+                # The type only by default: an exception's text may quote what it was handling.
+                log.error("hub listener failed: %s", type(exc).__name__, exc_info=log.isEnabledFor(logging.DEBUG))
 
     async def flush(self) -> None:
         """Write every dirty row in one transaction (from a worker thread)."""
@@ -465,6 +465,10 @@ class Hub:
             if self._flush_failed:
                 log.info("hub database writes recovered")
                 self._flush_failed = False
+            # Only what the database now holds as it is may leave memory: no connection, nothing unflushed.
+            busy = {c.session.session_id for c in self._conns if c.session is not None}
+            busy |= self._dirty_sessions | {sid for sid, _ in self._dirty_executions}
+            evict(self.sessions, self._cold, self.hot_sessions, busy)
 
     async def _flush_loop(self) -> None:
         while True:

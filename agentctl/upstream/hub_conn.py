@@ -1,14 +1,17 @@
-"""One daemon's connection to the hub: who it said it is, whether it is stale, and bounded sending."""
+"""One daemon's connection to the hub: who it said it is, whether it is stale, bounded sending, and running
+its tunnelled tool calls on the hub's task backend."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import socket
-import struct
 import time
+from datetime import datetime
 from typing import Any
 
+from agentctl.backend.base import BackendError
+from agentctl.control.socket import peer_cred
+from agentctl.upstream import protocol as P
 from agentctl.upstream.hub_store import ExecutionState, SessionState
 
 log = logging.getLogger("agentctl.hub")
@@ -16,6 +19,7 @@ log = logging.getLogger("agentctl.hub")
 TOOL_CONCURRENCY = 16  # tool calls running at once per connection
 MAX_WRITE_BUFFER = 8 * 1024 * 1024  # a daemon that stops reading its answers is disconnected past this
 DEFAULT_HEARTBEAT_SECONDS = 10.0
+MAX_TOOL_SECONDS = 60.0
 
 
 class Refused(Exception):
@@ -36,8 +40,8 @@ class HubConnection:
         self.pending: dict[str, asyncio.Future[Any]] = {}
         self.tool_slots = asyncio.Semaphore(TOOL_CONCURRENCY)
         self.tasks: set[asyncio.Task[Any]] = set()
-        sock = writer.get_extra_info("socket")
-        self.peer_pid = _peer_pid(sock)
+        cred = peer_cred(writer.get_extra_info("socket"))
+        self.peer_pid, self.peer_uid = (cred[0], cred[1]) if cred is not None else (None, None)
 
     @property
     def label(self) -> str:
@@ -65,10 +69,40 @@ class HubConnection:
             return
         self.writer.write(line)
 
+    async def run_tool_call(self, call: P.ToolCallFrame, backend: Any, now: datetime) -> None:
+        """Run one tool call on `backend` (received at `now`) and send its tool_result."""
 
-def _peer_pid(sock: Any) -> int | None:
-    try:
-        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        return struct.unpack("3i", raw)[0]
-    except (OSError, AttributeError):
-        return None
+        def answer(ok: bool, result: dict[str, Any] | None = None, error: str | None = None) -> None:
+            try:
+                line = P.encode_frame(P.frame(P.ToolResultFrame, id=call.id, ok=ok, result=result, error=error))
+            except P.ProtocolError:
+                line = P.encode_frame(P.frame(
+                    P.ToolResultFrame, id=call.id, ok=False,
+                    error="the answer is too large for the upstream frame limit (1 MiB)",
+                ))
+            self.send(line)
+
+        if self.stale:
+            answer(False, error="a newer execution of this session is current; the tool did not run")
+            return
+        elapsed = (now - call.sent_at).total_seconds()
+        remaining = min(call.deadline_ms / 1000 - max(elapsed, 0.0), MAX_TOOL_SECONDS)
+        if remaining <= 0:
+            answer(False, error="the call's deadline passed before the hub read it; the tool did not run")
+            return
+        if backend is None:  # the hub is stopping
+            answer(False, error="the hub is stopping; the tool did not run")
+            return
+        assert self.identity is not None
+        async with self.tool_slots:
+            try:
+                result = await backend.call(call.op, self.identity, call.args, deadline=remaining)
+            except BackendError as exc:
+                answer(False, error=str(exc) or "the task backend refused the request")
+                return
+            except Exception as exc:
+                # Type only: an exception's text may quote the tool's arguments.
+                log.error("tool op %s failed unexpectedly: %s", call.op, type(exc).__name__)
+                answer(False, error="the hub failed unexpectedly; its log has details")
+                return
+        answer(True, result=result)

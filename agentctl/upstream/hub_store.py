@@ -5,15 +5,20 @@ execution (its identity, contact times, and its AttachmentHistory as the contrac
 data is stored: evidence that daemons already sanitized. Tool-call arguments never come here (the tool
 tunnel's task store is a separate file).
 
-The live hub keeps everything in memory (hydrated from the file at boot, so it answers at once) and
-writes dirty rows in one transaction per flush. `agentctl hub status|report` read the file read-only
-with the same view functions, so they show what the hub last flushed (a fraction of a second behind).
+The live hub keeps the HOT_SESSIONS sessions most recently in contact whole in memory (hydrated from the
+file at boot, so it answers at once) and writes dirty rows in one transaction per flush. Any other session
+is held only as its listing (for status) and read from the file when asked for or when it says hello again:
+memory is bounded by HOT_SESSIONS bounded histories plus about a kilobyte per session ever seen.
+`agentctl hub status|report` read the file read-only with the same view functions, so they show what the
+hub last flushed (a fraction of a second behind).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import sqlite3
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -34,9 +39,13 @@ from agentctl.evidence.contract import (
     Identity,
     encode,
 )
+from agentctl.sqlite_util import open_sqlite, open_sqlite_readonly
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 5000
+# Sessions the live hub keeps whole in memory (their histories); every other one costs only its listing
+# (a HubSession without evidence or catalogs, about a kilobyte) and is read from the file on demand.
+HOT_SESSIONS = 1024
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -119,6 +128,19 @@ def _dt(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
+_SESSION_COLS = "session_id, task_id, current_execution_id, stale_rejected, last_contact_at"
+_EXECUTION_COLS = (
+    "session_id, identity, daemon_version, hello_order, first_hello_at, last_contact_at, connected, "
+    "rejected_frames, history"
+)
+
+
+def _session(row: tuple[Any, ...]) -> SessionState:
+    sid, task, current, stale, contact = row
+    return SessionState(session_id=sid, task_id=task, current_execution_id=current, stale_rejected=stale,
+                        last_contact_at=_dt(contact))
+
+
 class HubStore:
     """The SQLite file. Writable (the hub) or read-only (the CLI). Not thread-safe: one user at a time."""
 
@@ -136,61 +158,84 @@ class HubStore:
                 raise HubStoreError(
                     f"no hub database at {self.path} (start `agentctl hub serve`, or pass --db PATH)"
                 )
-            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
-            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            return conn
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fresh = not self.path.exists()
-        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+            return open_sqlite_readonly(self.path, busy_timeout_ms=BUSY_TIMEOUT_MS)
         try:
-            if fresh:
-                os.chmod(self.path, 0o600)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise HubStoreError(f"hub database {self.path} was written by a newer agentctl")
-            conn.executescript(_SCHEMA)
-            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+            return open_sqlite(
+                self.path, _SCHEMA, SCHEMA_VERSION, busy_timeout_ms=BUSY_TIMEOUT_MS,
+                too_new=lambda found: HubStoreError(f"hub database {self.path} was written by a newer agentctl"),
+            )
+        except OSError as exc:
+            raise HubStoreError(f"cannot create hub database {self.path}: {exc.strerror or exc}") from None
 
     def close(self) -> None:
         self._conn.close()
 
     def load(self) -> dict[str, SessionState]:
-        """Everything in the file, as the hub's in-memory state (boot hydration, and the CLI's views)."""
+        """Everything in the file, as the hub's in-memory state (the CLI's views)."""
+        return self.load_split(None)[0]
+
+    def load_split(self, hot: int | None) -> tuple[dict[str, SessionState], dict[str, HubSession]]:
+        """The `hot` sessions most recently in contact whole, every other one as its listing (all whole when
+        `hot` is None). Executions are decoded one session at a time: a large file never sits in memory whole."""
         try:
-            sessions = {
-                sid: SessionState(session_id=sid, task_id=task, current_execution_id=cur,
-                                  stale_rejected=stale, last_contact_at=_dt(contact))
-                for sid, task, cur, stale, contact in self._conn.execute(
-                    "SELECT session_id, task_id, current_execution_id, stale_rejected, last_contact_at FROM sessions"
-                )
-            }
-            rows = self._conn.execute(
-                "SELECT session_id, identity, daemon_version, hello_order, first_hello_at, last_contact_at, "
-                "connected, rejected_frames, history FROM executions"
-            ).fetchall()
+            sessions = {row[0]: _session(row) for row in self._conn.execute(f"SELECT {_SESSION_COLS} FROM sessions")}
+            if hot is None:
+                hot_ids = set(sessions)
+            else:
+                recent = sorted(sessions.values(), key=lambda s: (s.last_contact_at, s.session_id), reverse=True)
+                hot_ids = {s.session_id for s in recent[:hot]}
+            cold: dict[str, HubSession] = {}
+            rows = self._conn.execute(f"SELECT {_EXECUTION_COLS} FROM executions ORDER BY session_id")
+            for sid, group in itertools.groupby(rows, key=lambda row: row[0]):
+                session = sessions.get(sid)
+                if session is None:
+                    continue
+                for row in group:
+                    execution = self._execution(row)
+                    session.executions[execution.execution_id] = execution
+                if sid not in hot_ids:
+                    del sessions[sid]
+                    if session.current_execution_id in session.executions:
+                        cold[sid] = session_view(session)
         except sqlite3.Error as exc:
             raise HubStoreError(f"cannot read hub database {self.path}: {exc}") from None
-        for sid, ident, version, order, first, last, connected, rejected, history in rows:
-            session = sessions.get(sid)
-            if session is None:
-                continue
-            try:
-                identity = msgspec.json.decode(ident, type=Identity)
-                decoded = msgspec.json.decode(history, type=AttachmentHistory) if history else None
-            except msgspec.DecodeError as exc:
-                raise HubStoreError(f"hub database {self.path} holds an unreadable execution row: {exc}") from None
-            session.executions[identity.execution_id] = ExecutionState(
-                identity=identity, daemon_version=version, hello_order=order, first_hello_at=_dt(first),
-                last_contact_at=_dt(last), connected=bool(connected), rejected_frames=rejected, history=decoded,
-            )
-        return {sid: s for sid, s in sessions.items() if s.current_execution_id in s.executions}
+        hot_sessions = {sid: s for sid, s in sessions.items() if s.current_execution_id in s.executions}
+        return hot_sessions, cold
+
+    def load_session(self, session_id: str) -> SessionState | None:
+        """One session whole (a cold session the live hub reads on demand); None when the file has none."""
+        try:
+            one = (session_id,)
+            row = self._conn.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE session_id=?", one).fetchone()
+            if row is None:
+                return None
+            rows = self._conn.execute(f"SELECT {_EXECUTION_COLS} FROM executions WHERE session_id=?", one).fetchall()
+        except sqlite3.Error as exc:
+            raise HubStoreError(f"cannot read hub database {self.path}: {exc}") from None
+        session = _session(row)
+        for execution_row in rows:
+            execution = self._execution(execution_row)
+            session.executions[execution.execution_id] = execution
+        return session if session.current_execution_id in session.executions else None
+
+    def reset_connected(self) -> None:
+        """Nobody is connected to a hub that just started: clear every stored `connected` flag."""
+        try:
+            self._conn.execute("UPDATE executions SET connected=0 WHERE connected!=0")
+        except sqlite3.Error as exc:
+            raise HubStoreError(f"cannot write hub database {self.path}: {exc}") from None
+
+    def _execution(self, row: tuple[Any, ...]) -> ExecutionState:
+        _sid, ident, version, order, first, last, connected, rejected, history = row
+        try:
+            identity = msgspec.json.decode(ident, type=Identity)
+            decoded = msgspec.json.decode(history, type=AttachmentHistory) if history else None
+        except msgspec.DecodeError as exc:
+            raise HubStoreError(f"hub database {self.path} holds an unreadable execution row: {exc}") from None
+        return ExecutionState(
+            identity=identity, daemon_version=version, hello_order=order, first_hello_at=_dt(first),
+            last_contact_at=_dt(last), connected=bool(connected), rejected_frames=rejected, history=decoded,
+        )
 
     def write(self, sessions: list[tuple[Any, ...]], executions: list[tuple[Any, ...]]) -> None:
         """Upsert rows made by session_row / execution_row (on the loop: the state may change meanwhile) in one
@@ -265,9 +310,28 @@ def session_view(session: SessionState) -> HubSession:
     )
 
 
-def status_view(sessions: dict[str, SessionState]) -> HubStatus:
-    ordered = sorted(sessions.values(), key=lambda s: (s.last_contact_at, s.session_id), reverse=True)
-    return HubStatus(version=CONTRACT_VERSION, sessions=[session_view(s) for s in ordered])
+def status_view(sessions: dict[str, SessionState], cold: Iterable[HubSession] = ()) -> HubStatus:
+    """Every session, most recent contact first: `sessions` held whole, `cold` ones by their listing."""
+    views = [session_view(s) for s in sessions.values()] + list(cold)
+    views.sort(key=lambda v: (v.last_contact_at, v.session_id), reverse=True)
+    return HubStatus(version=CONTRACT_VERSION, sessions=views)
+
+
+def evict(sessions: dict[str, SessionState], cold: dict[str, HubSession], keep: int, busy: set[str]) -> int:
+    """Move the sessions least recently in contact beyond `keep` from `sessions` to their listing in `cold`.
+
+    Only sessions the file already holds as they are may go (the caller passes, in `busy`, every session
+    with a connection or unflushed changes); returns how many went.
+    """
+    over = len(sessions) - keep
+    if over <= 0:
+        return 0
+    idle = sorted((s for s in sessions.values() if s.session_id not in busy),
+                  key=lambda s: (s.last_contact_at, s.session_id))
+    for session in idle[:over]:
+        cold[session.session_id] = session_view(session)
+        del sessions[session.session_id]
+    return min(over, len(idle))
 
 
 def execution_view(session: SessionState, execution: ExecutionState) -> HubExecution:

@@ -55,6 +55,11 @@ ERROR_CODES: tuple[str, ...] = (
 )
 
 
+def loggable_code(code: str) -> str:
+    """A peer's error code for a log line: one of ERROR_CODES, else "unknown" (never the peer's text)."""
+    return code if code in ERROR_CODES else "unknown"
+
+
 class ProtocolError(Exception):
     """A frame that cannot be accepted. `code` is one of ERROR_CODES; str() is one line without values."""
 

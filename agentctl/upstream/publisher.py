@@ -1,15 +1,20 @@
 """The daemon's upstream publisher: one connection to the `[upstream] socket`, kept up for the daemon's life.
 
 On every connect: `hello`, then a `snapshot` of the whole history, then each evidence event as it is
-recorded. Attempt-level changes that are not evidence (a new attempt, an endpoint test result, refused
-HTTP requests) send a fresh snapshot; agent lifecycle changes send an `agent` frame.
+recorded. Attempt-level changes that are not evidence (a new attempt, an endpoint test result) send a
+fresh snapshot; agent lifecycle changes send an `agent` frame. Counters that anyone reaching the HTTP port
+can move (refused requests, rejected events) ride the next snapshot, at most one per `state_interval`
+for them alone (coalesced; the last count is always sent): a flood of refused requests costs the upstream
+a frame a second, not a frame a request.
 
 Never blocking the MCP request path or the agent: the ledger listener only encodes one frame and appends
 it to a bounded queue (frames and bytes). When the queue is full, or while disconnected, nothing is
 queued: the queue is dropped, the drop counted, and the next snapshot resynchronises the upstream (the
 history is the source of truth, so a snapshot repairs any gap). Reconnects use capped exponential backoff
 with jitter. The connection also carries the tool tunnel (agentctl.upstream.tunnel) and answers the
-upstream's on-demand requests (`stderr_read`, `endpoint_test`).
+upstream's on-demand requests (`stderr_read`, `endpoint_test`); those requests and answers wait in a
+second bounded queue, and an upstream that lets it fill (it keeps asking but stops reading) is
+disconnected as slow: the reconnect and its snapshot repair the state.
 
 An upstream outage never flips readiness: the `upstream` readiness check stays true, its detail says
 "connected" or "buffering".
@@ -21,7 +26,6 @@ import asyncio
 import logging
 import os
 import random
-import socket
 import threading
 import time
 from collections import deque
@@ -32,14 +36,11 @@ from typing import Any
 import msgspec
 
 from agentctl import __version__
-from agentctl.evidence.contract import (
-    CONTRACT_VERSION,
-    EvidenceEvent,
-    UpstreamStatus,
-    encode,
-)
+from agentctl.control.socket import peer_allowed, peer_cred
+from agentctl.evidence.contract import CONTRACT_VERSION, EvidenceEvent, UpstreamStatus, encode
 from agentctl.evidence.ledger import utcnow
 from agentctl.upstream import protocol as P
+from agentctl.upstream.outbox import Outbox
 from agentctl.upstream.requests import endpoint_test_answer, stderr_answer
 
 log = logging.getLogger("agentctl.upstream")
@@ -50,14 +51,13 @@ BACKOFF_MAX = 2.0  # a local socket: retrying is cheap, a quick recovery is wort
 CONNECT_TIMEOUT = 2.0
 QUEUE_MAX_FRAMES = 1024
 QUEUE_MAX_BYTES = 4 * 1024 * 1024
+# Requests and answers waiting to be written; past either bound the upstream is slow. Well above what a
+# healthy upstream leaves waiting (the tunnel's 256 pending tool calls, some answers, a few 1 MiB frames).
+CONTROL_MAX_FRAMES = 512
+CONTROL_MAX_BYTES = 4 * P.MAX_FRAME_BYTES
+STATE_INTERVAL = 1.0  # at most one snapshot a second for counter-only changes (refusals, rejected events)
 WRITE_HIGH_WATER = 256 * 1024  # transport buffer above which the writer waits (the upstream is slow)
 STOP_FLUSH_SECONDS = 2.0
-
-
-def _peer_uid(sock: socket.socket | None) -> int | None:
-    from agentctl.control.server import peer_uid
-
-    return peer_uid(sock) if sock is not None else None
 
 
 class Publisher:
@@ -73,6 +73,9 @@ class Publisher:
         backoff_max: float = BACKOFF_MAX,
         queue_frames: int = QUEUE_MAX_FRAMES,
         queue_bytes: int = QUEUE_MAX_BYTES,
+        control_frames: int = CONTROL_MAX_FRAMES,
+        control_bytes: int = CONTROL_MAX_BYTES,
+        state_interval: float = STATE_INTERVAL,
         rng: Callable[[], float] = random.random,
     ) -> None:
         self.ctx = ctx
@@ -83,23 +86,29 @@ class Publisher:
         self.backoff_max = backoff_max
         self.queue_frames = queue_frames
         self.queue_bytes = queue_bytes
+        self.state_interval = state_interval
         self._rng = rng
         self.tunnel: Any = None  # set by TunnelBackend: on_result / on_error / on_disconnect
         # Counters (UpstreamStatus).
         self.connects = 0
         self.dropped_events = 0
         self.resyncs = 0
+        self.slow_disconnects = 0  # connections closed because the control queue filled
         self.last_connected_at: datetime | None = None
         self.last_error: str | None = None
         # Send state, touched only on the event loop thread.
         self._evidence: deque[bytes] = deque()
         self._evidence_bytes = 0
-        self._control: deque[tuple[float | None, bytes]] = deque()
+        self._control = Outbox(control_frames, control_bytes, P.encode_frame(P.frame(P.HeartbeatFrame)))
+        self._slow: asyncio.Event | None = None  # set when this connection's control queue overflowed
         self._need_snapshot = True
         self._snapshot_reason = "connect"
         self._state_changed = False
         self._last_agent: bytes | None = None
         self._last_shape: tuple[Any, ...] | None = None
+        self._last_counts: tuple[Any, ...] | None = None
+        self._last_snapshot_at = float("-inf")
+        self._counts_timer: asyncio.TimerHandle | None = None
         self._connected = False
         self._writer: asyncio.StreamWriter | None = None
         self._last_rx = 0.0
@@ -121,7 +130,7 @@ class Publisher:
     @property
     def buffered_bytes(self) -> int:
         """Bytes held for the upstream: the evidence queue, queued requests and answers, the transport buffer."""
-        held = self._evidence_bytes + sum(len(line) for _, line in self._control)
+        held = self._evidence_bytes + self._control.bytes
         if self._writer is not None and not self._writer.transport.is_closing():
             held += self._writer.transport.get_write_buffer_size()
         return held
@@ -160,6 +169,9 @@ class Publisher:
                 log.info("upstream did not take the final snapshot within %.1f s", STOP_FLUSH_SECONDS)
         self._stopping = True
         self.ledger.unsubscribe(self._on_change)
+        if self._counts_timer is not None:
+            self._counts_timer.cancel()
+            self._counts_timer = None
         task, self._task = self._task, None
         task.cancel()
         for side in list(self._side_tasks):
@@ -214,23 +226,38 @@ class Publisher:
 
     def send_control(self, line: bytes, expires: float | None = None) -> bool:
         """Queue a request or answer ahead of evidence; dropped unsent once `expires` (monotonic) passed."""
-        if not self._connected or self._wake is None:
+        if not self._connected or self._wake is None or self._slow is None or self._slow.is_set():
             return False
-        self._control.append((expires, line))
+        if not self._control.put(line, expires):
+            self._slow_upstream()
+            return False
         self._wake.set()
         return True
 
+    def _slow_upstream(self) -> None:
+        # The upstream keeps asking (or we keep calling tools) but does not read: holding more would grow
+        # without bound. Close; the reconnect's snapshot repairs the state, pending tool calls fail clearly.
+        assert self._slow is not None
+        self.slow_disconnects += 1
+        log.warning("upstream stopped reading (%d requests and answers waiting); reconnecting", len(self._control))
+        self._control.clear()
+        self._slow.set()
+
     def _next_line(self) -> bytes | None:
-        now = time.monotonic()
-        while self._control:
-            expires, line = self._control.popleft()
-            if expires is None or expires > now:
-                return line
+        line = self._control.pop()
+        if line is not None:
+            return line
         if self._state_changed:
             self._state_changed = False
             agent_line = self._agent_line_if_changed()
             if self._shape() != self._last_shape:
                 self._schedule_snapshot("state")
+            elif not self._need_snapshot and self._counts() != self._last_counts:
+                wait = self._last_snapshot_at + self.state_interval - time.monotonic()
+                if wait <= 0:
+                    self._schedule_snapshot("state")
+                elif self._counts_timer is None and self._loop is not None:
+                    self._counts_timer = self._loop.call_later(wait, self._counts_due)
             if agent_line is not None and not self._need_snapshot:
                 return agent_line
         if self._need_snapshot:
@@ -241,16 +268,25 @@ class Publisher:
             return line
         return None
 
+    def _counts_due(self) -> None:
+        self._counts_timer = None
+        if not self._stopping and self._wake is not None:
+            self._state_changed = True  # look again: the interval has passed
+            self._wake.set()
+
     def _shape(self) -> tuple[Any, ...]:
-        """What changes without an evidence event: attempts, endpoint tests, refusals, rejected counts."""
+        """What changes without an evidence event and is sent at once: attempts and endpoint tests."""
         history = self.ledger.history
         attempts = ([history.current] if history.current else []) + list(history.previous)
         return (
             tuple((a.attempt_id, a.superseded_at) for a in attempts),
             tuple((a.attempt_id, r.name, r.endpoint_test.tested_at) for a in attempts for r in a.servers if r.endpoint_test),
-            tuple((r.route, r.method, r.status, r.count) for r in history.http_refusals),
-            history.rejected_events,
         )
+
+    def _counts(self) -> tuple[Any, ...]:
+        """What changes without an evidence event and is rate limited: refusals and rejected events."""
+        history = self.ledger.history
+        return sum(r.count for r in history.http_refusals), len(history.http_refusals), history.rejected_events
 
     def _agent_line_if_changed(self) -> bytes | None:
         agent = self.ledger.history.agent
@@ -270,6 +306,8 @@ class Publisher:
         self._clear_evidence()  # everything queued so far is in the history this snapshot carries
         history = self.ledger.history
         self._last_shape = self._shape()
+        self._last_counts = self._counts()
+        self._last_snapshot_at = time.monotonic()
         self._last_agent = encode(history.agent) if history.agent is not None else None
         try:
             return P.encode_frame(P.frame(P.SnapshotFrame, history=history, reason=reason))
@@ -329,9 +367,8 @@ class Publisher:
                 log.info("upstream %s unreachable (%s); buffering and retrying with backoff", self.socket_path, why)
             return
         try:
-            sock = writer.get_extra_info("socket")
-            uid = _peer_uid(sock)
-            if uid is None or uid not in (0, os.getuid(), os.geteuid()):
+            cred = peer_cred(writer.get_extra_info("socket"))
+            if not peer_allowed(cred[1] if cred is not None else None):
                 # The tunnel hands tool arguments to whoever listens: only our own user (or root) may.
                 self.last_error = "forbidden_peer"
                 log.warning("upstream %s is served by another user; not connecting", self.socket_path)
@@ -348,6 +385,7 @@ class Publisher:
         assert self._wake is not None
         writer.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         self._control.clear()
+        self._slow = slow = asyncio.Event()
         self._clear_evidence()
         self._need_snapshot, self._snapshot_reason = True, "connect"
         self._state_changed = False
@@ -371,6 +409,7 @@ class Publisher:
             asyncio.create_task(self._pump(writer), name="agentctl-upstream-send"),
             asyncio.create_task(self._read_loop(reader, writer), name="agentctl-upstream-read"),
             asyncio.create_task(self._heartbeat_loop(), name="agentctl-upstream-heartbeat"),
+            asyncio.create_task(slow.wait(), name="agentctl-upstream-slow"),
         ]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -384,12 +423,15 @@ class Publisher:
                 self.last_error = "connection_lost"
             elif exc is not None:
                 raise exc
+        if slow.is_set():
+            self.last_error = "slow_upstream"
         log.info("upstream disconnected (%s); buffering", self.last_error or "closed")
 
     def _disconnected(self) -> None:
         was = self._connected
         self._connected = False
         self._writer = None
+        self._slow = None
         self._control.clear()
         self._clear_evidence()
         self._schedule_snapshot("connect")
@@ -422,15 +464,14 @@ class Publisher:
             await writer.drain()  # a stalled upstream parks only this task; the listener keeps dropping
 
     async def _heartbeat_loop(self) -> None:
-        line = P.encode_frame(P.frame(P.HeartbeatFrame))
         while True:
             await asyncio.sleep(self.heartbeat)
             if time.monotonic() - self._last_rx > 3 * self.heartbeat:
                 self.last_error = "idle_timeout"
                 log.info("upstream silent for %.0f s; reconnecting", 3 * self.heartbeat)
                 return
-            if not any(item[1] == line for item in self._control):
-                self.send_control(line)
+            if not self._control.heartbeat_queued:
+                self.send_control(self._control.heartbeat)
 
     async def _read_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
@@ -463,5 +504,5 @@ class Publisher:
             if received.id is not None and self.tunnel is not None:
                 self.tunnel.on_error(received)
             else:
-                log.info("upstream reported %s", received.code)
+                log.info("upstream reported %s", P.loggable_code(received.code))
         # HeartbeatFrame: receiving it was the point (_last_rx).

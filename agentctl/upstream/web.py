@@ -35,7 +35,6 @@ from aiohttp import web
 
 from agentctl.evidence.contract import encode
 from agentctl.upstream.hub import Hub, HubRequestError
-from agentctl.upstream.hub_store import session_view as hub_session_view
 from agentctl.upstream.web_view import (
     diagnostics_text,
     endpoint_test_view,
@@ -355,9 +354,9 @@ class HubWeb:
                 stream.wake.clear()
                 pending, stream.pending = stream.pending, set()
                 for sid in sorted(pending):
-                    state = self.hub.sessions.get(sid)
-                    if state is not None:
-                        await self._send(response, "session", session_view(hub_session_view(state)))
+                    report = self.hub.report(sid)
+                    if report is not None:
+                        await self._send(response, "session", session_view(report.session))
         except ConnectionError:
             pass  # the page went away
         finally:

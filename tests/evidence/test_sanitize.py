@@ -18,6 +18,8 @@ from agentctl.evidence.sanitize import (
     PATH_MARKER,
     REDACTED,
     UNPARSEABLE_TARGET,
+    bounded_text,
+    opaque_id,
     redact,
     summarize,
     target_for_command,
@@ -541,3 +543,28 @@ def test_a_url_target_of_any_text_is_host_shaped_or_the_marker(url: str) -> None
 def test_a_command_target_of_any_text_is_one_name_without_directories(command: str) -> None:
     target = target_for_command(command)
     assert target == UNPARSEABLE_TARGET or not any(ch.isspace() or ch in "/\\" for ch in target)
+
+
+# ---- ids and short text chosen by someone else -------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["sess_01HX", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "a" * 128, "urn:acp:7"])
+def test_an_id_shaped_value_is_kept_as_is(value: str) -> None:
+    assert opaque_id(value) == value
+
+
+@pytest.mark.parametrize("value", ["", "a" * 129, "session for alice@example.com", "id\nnext", "é", None, 7])
+def test_free_text_or_an_over_long_value_is_no_id_at_all(value: object) -> None:
+    assert opaque_id(value) is None
+
+
+def test_an_id_carrying_a_known_secret_is_no_id() -> None:
+    assert opaque_id("s-CaNaRy7Q-secret", secrets=["CaNaRy7Q-secret"]) is None
+
+
+def test_short_text_is_redacted_one_line_and_cut_on_its_own_bound() -> None:
+    assert bounded_text("client Bearer CaNaRy7Qxyz\nv2", secrets=()) == f"client Bearer {REDACTED} v2"
+    assert bounded_text("name-CaNaRy7Q-secret", secrets=["CaNaRy7Q-secret"]) == f"name-{REDACTED}"
+    cut = bounded_text("é" * 200, 128)
+    assert cut is not None and cut.endswith(ELLIPSIS) and len(cut.encode()) <= 128
+    assert bounded_text(" \t ") is None and bounded_text(None) is None and bounded_text(5) is None

@@ -9,6 +9,7 @@ import logging
 import signal
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -150,6 +151,54 @@ async def test_codex_cli_gets_config_overrides_and_reaches_the_builtin_server(tm
         await d.stop()
 
 
+async def test_codex_cli_argv_readable_by_anyone_holds_no_env_or_header_value(tmp_path, short_tmp, workdir):
+    d = Daemon(load_spec(write_spec(tmp_path, agent_section("codex", SLEEPER, workdir))), socket_path=short_tmp / "c.sock")
+    await d.start()
+    try:
+        pid = d.agent.supervisor.process.pid
+        token = d.ledger.tokens.token_of(d.ledger.current_attempt_id)
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+        environ = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+        assert "mcp_servers.fs.env_vars=" in cmdline and ARG_CANARY in cmdline  # args are the server's argv
+        for secret in (token, ENV_CANARY, HEADER_CANARY):
+            assert secret not in cmdline
+        assert f"FS_TOKEN={ENV_CANARY}" in environ  # forwarded to the stdio server by name
+        assert rows(d.ledger.history)["fs"].status == "delivered"
+    finally:
+        await d.stop()
+
+
+async def test_config_is_written_and_removed_off_the_event_loop(tmp_path, short_tmp, workdir, private_tmp, monkeypatch):
+    # Wrappers around the real strategy and cleanup that note which thread they run on (fsync can take
+    # seconds on a busy disk; the event loop must keep serving MCP meanwhile).
+    from agentctl.agent.passthrough import get_strategy
+    from agentctl.agent.passthrough import manager as pt_manager
+
+    threads: dict[str, int] = {}
+    strategy = get_strategy("cursor")
+    real_materialize, real_cleanup = strategy.materialize, pt_manager.cleanup
+
+    def materialize(req):
+        threads["materialize"] = threading.get_ident()
+        return real_materialize(req)
+
+    def cleanup(mat):
+        threads["cleanup"] = threading.get_ident()
+        real_cleanup(mat)
+
+    monkeypatch.setattr(strategy, "materialize", materialize)
+    monkeypatch.setattr(pt_manager, "cleanup", cleanup)
+    d = Daemon(load_spec(write_spec(tmp_path, agent_section("cursor", SLEEPER, workdir))), socket_path=short_tmp / "c.sock")
+    await d.start()
+    try:
+        assert (workdir / ".cursor" / "mcp.json").exists()
+    finally:
+        await d.stop()
+    loop_thread = threading.get_ident()
+    assert set(threads) == {"materialize", "cleanup"} and loop_thread not in threads.values()
+    assert tree(workdir) == [] and list(private_tmp.iterdir()) == []
+
+
 # ---------------------------------------------------------------- merged files, restored at stop
 
 
@@ -207,7 +256,9 @@ async def test_without_a_strategy_every_server_is_unavailable_and_the_cli_still_
         await d.stop()
 
 
-async def test_a_symlink_in_the_way_fails_each_server_explicitly_and_the_daemon_stays_up(tmp_path, short_tmp, workdir):
+async def test_a_config_agentctl_cannot_write_is_one_report_level_error_and_no_server_failed(tmp_path, short_tmp, workdir):
+    # The failure is agentctl's own, not an attachment error of any server: one explicit_error for the
+    # report, and the servers it would have delivered were never exposed (unavailable), none failed.
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (workdir / ".cursor").symlink_to(elsewhere)
@@ -215,15 +266,20 @@ async def test_a_symlink_in_the_way_fails_each_server_explicitly_and_the_daemon_
     d = Daemon(spec, socket_path=short_tmp / "c.sock")
     await d.start()
     try:
+        current = d.ledger.history.current
         by_name = rows(d.ledger.history)
         assert {n: (r.status, r.reason_code) for n, r in by_name.items()} == {
-            "kandev": ("failed", "materialize_failed"), "docs": ("failed", "materialize_failed"),
-            "fs": ("failed", "materialize_failed"), "events": ("filtered", "policy_denied"),
+            "kandev": ("unavailable", "materialize_failed"), "docs": ("unavailable", "materialize_failed"),
+            "fs": ("unavailable", "materialize_failed"), "events": ("filtered", "policy_denied"),
         }
-        assert by_name["kandev"].summary == "symlink in the way at .cursor; refusing to write through it"
+        why = "symlink in the way at .cursor; refusing to write through it"
+        assert (current.session_error.reason_code, current.session_error.summary) == ("materialize_failed", why)
+        errors = [e for e in current.evidence if e.kind == "explicit_error"]
+        assert len(errors) == 1 and errors[0].server is None
+        assert by_name["kandev"].summary == why
         assert d.agent.start_error.reason_code == "materialize_failed" and d.agent.supervisor.process is None
         agent = d.ledger.history.agent
-        assert (agent.protocol, agent.state, agent.exit_reason) == ("passthrough", "exited", by_name["kandev"].summary)
+        assert (agent.protocol, agent.state, agent.exit_reason) == ("passthrough", "exited", why)
         assert d.ctx.readiness.checks["agent"] is False and d.ctx.readiness.checks["mcp_endpoint"] is True
         assert list(elsewhere.iterdir()) == []
     finally:

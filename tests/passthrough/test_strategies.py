@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -65,7 +66,7 @@ def test_codex_passes_repeated_config_overrides_and_keeps_secrets_out_of_argv(wo
     servers_extra = '\n[[mcp.servers]]\nname = "git.hub"\ntype = "http"\nurl = "https://git.example.com/mcp"\n'
     from tests.passthrough.support import SERVERS
 
-    req = request(spec_for("codex", servers=SERVERS + servers_extra), workdir)
+    req = replace(request(spec_for("codex", servers=SERVERS + servers_extra), workdir), environ={"PATH": "/bin"})
     mat = get_strategy("codex").materialize(req)
     header_var = HEADER_ENV.format(server=1, header=0)
     assert mat.argv == [
@@ -75,18 +76,40 @@ def test_codex_passes_repeated_config_overrides_and_keeps_secrets_out_of_argv(wo
         "-c", f'mcp_servers.docs.env_http_headers={{ X-Api-Key = "{header_var}" }}',
         "-c", 'mcp_servers.fs.command="/usr/bin/fs-server"',
         "-c", f'mcp_servers.fs.args=["--root", "{ARG_CANARY}"]',
-        "-c", f'mcp_servers.fs.env={{ FS_TOKEN = "{ENV_CANARY}" }}',
+        "-c", 'mcp_servers.fs.env_vars=["FS_TOKEN"]',
     ]
-    assert mat.env == {TOKEN_ENV: TOKEN, header_var: HEADER_CANARY}
+    # Values go through the environment (owner-only /proc/PID/environ), never argv (/proc/PID/cmdline).
+    assert mat.env == {TOKEN_ENV: TOKEN, header_var: HEADER_CANARY, "FS_TOKEN": ENV_CANARY}
     assert reasons(mat) == {"events": "sse_unsupported_by_strategy", "git.hub": "name_unsupported_by_strategy"}
     assert mat.files == [] and mat.restores == [] and tree(workdir) == []
-    assert not any(TOKEN in a or HEADER_CANARY in a for a in mat.argv)
+    assert not any(TOKEN in a or HEADER_CANARY in a or ENV_CANARY in a for a in mat.argv)
     for item in mat.argv[1::2]:  # every value is a TOML literal, as `-c` parses it
         tomllib.loads("v = " + item.split("=", 1)[1])
     read = {e.name: e for e in parse_codex_args(["exec", "go", *mat.argv], environ=mat.env)}  # as Codex reads it
     assert read["kandev"].url == f"{BASE}/mcp" and read["kandev"].headers == AUTH
     assert read["docs"].headers == {"X-Api-Key": HEADER_CANARY}
     assert (read["fs"].transport, read["fs"].args, read["fs"].env) == ("stdio", ["--root", ARG_CANARY], {"FS_TOKEN": ENV_CANARY})
+
+
+def stdio(name: str, env: dict[str, str]) -> str:
+    table = ", ".join(f'{k} = "{v}"' for k, v in env.items())
+    return f'\n[[mcp.servers]]\nname = "{name}"\ntype = "stdio"\ncommand = "srv"\nenv = {{ {table} }}\n'
+
+
+def test_codex_filters_a_stdio_server_whose_env_cannot_be_forwarded_by_name(workdir):
+    servers = (
+        stdio("a", {"SHARED": "one", "OWN": "x"}) + stdio("b", {"SHARED": "two"})  # same name, other value
+        + stdio("c", {"HOME": "/srv/c"})  # would become Codex's own HOME
+        + stdio("d", {"HOME": "/home/me", "SHARED": "one"})  # what Codex has anyway: forwarded as is
+        + stdio("e", {"AGENTCTL_MCP_BEARER_TOKEN": "mine"}) + stdio("f", {"NOTIFY_SOCKET": "/run/x"})
+    )
+    spec = spec_for("codex", servers=servers, extra='[agent.env]\nHOME = "/home/me"\n')
+    mat = get_strategy("codex").materialize(replace(request(spec, workdir), environ={"HOME": "/root"}))
+    assert reasons(mat) == dict.fromkeys("bcef", "env_unsupported_by_strategy")
+    assert mat.env == {TOKEN_ENV: TOKEN, "SHARED": "one", "OWN": "x"}  # HOME is already /home/me for Codex
+    read = {e.name: e for e in parse_codex_args(mat.argv, environ={"HOME": "/home/me", **mat.env})}
+    assert read["a"].env == {"SHARED": "one", "OWN": "x"} and read["d"].env == {"HOME": "/home/me", "SHARED": "one"}
+    assert "one" not in " ".join(mat.argv) and "/home/me" not in " ".join(mat.argv)
 
 
 def test_codex_cannot_reach_the_builtin_server_when_policy_allows_only_sse(workdir):

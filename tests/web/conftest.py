@@ -28,6 +28,17 @@ CHROMIUM_FLAGS = [
 ]
 
 
+REQUIRE = "AGENTCTL_REQUIRE_BROWSER"  # .ci/run sets it: there a missing browser fails instead of skipping
+NO_DRIVER = "browser tests need the Playwright driver (the `test` extra: pip install -e '.[test]')"
+NO_CHROMIUM = "browser tests need Chromium at /usr/bin/chromium (apt-get install chromium; .ci/run installs it)"
+
+
+def unavailable(reason: str) -> None:
+    if os.environ.get(REQUIRE):
+        pytest.fail(f"{reason}; {REQUIRE} is set", pytrace=False)
+    pytest.skip(reason)
+
+
 def chromium_path() -> str | None:
     for candidate in (os.environ.get("AGENTCTL_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium")):
         if candidate and os.access(candidate, os.X_OK):
@@ -81,11 +92,11 @@ async def running(short_dir: Path) -> AsyncIterator[World]:
 async def browser() -> AsyncIterator[Any]:
     path = chromium_path()
     if path is None:
-        pytest.skip("browser tests need Chromium (apt-get install chromium; .ci/run installs it)")
+        unavailable(NO_CHROMIUM)
     try:
         from playwright.async_api import async_playwright
     except ImportError:
-        pytest.skip("browser tests need the Playwright driver (pip install -r tests/web/requirements.txt)")
+        unavailable(NO_DRIVER)
     async with async_playwright() as p:
         # Playwright starts Chromium with a new empty profile directory of its own every launch.
         chromium = await p.chromium.launch(executable_path=path, args=CHROMIUM_FLAGS, headless=True)

@@ -4,11 +4,13 @@ the bundled page itself (no external resource, no HTML rendering of data)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import signal
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -145,6 +147,39 @@ async def test_actions_take_stored_server_names_only_and_agent_output_is_never_c
             assert status == 200 and leaks(json.dumps(body)) == [], path
         async with http.get(running.url + "api/status") as resp:
             assert leaks(await resp.text()) == []
+
+
+def _section(text: str) -> str:
+    return text[text.index("Checklist:"): text.index("HTTP requests refused")]
+
+
+async def test_the_page_says_what_the_cli_says(running):
+    """Labels and plain-language lines are `agentctl hub status`'s; the copied checklist is the daemon's own
+    `agentctl diagnostics` checklist, word for word."""
+    from agentctl.diagnostics.diagnostics import build_diagnostics
+    from agentctl.diagnostics.render import render_diagnostics
+    from agentctl.upstream.commands import render_hub_status
+
+    async with aiohttp.ClientSession(headers={"Authorization": "Bearer " + TOKEN}) as http:
+        async with http.get(running.url + "api/status") as resp:
+            page = await resp.json()
+        cli = " ".join(render_hub_status(running.hub.status(), color=False).split())
+        servers = [s for session in page["sessions"] for s in session["attempt"]["servers"]]
+        assert {s["label"] for s in servers} >= {"active", "failed", "filtered", "delivered · connection unverified"}
+        for server in servers:
+            assert f"{server['name']} {server['label']} {server['explanation']}" in cli, server["name"]
+
+        async def copied() -> str:
+            async with http.get(running.url + "api/sessions/session-a/diagnostics") as resp:
+                return (await resp.json())["text"]
+
+        def daemon() -> str:
+            return _section(render_diagnostics(build_diagnostics(running.a.ctx), color=False))
+
+        deadline = time.monotonic() + 10  # until the hub has folded the daemon's last evidence
+        while (hub := _section(await copied())) != daemon() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert hub == daemon()
 
 
 def test_the_bundled_page_loads_nothing_external_and_never_renders_data_as_html():

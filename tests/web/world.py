@@ -12,7 +12,6 @@ One task, two sessions in different states:
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -160,7 +159,3 @@ async def world(d: Path) -> AsyncIterator[World]:
                 await b.stop()
         finally:
             await a.stop()
-
-
-def dumps(obj: object) -> str:
-    return json.dumps(obj, default=str)

@@ -18,12 +18,12 @@ import json
 import os
 import secrets
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agentctl.agent.delivery import DUPLICATE_NAME, POLICY_DENIED
+from agentctl.agent.delivery import DUPLICATE_NAME, POLICY_DENIED, Omitted
 from agentctl.evidence.contract import Transport
 from agentctl.evidence.sanitize import target_for_command, target_for_url
 
@@ -57,6 +57,8 @@ class MaterializeRequest:
     builtin: BuiltinEndpoint
     workdir: Path  # the agent's working directory (resolved)
     tmpdir: Path  # private 0700 directory of this attempt, removed at stop
+    # The environment the CLI inherits (before the spec's env and our additions); None: this process's.
+    environ: Mapping[str, str] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -72,13 +74,6 @@ class ServerEntry:
     command: str = field(default="", repr=False)
     args: list[str] = field(default_factory=list, repr=False)
     env: dict[str, str] = field(default_factory=dict, repr=False)
-
-
-@dataclass(frozen=True)
-class Omitted:
-    name: str
-    reason_code: str
-    summary: str
 
 
 @dataclass

@@ -6,35 +6,51 @@ value parsed as TOML):
 
 - streamable HTTP: `url`, `bearer_token_env_var` (the NAME of an env var holding the token; Codex
   refuses an inline token), `http_headers` (literal values), `env_http_headers` (header -> env var name);
-- stdio: `command`, `args`, `env`.
+- stdio: `command`, `args`, `env` (literal values), `env_vars` (names of variables Codex forwards from
+  its own environment to the server).
 
 Codex has no legacy HTTP+SSE transport, so an sse server is `filtered` (`sse_unsupported_by_strategy`).
 Codex accepts server names of letters, digits, `-` and `_` only (`codex mcp add` refuses others, and tool
 names are built from them), so any other name is filtered (`name_unsupported_by_strategy`).
 
-No file is written: argv is visible in the process table, so no secret goes there. The attempt token
-and every header value travel in the agent's environment instead (`bearer_token_env_var`,
-`env_http_headers`); Codex passes only a fixed allow-list of variables on to its stdio servers, so
-they do not leak further. A stdio server's own `env` values are inline, as Codex documents them.
+No file is written: argv is readable by every user (/proc/PID/cmdline), the environment only by the
+owner (/proc/PID/environ), so no secret goes into argv. The attempt token and every header value travel
+in the agent's environment instead (`bearer_token_env_var`, `env_http_headers`), and so do a stdio
+server's env values: set in Codex's environment under their own names and forwarded by name
+(`env_vars`). Codex passes only a fixed allow-list plus `env_vars` on to a stdio server, so values do
+not leak to the other servers. Forwarding by name cannot give two servers different values for one name,
+and must not change Codex's own environment (a server's HOME or PATH would become Codex's); such a
+server is `filtered` (`env_unsupported_by_strategy`) rather than handed a wrong or intrusive value.
+A stdio server's args stay in argv: they are its command line, visible in its own process anyway.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+from collections.abc import Mapping
 from typing import Any
 
+from agentctl.agent.manager import DAEMON_SECRET_ENV_PREFIXES
 from agentctl.agent.passthrough.base import (
     NAME_UNSUPPORTED,
     Materialization,
     MaterializeRequest,
+    ServerEntry,
     drop,
     plan_servers,
+    unsupported,
 )
+from agentctl.daemon.systemd import SERVICE_MANAGER_ENV_PREFIXES
 
 TOKEN_ENV = "AGENTCTL_MCP_BEARER_TOKEN"
 HEADER_ENV = "AGENTCTL_MCP_HEADER_{server}_{header}"
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ENV_UNSUPPORTED = unsupported("env")
+# Ours (the token and header variables), or stripped from every agent environment by the supervisor.
+_RESERVED_ENV = ("AGENTCTL_", *SERVICE_MANAGER_ENV_PREFIXES)
 
 
 def toml_key(key: str) -> str:
@@ -65,6 +81,7 @@ class CodexStrategy:
         for entry in list(plan.delivered):
             if not _BARE_KEY.match(entry.name):
                 drop(plan, entry, NAME_UNSUPPORTED, "Codex server names allow only letters, digits, '-' and '_'")
+        forwarded = _forward_env(plan, req)
         argv: list[str] = []
 
         def setting(server: str, key: str, value: Any) -> None:
@@ -75,7 +92,7 @@ class CodexStrategy:
                 setting(entry.name, "command", entry.command)
                 setting(entry.name, "args", entry.args)
                 if entry.env:
-                    setting(entry.name, "env", entry.env)
+                    setting(entry.name, "env_vars", sorted(entry.env))
                 continue
             setting(entry.name, "url", entry.url)
             if entry.source == "builtin":
@@ -90,7 +107,44 @@ class CodexStrategy:
             if names:
                 setting(entry.name, "env_http_headers", names)
         plan.argv = argv
+        plan.env.update(forwarded)
         return plan
+
+
+def _forward_env(plan: Materialization, req: MaterializeRequest) -> dict[str, str]:
+    """The variables to set in Codex's environment so `env_vars` forwards each stdio server's values.
+
+    A server whose env cannot be forwarded that way is dropped from the plan with ENV_UNSUPPORTED.
+    """
+    cli_env = _cli_environment(req)
+    claimed: dict[str, str] = {}
+    for entry in [e for e in plan.delivered if e.transport == "stdio" and e.env]:
+        problem = _env_problem(entry, cli_env, claimed)
+        if problem is not None:
+            drop(plan, entry, ENV_UNSUPPORTED, problem)
+            continue
+        claimed.update(entry.env)
+    return {name: value for name, value in claimed.items() if cli_env.get(name) != value}
+
+
+def _env_problem(entry: ServerEntry, cli_env: Mapping[str, str], claimed: Mapping[str, str]) -> str | None:
+    for name, value in entry.env.items():
+        if not _ENV_NAME.fullmatch(name) or name.startswith(_RESERVED_ENV):
+            return "Codex forwards env by variable name: an env name here is not one it can forward"
+        if name in claimed and claimed[name] != value:
+            return f"Codex forwards env by name: another server already needs a different {name}"
+        if name in cli_env and cli_env[name] != value:
+            return f"Codex forwards env by name: this server's {name} would replace Codex's own"
+    return None
+
+
+def _cli_environment(req: MaterializeRequest) -> dict[str, str]:
+    """What Codex itself will inherit before our additions (the daemon's own secrets are never passed)."""
+    base = os.environ if req.environ is None else req.environ
+    env = {k: v for k, v in base.items() if not k.startswith(DAEMON_SECRET_ENV_PREFIXES)}
+    if req.spec.agent is not None:
+        env.update(req.spec.agent.env)
+    return env
 
 
 STRATEGY = CodexStrategy()

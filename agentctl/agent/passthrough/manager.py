@@ -3,8 +3,10 @@ is materialized in the CLI's own format, with honest evidence of what was writte
 
 Same component interface as agentctl/agent/manager.py AgentManager (start, stop, start_error,
 supervisor), plus `restart()`. Order per start: new attempt (configured, via the seeds) -> materialize
-(filtered, or explicit_error and no process) -> spawn -> delivered + session_accepted. With no strategy
-every server is `unavailable` (`no_passthrough_strategy`) and the CLI still runs, without MCP config.
+(filtered; or, when agentctl cannot write the configuration, one report-level explicit_error, the
+servers `unavailable` and no process) -> spawn -> delivered + session_accepted. With no strategy every
+server is `unavailable` (`no_passthrough_strategy`) and the CLI still runs, without MCP config.
+Writing and removing configuration (fsync included) runs in a worker thread, never on the event loop.
 
 The CLI runs non-interactively: stdin is closed at once (print-mode CLIs otherwise wait on it) and its
 stdout is drained into the in-memory output window with its stderr (never logged or persisted). When
@@ -27,6 +29,7 @@ from agentctl.agent.acp import AgentError
 from agentctl.agent.manager import DAEMON_SECRET_ENV_PREFIXES, resolve_command
 from agentctl.agent.passthrough import get_strategy
 from agentctl.agent.passthrough.base import (
+    MATERIALIZE_FAILED,
     NO_PASSTHROUGH_STRATEGY,
     BuiltinEndpoint,
     Materialization,
@@ -64,6 +67,7 @@ class PassthroughManager:
         self.attempt_id: str | None = None
         self._mat: Materialization | None = None
         self._tmpdir: Path | None = None
+        self._cleanups: set[asyncio.Task[None]] = set()
         self._drain: asyncio.Task[None] | None = None
         self._linger: asyncio.TimerHandle | None = None
         self._stopping = False
@@ -123,10 +127,10 @@ class PassthroughManager:
         else:
             base = ctx.mcp_base or ""
             builtin = BuiltinEndpoint(ctx.spec.mcp.builtin_name, f"{base}/mcp", f"{base}/sse", token)
+            # The previous run's files (a merged workspace file above all) must be back before we write.
+            await self._settle_cleanups()
             try:
-                self._tmpdir = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))  # 0700, ours alone
-                req = MaterializeRequest(ctx.spec, builtin, workdir, self._tmpdir)
-                mat = self.strategy.materialize(req)
+                self._tmpdir, mat = await asyncio.to_thread(self._materialize, builtin, workdir)
             except MaterializeError as exc:
                 self._materialize_failed(attempt_id, builtin, workdir, exc.summary)
                 return
@@ -141,7 +145,7 @@ class PassthroughManager:
                 insert_args(argv, mat.argv), cwd=str(workdir), env=self.agent_spec.env, extra_env=mat.env
             )
         except AgentStartError as exc:
-            self._cleanup()
+            await self._cleanup()
             ledger.record("explicit_error", attempt_id, reason_code="agent_start_failed", summary=str(exc))
             self._failed("agent_start_failed", str(exc))
             return
@@ -158,19 +162,30 @@ class PassthroughManager:
             ctx.readiness.set("agent", True)
         log.info("passthrough agent started (%s, %d servers delivered)", self.agent_spec.strategy, len(mat.delivered))
 
+    def _materialize(self, builtin: BuiltinEndpoint, workdir: Path) -> tuple[Path, Materialization]:
+        """In a worker thread: the private directory (0700, ours alone) and the strategy's files in it."""
+        assert self.strategy is not None
+        tmpdir = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
+        try:
+            return tmpdir, self.strategy.materialize(MaterializeRequest(self.ctx.spec, builtin, workdir, tmpdir))
+        except BaseException:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+            raise
+
     def _materialize_failed(self, attempt_id: str, builtin: BuiltinEndpoint, workdir: Path, summary: str) -> None:
-        # Nothing was handed over: every server this attempt would have delivered failed explicitly; the
-        # ones policy or the CLI's format leave out are still `filtered`. The CLI is not started without
-        # the configuration it was meant to get.
+        # agentctl could not write the configuration: its own failure, not an attachment error of any
+        # server. One report-level explicit_error says why; the servers it would have delivered were never
+        # exposed (`unavailable`); the ones policy or the CLI's format leave out are still `filtered`. The
+        # CLI is not started without the configuration it was meant to get.
         ledger = self.ctx.ledger
-        summary = summarize("materialize_failed", summary, self._secrets + ledger.tokens.all_tokens()).summary
+        summary = summarize(MATERIALIZE_FAILED, summary, self._secrets + ledger.tokens.all_tokens()).summary
         assert self.strategy is not None
         plan = plan_servers(MaterializeRequest(self.ctx.spec, builtin, workdir, Path()), self.strategy.transports)
         self._record_filtered(attempt_id, plan.filtered)
+        ledger.record("explicit_error", attempt_id, reason_code=MATERIALIZE_FAILED, summary=summary)
         for entry in plan.delivered:
-            ledger.record("explicit_error", attempt_id, entry.name, reason_code="materialize_failed", summary=summary)
-        self._cleanup()
-        self._failed("materialize_failed", summary)
+            ledger.record("unavailable", attempt_id, entry.name, reason_code=MATERIALIZE_FAILED, summary=summary)
+        self._failed(MATERIALIZE_FAILED, summary)
 
     def _record_filtered(self, attempt_id: str, omitted: list[Omitted]) -> None:
         for item in omitted:
@@ -195,15 +210,28 @@ class PassthroughManager:
             with contextlib.suppress(BaseException):
                 await self._drain
             self._drain = None
-        self._cleanup()
+        await self._cleanup()
 
-    def _cleanup(self) -> None:
-        if self._mat is not None:
-            cleanup(self._mat)
-            self._mat = None
-        if self._tmpdir is not None:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
-            self._tmpdir = None
+    def _start_cleanup(self) -> asyncio.Task[None] | None:
+        """Take this run's files (so a later run's are never touched) and remove them in a worker thread."""
+        mat, tmpdir = self._mat, self._tmpdir
+        self._mat = self._tmpdir = None
+        if mat is None and tmpdir is None:
+            return None
+        task = asyncio.get_running_loop().create_task(asyncio.to_thread(_remove, mat, tmpdir))
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+        return task
+
+    async def _cleanup(self) -> None:
+        self._start_cleanup()
+        await self._settle_cleanups()
+
+    async def _settle_cleanups(self) -> None:
+        while self._cleanups:
+            pending = list(self._cleanups)
+            await asyncio.gather(*pending, return_exceptions=True)
+            self._cleanups.difference_update(pending)
 
     def _failed(self, reason_code: str, summary: str) -> None:
         self.start_error = AgentError(reason_code, summary)
@@ -224,7 +252,7 @@ class PassthroughManager:
         )
         ctx.readiness.set("agent", False, f"exited: {info.reason}")
         # The process is gone: its configuration (and the token in it) goes with it.
-        self._cleanup()
+        self._start_cleanup()
         if info.stopped or self._stopping:
             return
         log.info("passthrough agent %s", info.reason)
@@ -234,3 +262,10 @@ class PassthroughManager:
         if self.agent_spec.linger is not None:
             loop = asyncio.get_running_loop()
             self._linger = loop.call_later(self.agent_spec.linger, ctx.request_stop)
+
+
+def _remove(mat: Materialization | None, tmpdir: Path | None) -> None:
+    if mat is not None:
+        cleanup(mat)
+    if tmpdir is not None:
+        shutil.rmtree(tmpdir, ignore_errors=True)

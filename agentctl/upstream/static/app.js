@@ -132,7 +132,12 @@ function upsert(session) {
   row.meta.textContent = `execution ${session.execution_id} · last contact ${session.last_contact}` +
     (session.executions > 1 ? ` · ${session.executions} executions` : "");
   row.agent.textContent = session.agent + (session.stale ? ` · ${session.stale}` : "");
-  if (state.open && state.open.sid === sid) renderPanel(sid, { live: true });
+  // Heartbeats only move "last contact": redraw an open panel when the attempt itself changed.
+  const attempt = JSON.stringify(session.attempt);
+  if (attempt !== row.attempt) {
+    row.attempt = attempt;
+    if (isOpen(sid)) renderPanel(sid, { live: true });
+  }
 }
 
 let panelSeq = 0;
@@ -170,6 +175,7 @@ function open(sid, pinned) {
   row.nav = [{ view: "servers" }];
   row.panel.classList.toggle("drawer", drawer);
   row.panel.classList.toggle("popover", !drawer);
+  if (drawer) row.panel.setAttribute("aria-modal", "true"); else row.panel.removeAttribute("aria-modal");
   row.panel.hidden = false;
   row.trigger.setAttribute("aria-expanded", "true");
   renderPanel(sid);
@@ -236,7 +242,20 @@ function wire(sid, row) {
   panel.addEventListener("click", () => { if (isOpen(sid)) state.open.pinned = true; });
 }
 
+// The drawer covers the page: Tab cycles inside it until it closes.
+function trapTab(e) {
+  const panel = state.rows.get(state.open.sid).panel;
+  const items = [...panel.querySelectorAll("button:not([disabled]), summary, textarea")];
+  if (!items.length) return;
+  const first = items[0];
+  const last = items[items.length - 1];
+  if (!panel.contains(document.activeElement)) { e.preventDefault(); first.focus(); }
+  else if (e.shiftKey && document.activeElement === first) { e.preventDefault(); last.focus(); }
+  else if (!e.shiftKey && document.activeElement === last) { e.preventDefault(); first.focus(); }
+}
+
 document.addEventListener("keydown", (e) => {
+  if (e.key === "Tab" && state.open?.drawer) { trapTab(e); return; }
   if (e.key !== "Escape" || !state.open) return;
   const row = state.rows.get(state.open.sid);
   e.preventDefault();
