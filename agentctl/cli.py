@@ -115,6 +115,7 @@ def _run_daemon(spec, socket_path, body) -> int:
 
     import logging
 
+    from agentctl.backend.embedded import TaskStoreError
     from agentctl.daemon.app import describe_error
 
     try:
@@ -123,7 +124,7 @@ def _run_daemon(spec, socket_path, body) -> int:
         return _fail(str(exc))
     try:
         return asyncio.run(body(daemon))
-    except (ControlSocketError, StateDirError, StartupError) as exc:
+    except (ControlSocketError, StateDirError, StartupError, TaskStoreError) as exc:
         return _fail(str(exc))
     except Exception as exc:
         # Never a traceback at default verbosity (it may quote a payload); --log-level debug shows it.

@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from agentctl import __version__
-from agentctl.backend.embedded import EmbeddedBackend
+from agentctl.backend.embedded import EmbeddedBackend, TaskStoreError
 from agentctl.control.agent_routes import install_agent_routes
 from agentctl.control.server import install_control_routes
 from agentctl.control.socket import (
@@ -123,8 +123,8 @@ class Daemon:
             for name, step in steps:
                 try:
                     await step()
-                except (StartupError, ControlSocketError, StateDirError):
-                    raise
+                except (StartupError, ControlSocketError, StateDirError, TaskStoreError):
+                    raise  # already one line naming what failed
                 except Exception as exc:
                     raise StartupError(f"cannot start the {name}: {describe_error(exc, self.spec)}") from exc
         except BaseException:

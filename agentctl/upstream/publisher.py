@@ -315,21 +315,14 @@ class Publisher:
             return self._reduced_snapshot(reason)
 
     def _reduced_snapshot(self, reason: str) -> bytes:
-        # Only a huge tool catalog can push a bounded history over the frame limit: the events' copies of it
-        # go first (the row keeps its own), then the rows' catalogs.
+        # Only a huge tool catalog can push a bounded history over the frame limit (the reducer keeps one
+        # copy per row, none in events): send the rows without their catalogs.
         copy = msgspec.json.decode(encode(self.ledger.history), type=type(self.ledger.history))
-        attempts = ([copy.current] if copy.current else []) + copy.previous
-        for attempt in attempts:
-            for event in attempt.evidence:
-                event.catalog = None
-        try:
-            return P.encode_frame(P.frame(P.SnapshotFrame, history=copy, reason=reason))
-        except P.ProtocolError:
-            for attempt in attempts:
-                for row in attempt.servers:
-                    row.catalog = None
-            log.warning("snapshot over the frame limit: sent without tool catalogs")
-            return P.encode_frame(P.frame(P.SnapshotFrame, history=copy, reason=reason))
+        for attempt in ([copy.current] if copy.current else []) + copy.previous:
+            for row in attempt.servers:
+                row.catalog = None
+        log.warning("snapshot over the frame limit: sent without tool catalogs")
+        return P.encode_frame(P.frame(P.SnapshotFrame, history=copy, reason=reason))
 
     # -- connection loop ---------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -238,6 +239,30 @@ async def test_async_on_exit_is_awaited(make_supervisor) -> None:
     supervisor = make_supervisor(on_exit=on_exit)
     await supervisor.start(fixture_cmd("exit_agent.py", "code", "1"), cwd=None, env={})
     await asyncio.wait_for(seen.wait(), 15)
+
+
+async def test_a_failing_on_exit_callback_logs_its_type_and_the_traceback_only_at_debug(
+    make_supervisor, caplog: pytest.LogCaptureFixture
+) -> None:
+    canary = "STATE-CANARY-0c4d"
+
+    def on_exit(info: ExitInfo) -> None:
+        raise ValueError(f"cannot use {canary}")
+
+    caplog.set_level(logging.INFO, logger="agentctl")
+    supervisor = make_supervisor(on_exit=on_exit)
+    await supervisor.start(fixture_cmd("exit_agent.py", "code", "1"), cwd=None, env={})
+    await asyncio.wait_for(supervisor.wait_exit(), 15)
+    (line,) = [r for r in caplog.records if "on_exit" in r.getMessage()]
+    assert line.getMessage() == "agent on_exit callback failed (ValueError)" and line.exc_info is None
+    assert canary not in caplog.text
+
+    caplog.clear()
+    caplog.set_level(logging.DEBUG, logger="agentctl")
+    supervisor = make_supervisor(on_exit=on_exit)
+    await supervisor.start(fixture_cmd("exit_agent.py", "code", "1"), cwd=None, env={})
+    await asyncio.wait_for(supervisor.wait_exit(), 15)
+    assert "Traceback" in caplog.text and canary in caplog.text
 
 
 async def test_start_failures_are_sanitized(make_supervisor, tmp_path: Path) -> None:

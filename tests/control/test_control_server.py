@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import shutil
 import socket
@@ -14,11 +15,15 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from agentctl.control.client import ControlClient, ControlProtocolError, ControlUnavailable
-from agentctl.control.socket import cleanup_socket_path
+from agentctl.control.server import install_control_routes
+from agentctl.control.socket import cleanup_socket_path, prepare_socket_path, start_unix_site
 from agentctl.evidence.contract import decode_history
-from tests.control.control_support import EXECUTION_ID, Served, is_root, make_ctx, seed_attempt, serve_app
+from tests.control.control_support import (
+    EXECUTION_ID, TEST_CTX_KEY, Served, is_root, make_ctx, seed_attempt, serve_app,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
@@ -119,6 +124,39 @@ async def test_unknown_route_and_wrong_method_answer_json(served: Served) -> Non
     status, body = await unix_request(served.socket_path, "GET", "/v1/stop")
     assert status == 405 and "error" in body
     assert not served.ctx.stop_event.is_set()
+
+
+async def test_a_failing_handler_logs_its_type_and_keeps_the_traceback_for_debug(
+    short_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A /v1 route that raises stands in for a bug in a handler; its text quotes "the request body".
+    canary = "BODY-CANARY-5e2a"
+
+    async def boom(request: web.Request) -> web.Response:
+        raise RuntimeError(f"could not use {canary}")
+
+    path = short_dir / "control.sock"
+    app = web.Application()
+    app[TEST_CTX_KEY] = make_ctx(tmp_path, path)
+    install_control_routes(app, TEST_CTX_KEY)
+    app.router.add_get("/v1/boom", boom)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+    await runner.setup()
+    prepare_socket_path(path)
+    await start_unix_site(runner, path)
+    try:
+        caplog.set_level(logging.INFO, logger="agentctl")
+        assert await unix_request(path, "GET", "/v1/boom") == (500, {"error": "internal error"})
+        (line,) = [r for r in caplog.records if r.name == "agentctl.control.server"]
+        assert line.getMessage() == "control request GET /v1/boom failed (RuntimeError)" and line.exc_info is None
+        assert canary not in caplog.text and "Traceback" not in caplog.text
+        caplog.clear()
+        caplog.set_level(logging.DEBUG, logger="agentctl")
+        assert (await unix_request(path, "GET", "/v1/boom"))[0] == 500
+        assert "Traceback" in caplog.text and canary in caplog.text  # DEBUG is where a developer looks
+    finally:
+        await runner.cleanup()
+        cleanup_socket_path(path)
 
 
 async def test_control_routes_do_not_exist_over_tcp(served: Served) -> None:

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from agentctl.mcp_endpoint.server import SdkLogRedactor
-from tests.mcp_endpoint.conftest import MODERN, Harness
+from tests.mcp_endpoint.conftest import MODERN, Harness, eventually
 
 POST_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 SENTINEL = "sentinel-body-5c1e"
@@ -84,3 +84,71 @@ def test_the_redactor_keeps_the_fixed_text_and_masks_values():
     assert run("Terminating session: 0123456789abcdef0123456789abcdef") == "Terminating session"
     assert run("Session 0123456789abcdef0123456789abcdef crashed") == "Session <id> crashed"
     assert run("Tool %r failed: %r", "x", "y", exc=ValueError("secret")) == "Tool <…> failed: <…> (ValueError)"
+
+
+# ---- client-chosen text and observation failures ----------------------------------------------------
+
+MODERN_HEADERS = {**POST_HEADERS, "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/list"}
+
+
+def _legacy_init(name: str, version: str) -> bytes:
+    params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": name, "version": version}}
+    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}).encode()
+
+
+def _modern_list(name: str, version: str) -> bytes:
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": name, "version": version},
+    }
+    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta}}).encode()
+
+
+async def test_a_client_that_names_itself_with_a_credential_is_recorded_redacted(harness: Harness):
+    attempt, token = harness.new_attempt()
+    name, version = f"client {token}", "2.0\n" + "rc " * 80
+    status, _, _ = await harness.http("POST", "/mcp", token=token, headers=POST_HEADERS, body=_legacy_init(name, version))
+    assert status == 200
+    status, _, _ = await harness.http("POST", "/mcp", token=token, headers=MODERN_HEADERS, body=_modern_list(name, version))
+    assert status == 200
+    events = await harness.wait_events(attempt, "initialize_observed", 2)
+    for event in events:
+        assert event.client.name == "client <redacted>", event.era
+        assert "\n" not in event.client.version and event.client.version.endswith("…")
+        assert len(event.client.version.encode()) <= 128
+
+
+async def test_an_observation_failure_logs_its_type_and_keeps_the_traceback_for_debug(
+    harness: Harness, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+):
+    # A fake, said so: no real client input makes the sanitizer or the ledger raise. Their text carries
+    # a canary, as an exception quoting what the client sent would.
+    from agentctl.mcp_endpoint import observe
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError(f"cannot use {SENTINEL}")
+
+    caplog.set_level(logging.INFO, logger="agentctl")
+    attempt, token = harness.new_attempt()
+    monkeypatch.setattr(observe, "_client_info", broken)
+    await harness.http("POST", "/mcp", token=token, headers=POST_HEADERS, body=_legacy_init("c", "1"))
+    await harness.http("POST", "/mcp", token=token, headers=MODERN_HEADERS, body=_modern_list("c", "1"))
+    monkeypatch.setattr(harness.ledger, "record", broken)
+    async with harness.client(token, mode=MODERN) as client:
+        await client.list_tools()
+    expected = {f"{what} failed (RuntimeError)" for what in
+                ("observing initialize", "observing a modern request", "recording MCP evidence")}
+
+    def seen() -> set[str]:
+        return {r.getMessage() for r in caplog.records if r.name == "agentctl.mcp_endpoint.observe"}
+
+    await eventually(lambda: expected <= seen(), what="the three failures logged")
+    lines = [r for r in caplog.records if r.name == "agentctl.mcp_endpoint.observe"]
+    assert all(r.exc_info is None for r in lines) and SENTINEL not in caplog.text
+
+    caplog.clear()
+    caplog.set_level(logging.DEBUG, logger="agentctl")
+    await harness.http("POST", "/mcp", token=token, headers=POST_HEADERS, body=_legacy_init("c", "1"))
+    await eventually(lambda: "Traceback" in caplog.text, what="the traceback at DEBUG")
+    assert SENTINEL in caplog.text

@@ -5,6 +5,7 @@ process the agent spawns). Nothing here is faked; every wait is bounded by the p
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 import subprocess
@@ -18,7 +19,7 @@ import pytest
 from agentctl.cli import main
 from agentctl.evidence.contract import ProbeReport
 from agentctl.probe.report import render_report
-from agentctl.probe.run import DEFAULT_PROMPT, ProbeOptions, run_probe
+from agentctl.probe.run import DEFAULT_PROMPT, Probe, ProbeOptions, run_probe
 from agentctl.probe.sentinel import SERVER_NAME, TOOL_NAME
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,6 +86,30 @@ async def test_an_agent_that_ignores_mcp_is_unobserved_not_failed(tmp_path: Path
     text = render_report(report)
     assert "unobserved: the agent did not contact the sentinel within 1 s" in text
     assert "fail" not in text.lower()
+
+
+async def test_a_failed_stop_logs_its_type_and_keeps_the_traceback_for_debug(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A fake, said so: the real stop runs (nothing is left behind), then fails the way a bug would,
+    # with text that could quote the agent.
+    real_stop = Probe._stop_all
+
+    async def stop_then_fail(self: Probe) -> None:
+        await real_stop(self)
+        raise OSError("agent said AGENT-CANARY-31f0")
+
+    monkeypatch.setattr(Probe, "_stop_all", stop_then_fail)
+    caplog.set_level(logging.INFO, logger="agentctl")
+    report, code = await probe(tmp_path, "--ignore-mcp", timeout=0.2)
+    assert code == 0 and report.ran
+    (line,) = [r for r in caplog.records if r.name == "agentctl.probe.run" and "stopping" in r.getMessage()]
+    assert line.getMessage() == "stopping the probe failed (OSError)" and line.exc_info is None
+    assert "AGENT-CANARY-31f0" not in caplog.text and "Traceback" not in caplog.text
+    caplog.clear()
+    caplog.set_level(logging.DEBUG, logger="agentctl")
+    await probe(tmp_path, "--ignore-mcp", timeout=0.2)
+    assert "Traceback" in caplog.text and "AGENT-CANARY-31f0" in caplog.text
 
 
 async def test_a_lazy_agent_without_a_prompt_is_unobserved(tmp_path: Path) -> None:
