@@ -20,6 +20,7 @@ from agentctl.agent.stderr_ring import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, Std
 # The daemon's service-manager variables (an agent holding NOTIFY_SOCKET could tell systemd the daemon
 # is ready or stopping) are stripped from every agent environment.
 from agentctl.daemon.systemd import SERVICE_MANAGER_ENV_PREFIXES
+from agentctl.logs import log_failure
 
 log = logging.getLogger(__name__)
 
@@ -243,9 +244,7 @@ class AgentProcess:
         try:
             result = self._on_exit(info)
         except Exception as exc:
-            # The type only at the usual levels; the traceback (which may quote state) is for DEBUG.
-            log.error("agent on_exit callback failed (%s)", type(exc).__name__)
-            log.debug("agent on_exit callback failed", exc_info=True)
+            log_failure(log, "agent on_exit callback failed", exc)
             return
         if inspect.isawaitable(result):
             task = asyncio.ensure_future(result)

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from agentctl.control.socket import peer_allowed, peer_cred
 from agentctl.evidence.contract import HealthResponse, StatusResponse, encode
+from agentctl.logs import log_failure
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +99,7 @@ async def control_guard_middleware(request: web.Request, handler: Any) -> web.St
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        # The type only at the usual levels: an exception's text can quote a request body.
-        log.error("control request %s %s failed (%s)", request.method, request.path, type(exc).__name__)
-        log.debug("control request %s %s failed", request.method, request.path, exc_info=True)
+        log_failure(log, f"control request {request.method} {request.path} failed", exc)
         return error_response(500, "internal error")
 
 

@@ -108,7 +108,9 @@ def cmd_prompt(args: argparse.Namespace) -> int:
                 elif kind == "tool_call":
                     _out(f"\n[tool] {item.get('title') or ''}\n")
                 elif kind == "done":
-                    _out(f"\n[{item.get('stop_reason')}]\n")
+                    dropped = item.get("dropped_updates")
+                    note = f"; {dropped} updates dropped (the reader was too slow)" if dropped else ""
+                    _out(f"\n[{item.get('stop_reason')}{note}]\n")
     except ControlUnavailable as exc:
         return _err(str(exc), EXIT_UNREACHABLE)
     except ControlError as exc:

@@ -58,6 +58,7 @@ from agentctl.evidence.contract import ClientInfo, ToolCatalog
 from agentctl.evidence.ledger import Ledger
 from agentctl.evidence.sanitize import bounded_text
 from agentctl.identity import new_connection_id
+from agentctl.logs import log_failure
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +104,6 @@ def _client_info(raw: Any, secrets: Iterable[str] = ()) -> ClientInfo | None:
     return ClientInfo(name=name, version=bounded_text(raw.get("version"), MAX_CLIENT_FIELD, secrets))
 
 
-def _log_failure(what: str, exc: BaseException) -> None:
-    # The type only at the usual levels: an exception's text can quote what the client sent.
-    log.error("%s failed (%s)", what, type(exc).__name__)
-    log.debug("%s failed", what, exc_info=exc)
-
 
 def _error_code(exc: BaseException) -> str:
     if isinstance(exc, MCPError):
@@ -152,7 +148,7 @@ class Observer:
         try:
             fn(*args)
         except Exception as exc:
-            _log_failure("recording MCP evidence", exc)
+            log_failure(log, "recording MCP evidence failed", exc)
 
     def _record(self, kind: str, attempt_id: str, fields: dict[str, Any]) -> None:
         self.ledger.record(kind, attempt_id, self.server_name, source="builtin", **fields)  # type: ignore[arg-type]
@@ -195,7 +191,7 @@ class Observer:
             try:
                 self._observe_initialize(ctx, attempt_id, result)
             except Exception as exc:
-                _log_failure("observing initialize", exc)
+                log_failure(log, "observing initialize failed", exc)
             return result
         if method not in ("tools/list", "tools/call"):
             return await call_next(ctx)
@@ -284,7 +280,7 @@ class Observer:
                 client=_client_info({"name": name, "version": client_version}, self.ledger.tokens.all_tokens()),
             )
         except Exception as exc:
-            _log_failure("observing a modern request", exc)
+            log_failure(log, "observing a modern request failed", exc)
 
     # ---- tools ---------------------------------------------------------------------------------
 

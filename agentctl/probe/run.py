@@ -65,6 +65,7 @@ from agentctl.evidence.contract import (
 )
 from agentctl.evidence.sanitize import bounded_text, opaque_id, summarize, target_for_command, target_for_url
 from agentctl.identity import new_token
+from agentctl.logs import log_failure
 from agentctl.probe import sentinel as S
 from agentctl.spec import AgentSpec
 
@@ -408,9 +409,7 @@ class Probe:
         try:
             await self._stop_all()
         except Exception as exc:  # the report must still be produced; the supervisor has swept what it could
-            # The type only: an exception's text can quote the agent. The traceback is for DEBUG.
-            log.warning("stopping the probe failed (%s)", type(exc).__name__)
-            log.debug("stopping the probe failed", exc_info=True)
+            log_failure(log, "stopping the probe failed", exc, logging.WARNING)
         self.rec.close()
 
     async def _stop_all(self) -> None:
