@@ -88,7 +88,6 @@ def _load(spec_path: str):
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import asyncio
     import json
 
     from agentctl.logs import configure_logging

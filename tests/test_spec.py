@@ -76,7 +76,7 @@ def test_bad_literal_does_not_echo_the_value():
 def test_header_value_of_wrong_type_is_not_echoed():
     msg = _err(
         MINIMAL.decode()
-        + f"\n[[mcp.servers]]\nname='x'\ntype='http'\nurl='http://h'\nheaders = {{ Authorization = 12345 }}\n"
+        + "\n[[mcp.servers]]\nname='x'\ntype='http'\nurl='http://h'\nheaders = { Authorization = 12345 }\n"
     )
     assert "mcp.servers[0].headers" in msg
     assert "12345" not in msg

@@ -90,34 +90,15 @@ async def _sentinel_tool() -> str:
     return TOOL_REPLY
 
 
-def _bare_server(name: str, **kwargs: Any) -> MCPServer[Any]:
-    """`MCPServer(...)` with the root logger left as it was (the constructor calls basicConfig(INFO))."""
-    from agentctl import __version__
-
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    try:
-        return MCPServer(name, version=__version__, **kwargs)
-    finally:
-        for handler in list(root.handlers):
-            if handler not in handlers:
-                root.removeHandler(handler)
-        root.setLevel(level)
-
-
-def build_server(observer: SentinelObserver, *, in_probe: bool = True) -> MCPServer[Any]:
+def build_server(observer: SentinelObserver) -> MCPServer[Any]:
     """The sentinel: an SDK MCPServer with one argument-free tool and the observer as middleware.
 
-    In the probe process it is built like the daemon's endpoint (SDK log redaction included); the stdio
-    sentinel process skips that import (aiohttp and the endpoint cost ~0.4 s per start) and keeps the
-    SDK's loggers at WARNING instead.
+    Built like the daemon's endpoint (no logging side effects, SDK log redaction) through the light
+    `agentctl.mcp_endpoint.sdk`, which the stdio sentinel process can import cheaply too.
     """
-    if in_probe:
-        from agentctl.mcp_endpoint.server import new_mcp_server
+    from agentctl.mcp_endpoint.sdk import new_mcp_server
 
-        server = new_mcp_server(SERVER_NAME, middleware=[observer])
-    else:
-        server = _bare_server(SERVER_NAME, middleware=[observer])
+    server = new_mcp_server(SERVER_NAME, middleware=[observer])
     server.add_tool(
         _sentinel_tool,
         name=TOOL_NAME,

@@ -69,7 +69,7 @@ async def _main(report_path: str, expect: str | None) -> int:
         return {"transport": "stdio", "credential_seen": credential_seen}
 
     observer = SentinelObserver(reporter.send, base, track_connections=False)
-    server = build_server(observer, in_probe=False)
+    server = build_server(observer)
     await reporter.send("contact", {"credential_seen": credential_seen})
     await server.run_stdio_async()
     return 0

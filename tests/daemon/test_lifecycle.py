@@ -10,12 +10,11 @@ import subprocess
 import urllib.request
 import urllib.error
 
-import pytest
 
 from agentctl.daemon.app import Daemon
 from agentctl.evidence.store import read_report
 from agentctl.spec import load_spec
-from tests.conftest import agentctl_cmd, poll, start_serve, write_spec, REPO
+from tests.conftest import REPO, agentctl_cmd, start_serve, write_spec
 
 
 def _get(url: str) -> tuple[int, dict]:

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from agentctl.mcp_endpoint.server import SdkLogRedactor
+from agentctl.mcp_endpoint.sdk import SdkLogRedactor
 from tests.mcp_endpoint.conftest import MODERN, Harness, eventually
 
 POST_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}

@@ -15,7 +15,7 @@ from typing import Any
 from mcp.server.connection import Connection
 
 from agentctl.mcp_endpoint.observe import SCOPE_ATTEMPT, legacy_connection
-from agentctl.mcp_endpoint.server import new_mcp_server
+from agentctl.mcp_endpoint.sdk import new_mcp_server
 from tests.mcp_endpoint.conftest import MODERN, Harness
 
 PINNED_MCP = "2.3.0"
