@@ -177,10 +177,11 @@ class McpEndpoint:
         """Run the session manager in a dedicated task (its anyio cancel scope lives and dies there)."""
         if self._state != "new":
             raise RuntimeError(f"McpEndpoint.start() in state {self._state}")
-        if McpEndpoint._set_app_status_class:
-            # A previous endpoint in this process ended its streams through the global flag.
-            AppStatus.should_exit = False
-            McpEndpoint._set_app_status_class = False
+        # sse_starlette's exit flag is process-global, and set by more than us (its uvicorn patch sets it
+        # when any in-process uvicorn server shuts down). Left set, every new response ends at once and
+        # tools/list would look failed: a starting endpoint always clears it.
+        AppStatus.should_exit = False
+        McpEndpoint._set_app_status_class = False
         install_sdk_log_redaction()  # again: SDK modules imported since construction have new loggers
         if self.estimator_loader is not None:
             self.estimator_loader.start()
