@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -26,6 +27,19 @@ def poll(predicate: Callable[[], object], timeout: float = 10.0, interval: float
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+async def eventually(predicate: Callable[[], object], timeout: float = 10.0, what: str = "condition",
+                     interval: float = 0.02):
+    """The async twin of poll(): await a truthy predicate with a deadline; fail the test on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(interval)
 
 
 def write_spec(tmp_path: Path, extra: str = "", *, state_dir: Path | None = None, execution_id: str = "exec-test") -> Path:

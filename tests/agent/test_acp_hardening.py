@@ -20,6 +20,7 @@ from agentctl.control.client import ControlClient
 from agentctl.daemon.app import Daemon
 from agentctl.spec import load_spec
 from tests.conftest import write_spec
+from tests.conftest import eventually as _eventually
 
 SCRIPTED = Path(__file__).parent / "fixtures" / "scripted_agent.py"
 HEADER_CANARY = "HDR-CANARY-7d1c0b9e"
@@ -54,12 +55,7 @@ async def running(spec_path: Path, sock: Path) -> AsyncIterator[Daemon]:
 
 
 async def until(predicate, timeout: float = 20.0, what: str = "condition"):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not (value := predicate()):
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
-    return value
+    return await _eventually(predicate, timeout, what)
 
 
 def raw_post(sock: Path, path: str, body: bytes) -> socket.socket:

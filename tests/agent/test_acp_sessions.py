@@ -16,6 +16,7 @@ from agentctl.daemon.app import Daemon
 from agentctl.spec import load_spec
 from tests.agent.serve_support import agent_spec, cli, cli_json, row
 from tests.conftest import write_spec
+from tests.conftest import eventually as _eventually
 
 
 @asynccontextmanager
@@ -29,12 +30,7 @@ async def running(spec: Path, sock: Path) -> AsyncIterator[Daemon]:
 
 
 async def until(predicate, timeout: float = 20.0, what: str = "condition"):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not (value := predicate()):
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
-    return value
+    return await _eventually(predicate, timeout, what)
 
 
 def _raw_prompt(sock: Path, text: str) -> socket.socket:

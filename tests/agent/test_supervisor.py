@@ -24,6 +24,7 @@ from agentctl.agent.supervisor import (
     register_own_child,
     unregister_own_child,
 )
+from tests.conftest import eventually as _eventually
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[2]
@@ -35,15 +36,8 @@ def fixture_cmd(name: str, *args: str) -> list[str]:
     return [sys.executable, str(FIXTURES / name), *args]
 
 
-async def until(predicate: Callable[[], object], timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
+async def until(predicate, timeout: float, what: str):
+    return await _eventually(predicate, timeout, what)
 
 
 def dead(proc: psutil.Process) -> bool:

@@ -119,8 +119,11 @@ async def test_a_successful_test_does_not_promote_any_row(short_dir: Path, mcp_s
         for name in ("kandev", "web"):
             status, body = await d.control.post("/v1/test-endpoint", {"name": name})
             assert status == 200 and body["result"]["succeeded"] is True, body
-        await asyncio.sleep(0)  # the endpoint folds its evidence on the next loop iteration
-        await asyncio.sleep(0.05)
+        # The endpoint folds evidence through loop.call_soon (FIFO): one more call_soon turn runs after
+        # anything the self-tests scheduled, so what was going to be recorded has been by then.
+        turn = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_soon(turn.set_result, None)
+        await turn
         after = await d.control.get("/v1/status")
         rows = _rows(after)
         # The daemon contacting its own endpoint is not the agent attaching: delivered stays delivered.

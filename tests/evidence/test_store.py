@@ -34,6 +34,7 @@ from agentctl.evidence.store import (
     resolve_state_dir,
     write_atomic,
 )
+from tests.conftest import eventually as _eventually
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WRITER = Path(__file__).with_name("persist_writer.py")
@@ -61,12 +62,8 @@ def seeded(ledger: Ledger) -> str:
     return attempt_id
 
 
-async def eventually(pred: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
+async def eventually(predicate, timeout: float = 5.0, what: str = "condition"):
+    return await _eventually(predicate, timeout, what)
 
 
 def wait_until(pred: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:

@@ -4,7 +4,6 @@ McpEndpoint.mount(), a real Ledger, the embedded SQLite backend, and the SDK's o
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -25,22 +24,15 @@ from agentctl.evidence.catalog import EstimatorLoader
 from agentctl.evidence.contract import Attempt, EvidenceEvent, Identity, ServerRow
 from agentctl.evidence.ledger import Ledger, ServerSeed
 from agentctl.mcp_endpoint.server import McpEndpoint
+from tests.conftest import eventually as _eventually
 
 BUILTIN = "kandev"
 MODERN = "2026-07-28"
 O200K_FILE = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "o200k_base.tiktoken"
 
 
-async def eventually(predicate: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> Any:
-    """Poll `predicate` on the event loop until truthy, or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.01)
+async def eventually(predicate, timeout: float = 5.0, what: str = "condition"):
+    return await _eventually(predicate, timeout, what)
 
 
 def identity() -> Identity:

@@ -3,7 +3,6 @@ real files, real evidence. Each process start is an attempt; nothing secret leav
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import signal
@@ -21,6 +20,7 @@ from tests.conftest import agentctl_cmd, poll, start_serve, write_spec
 from tests.passthrough.support import (
     ARG_CANARY, CANARIES, ENV_CANARY, HEADER_CANARY, SLEEPER, SSE_CANARY, mode, tree,
 )
+from tests.conftest import eventually as _eventually
 
 DEAD = "http://127.0.0.1:1"  # refused at once: profile servers the agent cannot reach
 
@@ -63,13 +63,7 @@ def rows(history) -> dict:
 
 
 async def until(predicate, timeout: float = 20.0, what: str = "condition"):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not (value := predicate()):
-        if loop.time() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
-    return value
+    return await _eventually(predicate, timeout, what)
 
 
 @pytest.fixture

@@ -4,18 +4,16 @@ daemon-side context (real Ledger, real Readiness) for running real Publishers wi
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 
 from agentctl.daemon.context import DaemonContext
 from agentctl.evidence.contract import Identity
 from agentctl.evidence.ledger import Ledger, ServerSeed
 from agentctl.spec import parse_spec
 from agentctl.upstream import protocol as P
+from tests.conftest import eventually as _eventually
 
 
 def identity(session: str = "session-1", execution: str = "exec-1", instance: str = "inst-1", task: str = "task-1") -> Identity:
@@ -23,15 +21,8 @@ def identity(session: str = "session-1", execution: str = "exec-1", instance: st
                     agent_id="agent-1", agent_profile_id="profile-1")
 
 
-async def eventually(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.01)
+async def eventually(predicate, timeout: float = 10.0, what: str = "condition"):
+    return await _eventually(predicate, timeout, what)
 
 
 SEEDS = [

@@ -7,17 +7,16 @@ on a machine without them; `.ci/run` installs both, so CI runs them. Screenshots
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import tempfile
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.conftest import eventually as _eventually
 from tests.web.world import World, world
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
@@ -63,15 +62,8 @@ def short_dir() -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-async def eventually(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
+async def eventually(predicate, timeout: float = 15.0, what: str = "condition"):
+    return await _eventually(predicate, timeout, what)
 
 
 @pytest.fixture
