@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,6 +43,40 @@ async def eventually(predicate: Callable[[], object], timeout: float = 10.0, wha
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+def free_socket() -> socket.socket:
+    """A listening loopback socket on a free port (handed to a server, so no port race)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    return sock
+
+
+@contextlib.asynccontextmanager
+async def serve_asgi(app: Any) -> AsyncIterator[int]:
+    """Serve an ASGI app (a real MCP server in tests) with uvicorn in this loop; yields the port."""
+    import uvicorn
+    from sse_starlette.sse import AppStatus
+
+    AppStatus.should_exit = False  # process-global: a previous shutdown may have left it set
+    sock = free_socket()
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    await eventually(lambda: server.started or task.done(), 10, "uvicorn to start")
+    assert not task.done(), "uvicorn did not start"
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        server.should_exit = True
+        AppStatus.should_exit = True  # or open SSE streams stall the shutdown
+        try:
+            await asyncio.wait_for(task, 10)
+        finally:
+            # Left set, it would end every later SSE response at once (a daemon's too).
+            AppStatus.should_exit = False
+            sock.close()
 
 
 def write_spec(tmp_path: Path, extra: str = "", *, state_dir: Path | None = None, execution_id: str = "exec-test") -> Path:

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -19,11 +18,11 @@ from typing import Any
 import aiohttp
 import psutil
 import pytest
-import uvicorn
 from mcp.server import MCPServer
 
 from agentctl.daemon.app import Daemon
 from agentctl.spec import parse_spec
+from tests.conftest import serve_asgi
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PY = sys.executable
@@ -72,14 +71,6 @@ class McpServerFixture:
         return f"http://127.0.0.1:{self.sse_port}/sse"
 
 
-def _free_socket() -> socket.socket:
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    return sock
-
-
 def _recording(app: Any, seen: Seen, rewrite_to: str | None) -> Any:
     async def wrapped(scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
@@ -94,31 +85,6 @@ def _recording(app: Any, seen: Seen, rewrite_to: str | None) -> Any:
         await app(scope, receive, send)
 
     return wrapped
-
-
-@contextlib.asynccontextmanager
-async def serve_asgi(app: Any) -> AsyncIterator[int]:
-    from sse_starlette.sse import AppStatus
-
-    AppStatus.should_exit = False  # process-global: a previous test's shutdown left it set
-    sock = _free_socket()
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline and not task.done(), "uvicorn did not start"
-        await asyncio.sleep(0.01)
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        server.should_exit = True
-        AppStatus.should_exit = True  # or open SSE streams stall the shutdown
-        try:
-            await asyncio.wait_for(task, 10)
-        finally:
-            # Process-global: left set, it would end every later SSE response at once (a daemon's too).
-            AppStatus.should_exit = False
-            sock.close()
 
 
 def plain_app(status: int, body: bytes) -> Any:

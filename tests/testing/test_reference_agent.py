@@ -19,13 +19,13 @@ from typing import Any
 
 import acp
 import pytest
-import uvicorn
 from acp.schema import EnvVariable, HttpHeader, HttpMcpServer, McpServerStdio, SseMcpServer
 from mcp.server import MCPServer
 
 from agentctl import __version__
 from agentctl.testing._ref_passthrough import parse_claude_args, parse_codex_args
 from agentctl.testing.reference_agent import parse_options
+from tests.conftest import serve_asgi
 
 PAYLOAD = "TASK-42 reference payload"
 TOKEN = "Bearer tok-reference-secret"
@@ -53,14 +53,6 @@ class McpFixture:
     sse_url: str
 
 
-def _free_socket() -> socket.socket:
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    return sock
-
-
 def _counting(app: Any, seen: Seen) -> Any:
     async def wrapped(scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
@@ -72,27 +64,6 @@ def _counting(app: Any, seen: Seen) -> Any:
         await app(scope, receive, send)
 
     return wrapped
-
-
-@contextlib.asynccontextmanager
-async def serve(app: Any) -> AsyncIterator[int]:
-    from sse_starlette.sse import AppStatus
-
-    AppStatus.should_exit = False  # process-global: a previous test's shutdown left it set
-    sock = _free_socket()
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline and not task.done(), "uvicorn did not start"
-        await asyncio.sleep(0.01)
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        server.should_exit = True
-        AppStatus.should_exit = True  # or open SSE streams stall the shutdown
-        await asyncio.wait_for(task, 10)
-        sock.close()
 
 
 @pytest.fixture
@@ -116,7 +87,7 @@ async def mcp_server() -> AsyncIterator[McpFixture]:
         """Echo the text."""
         return f"echo:{text}"
 
-    async with serve(_counting(server.streamable_http_app(), seen)) as port, serve(
+    async with serve_asgi(_counting(server.streamable_http_app(), seen)) as port, serve_asgi(
         _counting(server.sse_app(), seen)
     ) as sse_port:
         yield McpFixture(seen, f"http://127.0.0.1:{port}/mcp", f"http://127.0.0.1:{sse_port}/sse")
