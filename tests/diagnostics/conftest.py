@@ -3,13 +3,11 @@ loop), a real daemon in the test's loop, and a real control-socket client (aioht
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +20,7 @@ from mcp.server import MCPServer
 
 from agentctl.daemon.app import Daemon
 from agentctl.spec import parse_spec
-from tests.conftest import serve_asgi
+from tests.conftest import eventually, serve_asgi
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PY = sys.executable
@@ -229,21 +227,15 @@ def alive(pid: int) -> bool:
 
 
 async def wait_gone(pids: list[int], timeout: float = 5.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        left = [pid for pid in pids if alive(pid)]
-        if not left:
-            return []
-        await asyncio.sleep(0.02)
-    return [pid for pid in pids if alive(pid)]
+    """[] once every pid is gone; fails the test naming the survivors otherwise."""
+    await eventually(lambda: not any(alive(pid) for pid in pids), timeout,
+                     f"processes {[pid for pid in pids if alive(pid)]} to exit")
+    return []
 
 
 async def wait_for_file_lines(path: Path, count: int, timeout: float = 10.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists():
-            lines = path.read_text().split()
-            if len(lines) >= count:
-                return [int(x) for x in lines[:count]]
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{path} did not get {count} pids within {timeout}s")
+    def ready() -> list[int] | None:
+        lines = path.read_text().split() if path.exists() else []
+        return [int(x) for x in lines[:count]] if len(lines) >= count else None
+
+    return await eventually(ready, timeout, f"{count} pids in {path.name}")

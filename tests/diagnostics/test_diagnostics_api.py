@@ -13,6 +13,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from agentctl import cli
 from tests.diagnostics.conftest import http_server, running_daemon, spec_text
+from tests.conftest import eventually
 
 
 async def _attach(config: dict) -> int:
@@ -26,11 +27,7 @@ async def _attach(config: dict) -> int:
 
 
 async def _until(predicate, timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < end, "condition not reached in time"
-        await asyncio.sleep(0.01)
+    await eventually(predicate, timeout, "condition")
 
 
 async def test_diagnostics_and_tools_follow_the_attempts(short_dir: Path, capsys: pytest.CaptureFixture[str]):

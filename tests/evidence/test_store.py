@@ -34,7 +34,7 @@ from agentctl.evidence.store import (
     resolve_state_dir,
     write_atomic,
 )
-from tests.conftest import eventually as _eventually
+from tests.conftest import eventually as _eventually, poll
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WRITER = Path(__file__).with_name("persist_writer.py")
@@ -67,11 +67,7 @@ async def eventually(predicate, timeout: float = 5.0, what: str = "condition"):
 
 
 def wait_until(pred: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.002)
+    poll(pred, timeout, interval=0.002, what=what)
 
 
 def temp_files(directory: Path) -> list[str]:
