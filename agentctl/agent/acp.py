@@ -12,7 +12,6 @@ import logging
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from acp.schema import (
 
 from agentctl import __version__
 from agentctl.agent.delivery import McpCaps, Planned, plan_delivery
+from agentctl.agent.outcome import AgentError, SessionOutcome
 from agentctl.agent.transports import AgentStdioTransport
 from agentctl.evidence.contract import AttemptOrigin, McpCapabilities
 from agentctl.evidence.ledger import Ledger, ServerSeed
@@ -79,25 +79,6 @@ def install_sdk_log_scrubber() -> None:
     root = logging.getLogger()
     if _SCRUBBER not in root.filters:
         root.addFilter(_SCRUBBER)
-
-
-class AgentError(Exception):
-    """An agent operation that could not be done, phrased for the person at the CLI (sanitized)."""
-
-    def __init__(self, reason_code: str, summary: str) -> None:
-        super().__init__(f"{reason_code}: {summary}" if summary else reason_code)
-        self.reason_code = reason_code
-        self.summary = summary
-
-
-@dataclass
-class SessionOutcome:
-    attempt_id: str
-    accepted: bool
-    acp_session_id: str | None = None
-    reason_code: str | None = None
-    summary: str | None = None
-    failed_servers: tuple[str, ...] = ()
 
 
 class _DaemonClient:

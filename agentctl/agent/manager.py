@@ -8,12 +8,16 @@ import os
 import shutil
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from agentctl.agent.acp import AcpRuntime, AgentError
+from agentctl.agent.outcome import AgentError
 from agentctl.agent.supervisor import AgentStartError, ExitInfo, Supervisor
 from agentctl.bundled import bundled_command
 from agentctl.daemon.context import DaemonContext
 from agentctl.evidence.ledger import ServerSeed
+
+if TYPE_CHECKING:
+    from agentctl.agent.acp import AcpRuntime
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +56,8 @@ class AgentManager:
         self.supervisor = Supervisor(
             secret_env_names=secret_names, on_exit=self._on_exit, stdout_limit=STDOUT_CHUNK_LIMIT
         )
-        self.acp = AcpRuntime(spec, ctx.ledger, builtin_base=lambda: ctx.mcp_base or "", seeds=seeds)
+        self._seeds = seeds
+        self.acp: AcpRuntime | None = None  # made in start(), once the agent is spawned
         self.start_error: AgentError | None = None
         self._linger: asyncio.TimerHandle | None = None
         self._stopping = False
@@ -63,12 +68,21 @@ class AgentManager:
         ledger = self.ctx.ledger
         ledger.update_agent(protocol=self.agent_spec.protocol, state="starting", started_at=ledger.now())
         self.ctx.readiness.set("agent", False, "starting")
+        spawn_error: AgentStartError | None = None
         try:
             await self.supervisor.start(
                 resolve_command(self.agent_spec.command), cwd=self.agent_spec.workdir, env=self.agent_spec.env
             )
         except AgentStartError as exc:
-            self._failed("agent_start_failed", str(exc))
+            spawn_error = exc
+        # The ACP SDK's import (~0.4 s of pydantic schema) runs only now, while the agent starts up on another
+        # core, instead of before the daemon's listeners; a daemon without an ACP agent never pays it.
+        from agentctl.agent.acp import AcpRuntime
+
+        ctx = self.ctx
+        self.acp = AcpRuntime(ctx.spec, ledger, builtin_base=lambda: ctx.mcp_base or "", seeds=self._seeds)
+        if spawn_error is not None:
+            self._failed("agent_start_failed", str(spawn_error))
             ledger.update_agent(state="exited", exited_at=ledger.now())
             return
         try:
@@ -119,7 +133,7 @@ class AgentManager:
             exit_signal=info.signal,
             exit_reason=reason,
             stopped_by_daemon=info.stopped,
-            stdout_skipped_lines=self.acp.skipped_stdout_lines,
+            stdout_skipped_lines=self.acp.skipped_stdout_lines if self.acp is not None else 0,
         )
         ctx.readiness.set("agent", False, f"exited: {reason}")
         if self._stopping:
@@ -146,4 +160,5 @@ class AgentManager:
             if self.supervisor.process is not None:
                 await self.supervisor.stop(grace=self.agent_spec.stop_grace)
         finally:
-            await self.acp.close()
+            if self.acp is not None:
+                await self.acp.close()

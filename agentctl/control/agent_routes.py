@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import msgspec
 from aiohttp import web
 
-from agentctl.agent.acp import AgentError, SessionOutcome
+from agentctl.agent.outcome import AgentError, SessionOutcome
 from agentctl.control.server import BodyError, decode_body, error_response, json_response
 from agentctl.daemon.context import DaemonContext
 from agentctl.evidence.contract import McpConfig, SessionResult, StderrView

@@ -12,7 +12,7 @@ import sys
 import tempfile
 from typing import TextIO
 
-from agentctl.agent.acp import AgentError
+from agentctl.agent.outcome import AgentError
 from agentctl.daemon.app import Daemon
 from agentctl.evidence.contract import EvidenceEvent, encode
 

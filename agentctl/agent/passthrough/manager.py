@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from agentctl.agent.acp import AgentError
+from agentctl.agent.outcome import AgentError
 from agentctl.agent.manager import DAEMON_SECRET_ENV_PREFIXES, resolve_command
 from agentctl.agent.passthrough import get_strategy
 from agentctl.agent.passthrough.base import (
