@@ -38,6 +38,8 @@ async def eventually(predicate: Callable[[], object], timeout: float = 10.0, wha
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
+        if asyncio.iscoroutine(value):  # an async predicate (one that asks a server)
+            value = await value
         if value:
             return value
         if time.monotonic() > deadline:

@@ -293,7 +293,7 @@ async def test_stderr_flood_does_not_block_the_agent_or_grow_memory(make_supervi
         nonlocal peak
         while True:
             peak = max(peak, me.memory_info().rss)
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # the sampling interval of the RSS sampler, not a wait
 
     sampler = asyncio.create_task(sample())
     try:

@@ -40,7 +40,7 @@ async def main(path: Path, execution_id: str) -> None:
         ledger.record("delivered", attempt_id, f"srv{n % 4}", transport="http", target="https://example.test")
         ledger.record("tool_call_observed", attempt_id, f"srv{n % 4}", tool_name=f"tool{n}", outcome="ok")
         if n % 8 == 0:
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a yield, not a wait: lets the persister's timer run mid-burst
 
 
 if __name__ == "__main__":

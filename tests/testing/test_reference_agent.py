@@ -25,7 +25,7 @@ from mcp.server import MCPServer
 from agentctl import __version__
 from agentctl.testing._ref_passthrough import parse_claude_args, parse_codex_args
 from agentctl.testing.reference_agent import parse_options
-from tests.conftest import serve_asgi
+from tests.conftest import eventually, serve_asgi
 
 PAYLOAD = "TASK-42 reference payload"
 TOKEN = "Bearer tok-reference-secret"
@@ -106,17 +106,17 @@ def http_entry(name: str, url: str) -> HttpMcpServer:
 
 
 async def wait_for(predicate: Any, seen: Seen | None = None, timeout: float = 10.0, what: str = "condition") -> None:
+    if seen is None:
+        await eventually(predicate, timeout, what)
+        return
     deadline = time.monotonic() + timeout
     while not predicate():
         left = deadline - time.monotonic()
         if left <= 0:
             pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        if seen is not None:
-            seen.changed.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(seen.changed.wait(), min(left, 0.2))
-        else:
-            await asyncio.sleep(0.02)
+        seen.changed.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(seen.changed.wait(), min(left, 0.2))
 
 
 # ---------------------------------------------------------------- the agent subprocess

@@ -53,7 +53,7 @@ async def test_fifty_publishers_at_once_lose_nothing_in_the_hubs_final_state(sho
                 for k in range(EVENTS // 2):
                     ledger.record("tool_call_observed", attempt, "kandev", tool_name=f"t{k}", outcome="ok")
                     if k % 5 == 0:
-                        await asyncio.sleep(0)
+                        await asyncio.sleep(0)  # a yield, not a wait: lets the 50 publishers interleave
 
         await asyncio.gather(*(publish(ctx) for ctx, _ in publishers))
         expected = {ctx.ledger.identity.session_id: encode(ctx.ledger.history) for ctx, _ in publishers}

@@ -4,13 +4,11 @@ the bundled page itself (no external resource, no HTML rendering of data)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
 import signal
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -18,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.conftest import REPO, agentctl_cmd
+from tests.conftest import REPO, agentctl_cmd, eventually
 from tests.web.world import TOKEN, leaks
 
 STATIC = REPO / "agentctl" / "upstream" / "static"
@@ -176,10 +174,11 @@ async def test_the_page_says_what_the_cli_says(running):
         def daemon() -> str:
             return _section(render_diagnostics(build_diagnostics(running.a.ctx), color=False))
 
-        deadline = time.monotonic() + 10  # until the hub has folded the daemon's last evidence
-        while (hub := _section(await copied())) != daemon() and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        assert hub == daemon()
+        async def same() -> bool:
+            return _section(await copied()) == daemon()
+
+        await eventually(same, 10, "the hub to fold the daemon's last evidence")
+        assert _section(await copied()) == daemon()
 
 
 def test_the_bundled_page_loads_nothing_external_and_never_renders_data_as_html():
