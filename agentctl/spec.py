@@ -91,11 +91,14 @@ class Spec(_S):
 
 
 _PATH_RE = re.compile(r"`\$(?P<path>[^`]*)`")
-_QUOTED_RE = re.compile(r"'[^']*'|\"[^\"]*\"")
+# From the first quote to the last: msgspec quotes some values without escaping the quotes inside them.
+_QUOTED_RE = re.compile(r"['\"].*['\"]", re.S)
+_AT = " - at `"  # msgspec appends the path last; a value earlier in the message may imitate it
 
 
 def _field_path(msg: str) -> str:
-    match = _PATH_RE.search(msg)
+    at = msg.rfind(_AT)
+    match = _PATH_RE.match(msg, at + len(_AT) - 1) if at >= 0 else None
     if not match:
         return "(top level)"
     path = match.group("path").lstrip(".")
@@ -105,12 +108,14 @@ def _field_path(msg: str) -> str:
 
 def _describe(msg: str) -> str:
     """msgspec's message without the path suffix and without any quoted value (it may be a secret)."""
-    text = msg.split(" - at `", 1)[0]
+    text = msg[: msg.rfind(_AT)] if _AT in msg else msg
     text = _QUOTED_RE.sub("<value>", text)
     return text
 
 
 def _fail(source: str, path: str, what: str) -> SpecError:
+    # One line even when msgspec names a key holding a line break (keys are named, values never).
+    what = "".join(ch if ch.isprintable() else "?" for ch in what)
     return SpecError(f"{source}: {path}: {what}")
 
 
@@ -137,6 +142,8 @@ def parse_spec(raw: bytes, *, source: str = "<spec>", fmt: str = "toml") -> Spec
             data = msgspec.json.decode(raw)
         except msgspec.DecodeError as exc:
             raise _fail(source, "(syntax)", f"invalid JSON ({_describe(str(exc))})") from None
+        except RecursionError:
+            raise _fail(source, "(syntax)", "invalid JSON (nested too deeply)") from None
     else:
         try:
             data = tomllib.loads(raw.decode("utf-8"))
@@ -145,6 +152,8 @@ def parse_spec(raw: bytes, *, source: str = "<spec>", fmt: str = "toml") -> Spec
         except tomllib.TOMLDecodeError as exc:
             # tomllib messages name a line and column, never the value.
             raise _fail(source, "(syntax)", f"invalid TOML ({exc})") from None
+        except RecursionError:
+            raise _fail(source, "(syntax)", "invalid TOML (nested too deeply)") from None
     if not isinstance(data, dict):
         raise _fail(source, "(top level)", "expected a table/object")
     try:
@@ -152,6 +161,8 @@ def parse_spec(raw: bytes, *, source: str = "<spec>", fmt: str = "toml") -> Spec
     except msgspec.ValidationError as exc:
         msg = str(exc)
         raise _fail(source, _field_path(msg), _describe(msg)) from None
+    except RecursionError:
+        raise _fail(source, "(top level)", "nested too deeply") from None
     _check(spec, source)
     return spec
 
@@ -197,13 +208,13 @@ def _check(spec: Spec, source: str) -> None:
     if spec.agent is not None:
         for field in ("initialize_timeout", "session_timeout", "stop_grace"):
             value = getattr(spec.agent, field)
-            if value <= 0 or value > 600:
+            if not 0 < value <= 600:  # written so that NaN is refused too
                 raise _fail(source, f"agent.{field}", "must be > 0 and <= 600 seconds")
-        if spec.agent.linger is not None and spec.agent.linger < 0:
+        if spec.agent.linger is not None and not spec.agent.linger >= 0:
             raise _fail(source, "agent.linger", "must be >= 0 seconds")
-    if spec.daemon.shutdown_timeout <= 0 or spec.daemon.shutdown_timeout > 300:
+    if not 0 < spec.daemon.shutdown_timeout <= 300:
         raise _fail(source, "daemon.shutdown_timeout", "must be > 0 and <= 300 seconds")
-    if spec.daemon.persist_delay < 0 or spec.daemon.persist_delay > 10:
+    if not 0 <= spec.daemon.persist_delay <= 10:
         raise _fail(source, "daemon.persist_delay", "must be between 0 and 10 seconds")
     if spec.upstream.socket is not None and len(spec.upstream.socket.encode()) > AF_UNIX_PATH_MAX:
         raise _fail(source, "upstream.socket", f"path longer than {AF_UNIX_PATH_MAX} bytes (AF_UNIX limit)")
@@ -211,7 +222,8 @@ def _check(spec: Spec, source: str) -> None:
 
 def _check_listen(listen: str, source: str) -> None:
     host, sep, port = listen.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+    # isdigit() alone admits other scripts' digits and superscripts, which int() refuses or misreads.
+    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
         raise _fail(source, "mcp.listen", "must be HOST:PORT with a numeric port (0 picks a free one)")
     if host.strip("[]") not in ("127.0.0.1", "::1", "localhost"):
         raise _fail(source, "mcp.listen", "must be a loopback address (127.0.0.1, ::1 or localhost)")

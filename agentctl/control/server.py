@@ -1,7 +1,7 @@
 """The control API (`/v1/...`) served over the Unix control socket.
 
 The daemon serves ONE aiohttp application on two sites: loopback TCP (MCP, /livez, /readyz) and the
-control socket. `control_guard_middleware` keeps `/v1/` off TCP (404, as if it did not exist) and refuses
+control socket. `control_guard` keeps `/v1/` off TCP (404, as if it did not exist) and refuses
 Unix peers whose uid is neither the daemon's nor root (403) before any handler runs.
 """
 
@@ -22,6 +22,8 @@ from agentctl.logs import log_failure
 log = logging.getLogger(__name__)
 
 PREFIX = "/v1/"
+_CONTROL_METHODS = {m: m for m in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")}
+_MAX_WARNED_UIDS = 16
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:
@@ -75,17 +77,36 @@ def _is_control_path(path: str) -> bool:
     return path == PREFIX.rstrip("/") or path.startswith(PREFIX)
 
 
-@web.middleware
-async def control_guard_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-    if not _is_control_path(request.path):
-        return await handler(request)
-    transport = request.transport
-    sock = transport.get_extra_info("socket") if transport is not None else None
-    if sock is None or getattr(sock, "family", None) != socket.AF_UNIX:
-        # Over TCP the control API does not exist (not "forbidden": nothing to discover).
-        return error_response(404, "not found")
-    if not peer_allowed(peer_uid(sock)):
-        return error_response(403, "forbidden: the control socket serves only the daemon's own user and root")
+def control_guard(ctx_key: web.AppKey) -> Any:
+    """The middleware guarding `/v1/`: not on TCP, and only for our own uid and root on the Unix socket."""
+    warned_uids: set[int | None] = set()
+
+    @web.middleware
+    async def control_guard_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+        if not _is_control_path(request.path):
+            return await handler(request)
+        transport = request.transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        if sock is None or getattr(sock, "family", None) != socket.AF_UNIX:
+            # Over TCP the control API does not exist (not "forbidden": nothing to discover).
+            return error_response(404, "not found")
+        uid = peer_uid(sock)
+        if not peer_allowed(uid):
+            # Counted (diagnostics show it) and logged once per uid: another local user probing the socket
+            # is worth knowing about, but must not be able to flood the log.
+            request.app[ctx_key].ledger.count_refusal("control", _CONTROL_METHODS.get(request.method, "OTHER"), 403)
+            if uid not in warned_uids and len(warned_uids) < _MAX_WARNED_UIDS:
+                warned_uids.add(uid)
+                log.warning("refused a control request from uid %s: only the daemon's own user and root may use "
+                            "the control socket", "unknown" if uid is None else uid)
+            return error_response(403, "forbidden: the control socket serves only the daemon's own user and root")
+        return await _handle(request, handler)
+
+    return control_guard_middleware
+
+
+async def _handle(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Run an allowed control request; HTTP errors and failures become one-line JSON errors."""
     try:
         return await handler(request)
     except web.HTTPException as exc:
@@ -122,7 +143,7 @@ def install_control_routes(app: web.Application, ctx_key: web.AppKey) -> None:
     """Add the guard middleware and the /v1 routes. Call before the app is frozen (before runner.setup)."""
     if app.frozen:
         raise RuntimeError("install_control_routes must run before the application is frozen")
-    app.middlewares.append(control_guard_middleware)
+    app.middlewares.append(control_guard(ctx_key))
 
     async def status(request: web.Request) -> web.Response:
         return json_response(build_status(request.app[ctx_key]))

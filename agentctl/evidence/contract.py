@@ -188,6 +188,8 @@ class Attempt(Base, kw_only=True):
     evidence: list[EvidenceEvent] = []
     dropped_events: int = 0
     session_error: ErrorSummary | None = None
+    # When the shown session_error occurred: its event may have left the bounded log, its time must not.
+    session_error_at: datetime | None = None
 
 
 class McpCapabilities(Base, kw_only=True):

@@ -158,10 +158,14 @@ def _apply_attempt_level(attempt: Attempt, event: EvidenceEvent) -> None:
     elif event.kind == "explicit_error":
         # An error that cannot be tied to one server is a report-level diagnostic: it marks nothing failed.
         # The newest such error is shown; a late-arriving older one does not replace it.
-        if attempt.session_error is None or _is_newest_session_error(attempt, event):
+        shown_at = attempt.session_error_at
+        if attempt.session_error is None or (
+            _newer(t, shown_at) if shown_at is not None else _is_newest_session_error(attempt, event)
+        ):
             attempt.session_error = ErrorSummary(
                 reason_code=event.reason_code or "session_error", summary=event.summary or ""
             )
+            attempt.session_error_at = t
     elif event.kind == "attempt_superseded":
         if attempt.superseded_at is None or t < attempt.superseded_at:
             attempt.superseded_at = t

@@ -208,7 +208,9 @@ class _Envelope(msgspec.Struct):
 
 
 _envelope = msgspec.json.Decoder(_Envelope)
-_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+# From the first quote to the last: msgspec quotes some values without escaping the quotes inside them.
+_QUOTED = re.compile(r"['\"].*['\"]", re.S)
+_MAX_SHOWN_VERSION = 2**31  # a longer number is content, not a version worth quoting
 
 
 def frame(cls: type, **fields: Any) -> Any:
@@ -230,7 +232,11 @@ def _tag(obj: Any) -> str:
 
 def _describe(exc: Exception) -> str:
     """msgspec's reason without any quoted value from the frame; the `$.path` stays (it names fields)."""
-    return _QUOTED.sub("<value>", str(exc))
+    # msgspec appends the path last; a value earlier in the message may imitate one.
+    reason, at, path = str(exc).rpartition(" - at `")
+    text = _QUOTED.sub("<value>", reason if at else path) + (at + path if at else "")
+    # One line even when msgspec names an unknown key that holds a line break.
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
 
 
 def _decode(decoder: msgspec.json.Decoder, line: bytes, direction: str) -> Any:
@@ -238,11 +244,13 @@ def _decode(decoder: msgspec.json.Decoder, line: bytes, direction: str) -> Any:
         raise ProtocolError("frame_too_large", f"frame of {len(line)} bytes is over {MAX_FRAME_BYTES}")
     try:
         result = decoder.decode(line)
+    except RecursionError:
+        raise ProtocolError("malformed_frame", f"malformed {direction} frame: nested too deeply") from None
     except msgspec.DecodeError as exc:
         # A frame of another version may fail typed decoding; its version is the clearer error.
         try:
             version = _envelope.decode(line).v
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             version = None
         if isinstance(version, int) and version != PROTOCOL_VERSION:
             raise _version_error(version) from None
@@ -253,9 +261,8 @@ def _decode(decoder: msgspec.json.Decoder, line: bytes, direction: str) -> Any:
 
 
 def _version_error(version: int) -> ProtocolError:
-    return ProtocolError(
-        "unsupported_version", f"frame has protocol version {version}; this side speaks {PROTOCOL_VERSION}"
-    )
+    shown = f"protocol version {version}" if abs(version) < _MAX_SHOWN_VERSION else "an unknown protocol version"
+    return ProtocolError("unsupported_version", f"frame has {shown}; this side speaks {PROTOCOL_VERSION}")
 
 
 def decode_from_daemon(line: bytes) -> DaemonFrame:

@@ -193,7 +193,7 @@ else:
 
 
 @pytest.mark.skipif(not is_root(), reason="needs root to run a child process as uid 65534 (nobody)")
-async def test_foreign_uid_gets_403_before_any_handler(tmp_path: Path) -> None:
+async def test_foreign_uid_gets_403_before_any_handler_and_is_counted_and_logged_once(tmp_path: Path, caplog) -> None:
     # TEST-ONLY SETUP: a 0755 directory and a 0666 socket, so a foreign uid can get through the
     # filesystem permissions at all; the real daemon uses 0700 + 0600 (see the next test). This is what
     # proves the peer-credential check in the middleware stands on its own.
@@ -219,6 +219,12 @@ async def test_foreign_uid_gets_403_before_any_handler(tmp_path: Path) -> None:
             assert json.loads(out)["status"] == 403
             # The guard answered before any handler: nothing could have scheduled a stop.
             assert not ctx.stop_event.is_set()
+            # Four refusals, visible in diagnostics by route/method/status; one log line for the uid.
+            refusals = [(r.route, r.method, r.status, r.count) for r in ctx.ledger.history.http_refusals]
+            assert refusals == [("control", "GET", 403, 3), ("control", "POST", 403, 1)]
+            warned = [r.getMessage() for r in caplog.records if r.name == "agentctl.control.server"]
+            assert warned == [f"refused a control request from uid {NOBODY}: only the daemon's own user and root "
+                              "may use the control socket"]
             # Root (and the daemon's own uid) are let through on the same socket.
             status, _body = await unix_request(path, "GET", "/v1/health")
             assert status == 200

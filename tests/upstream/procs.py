@@ -47,7 +47,8 @@ class Proc:
         self.popen.stdout.close()
 
 
-def _start(args: list[str], log: Path, env: dict[str, str] | None = None) -> Proc:
+def start_agentctl(args: list[str], log: Path, env: dict[str, str] | None = None) -> Proc:
+    """`agentctl ARGS...` until its JSON ready line; stderr (the log) goes to the file."""
     with open(log, "ab") as err:
         popen = subprocess.Popen(agentctl_cmd(*args), stdout=subprocess.PIPE, stderr=err, cwd=REPO,
                                  env={**os.environ, **(env or {})})
@@ -58,8 +59,9 @@ def _start(args: list[str], log: Path, env: dict[str, str] | None = None) -> Pro
     return Proc(popen, json.loads(line), log)
 
 
-def start_hub(d: Path, name: str = "hub") -> Proc:
-    return _start(["hub", "serve", "--socket", str(d / "hub.sock"), "--db", str(d / "hub.sqlite3")], d / f"{name}.log")
+def start_hub(d: Path, name: str = "hub", extra: tuple[str, ...] = ()) -> Proc:
+    return start_agentctl(["hub", "serve", "--socket", str(d / "hub.sock"), "--db", str(d / "hub.sqlite3"), *extra],
+                          d / f"{name}.log")
 
 
 def write_spec(d: Path, *, execution: str = "exec-1", agent: bool = False, profile: str = "task",
@@ -87,8 +89,8 @@ socket = "{upstream or d / 'hub.sock'}"
     return path
 
 
-def start_daemon(d: Path, spec: Path, name: str = "daemon") -> Proc:
-    return _start(["serve", str(spec), "--socket", str(d / f"{name}.sock")], d / f"{name}.log")
+def start_daemon(d: Path, spec: Path, name: str = "daemon", extra: tuple[str, ...] = ()) -> Proc:
+    return start_agentctl(["serve", str(spec), "--socket", str(d / f"{name}.sock"), *extra], d / f"{name}.log")
 
 
 def control(proc: Proc) -> ControlClient:

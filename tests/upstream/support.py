@@ -87,3 +87,31 @@ class RawClient:
             await self.writer.wait_closed()
         except (OSError, ConnectionError):
             pass
+
+
+class Relay:
+    """Forwards daemon <-> hub byte for byte and keeps every frame line by direction."""
+
+    def __init__(self, listen: Path, target: Path) -> None:
+        self.listen, self.target = listen, target
+        self.lines: list[tuple[str, bytes]] = []
+        self.server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_unix_server(self._relay, str(self.listen), limit=P.STREAM_LIMIT)
+
+    async def _relay(self, reader, writer) -> None:
+        up_reader, up_writer = await asyncio.open_unix_connection(str(self.target), limit=P.STREAM_LIMIT)
+
+        async def pump(src, dst, direction) -> None:
+            while (line := await P.read_frame_line(src)) is not None:
+                self.lines.append((direction, line))
+                dst.write(line + b"\n")
+                await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pump(reader, up_writer, "up"), pump(up_reader, writer, "down"), return_exceptions=True)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()

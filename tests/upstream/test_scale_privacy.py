@@ -16,11 +16,10 @@ from mcp.client.streamable_http import streamable_http_client
 
 from agentctl.cli import main
 from agentctl.evidence.contract import encode
-from agentctl.upstream import protocol as P
 from agentctl.upstream.hub_store import HubStore
 from agentctl.upstream.publisher import Publisher
 from tests.upstream.procs import control, start_daemon, start_hub, write_spec
-from tests.upstream.support import SEEDS, eventually, identity, make_ctx
+from tests.upstream.support import SEEDS, Relay, eventually, identity, make_ctx
 
 SESSIONS = 50
 EVENTS = 40
@@ -69,34 +68,6 @@ async def test_fifty_publishers_at_once_lose_nothing_in_the_hubs_final_state(sho
         for _, publisher in publishers:
             await publisher.stop()
         hub.kill()
-
-
-class Relay:
-    """Forwards daemon <-> hub byte for byte and keeps every frame line by direction."""
-
-    def __init__(self, listen: Path, target: Path) -> None:
-        self.listen, self.target = listen, target
-        self.lines: list[tuple[str, bytes]] = []
-        self.server: asyncio.AbstractServer | None = None
-
-    async def start(self) -> None:
-        self.server = await asyncio.start_unix_server(self._relay, str(self.listen), limit=P.STREAM_LIMIT)
-
-    async def _relay(self, reader, writer) -> None:
-        up_reader, up_writer = await asyncio.open_unix_connection(str(self.target), limit=P.STREAM_LIMIT)
-
-        async def pump(src, dst, direction) -> None:
-            while (line := await P.read_frame_line(src)) is not None:
-                self.lines.append((direction, line))
-                dst.write(line + b"\n")
-                await dst.drain()
-            dst.close()
-
-        await asyncio.gather(pump(reader, up_writer, "up"), pump(up_reader, writer, "down"), return_exceptions=True)
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.close()
 
 
 async def test_tool_arguments_and_results_reach_only_tool_frames_never_evidence_logs_or_the_hub_tables(short_tmp, capsys):

@@ -1,0 +1,338 @@
+"""A state machine over the evidence Ledger (and its pure reducer): every documented rule, after every step.
+
+Steps: new attempts (with seeds), evidence of every kind for known and unknown servers and for the current,
+previous, forgotten and never-seen attempts at past and future times, bursts that overflow the event log,
+endpoint tests, refused requests, agent updates and self-test traffic. After each step the model (DESIGN.md
+"Evidence model", "Ownership and attempts", "Release-safe report") is checked against the ledger, the report
+round-trips through the contract, and an upstream receiver that folds only the published frames (snapshots
+and evidence lines, as agentctl.upstream.publisher sends them) holds exactly the ledger's history.
+tests/evidence/test_reducer.py has the single-rule tests and the status property over the pure reducer.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from hypothesis import event, settings
+from hypothesis.control import currently_in_test_context
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from agentctl.evidence import reducer
+from agentctl.evidence.contract import (
+    MAX_ATTEMPTS,
+    MAX_EVENTS_PER_ATTEMPT,
+    AttachmentHistory,
+    Attempt,
+    ClientInfo,
+    EndpointTestResult,
+    ToolCatalog,
+    ToolSummary,
+    decode_history,
+    encode,
+)
+from agentctl.evidence.ledger import Ledger, ServerSeed
+from agentctl.evidence.store import ensure_state_dir, read_report, report_path, write_atomic
+from agentctl.upstream import protocol as P
+from agentctl.upstream.hub_store import enforce_bounds
+from tests.evidence.test_reducer import IDENT, T0, strongest
+from tests.reliability.strategies import FUZZ
+
+# Seeded servers, a server nobody configured, and a name only bytes-exact code gets right.
+SERVERS = ("kandev", "github", "stray", "名前/ü")
+SEEDABLE = SERVERS[:2]
+ROW_KINDS = ("configured", "filtered", "unavailable", "delivered", "initialize_observed", "tools_list_observed",
+             "tool_call_observed", "explicit_error", "connection_closed")
+TIMESTAMPED = {"configured", "filtered", "unavailable", "delivered", "initialize_observed",
+               "tools_list_observed", "tool_call_observed"}
+NEVER = "att_never_begun"
+
+
+@dataclass(frozen=True)
+class Obs:
+    """One applied row observation, as the model keeps it."""
+
+    kind: str
+    t: datetime
+    fields: dict[str, Any]
+
+
+def _newest(observations: list[Obs]) -> list[Obs]:
+    """The observations at the latest occurrence time: any of them may be shown (ties have no order)."""
+    if not observations:
+        return []
+    latest = max(o.t for o in observations)
+    return [o for o in observations if o.t == latest]
+
+
+class LedgerMachine(RuleBasedStateMachine):
+    @initialize()
+    def start(self) -> None:
+        self.now = T0
+        self.ledger = Ledger(IDENT, clock=lambda: self.now)
+        self.begun: list[str] = []
+        self.rows: dict[tuple[str, str], list[Obs]] = {}
+        self.session: dict[str, list[Obs]] = {}  # attempt-level observations per attempt
+        self.logged: Counter[str] = Counter()  # events folded into each attempt's log, dropped ones included
+        self.endpoint_tests: dict[tuple[str, str], EndpointTestResult] = {}
+        self.records = self.rejected = 0
+        self.refusals: Counter[tuple[str, str, int]] = Counter()
+        self.agent: dict[str, Any] = {}
+        # The upstream side: what the publisher would have sent, folded the way the hub folds it.
+        self.receiver = self._snapshot()
+        self.queue: list[bytes] = []
+        self.need_snapshot = False
+        self.ledger.subscribe(self._published)
+        self.begin("session_new", list(SEEDABLE))  # most runs are about attempts; start inside one
+
+    # ---- the upstream receiver ---------------------------------------------------------------------
+
+    def _snapshot(self) -> AttachmentHistory:
+        line = P.encode_frame(P.frame(P.SnapshotFrame, history=self.ledger.history))
+        return enforce_bounds(P.decode_from_daemon(line[:-1]).history)
+
+    def _published(self, event: Any) -> None:
+        # As the publisher: an evidence line per event; a state change schedules a snapshot, which carries
+        # (and so replaces) whatever was queued before it.
+        if event is None:
+            self.need_snapshot, self.queue = True, []
+        elif not self.need_snapshot:
+            self.queue.append(P.encode_frame(P.frame(P.EvidenceFrame, event=event)))
+
+    def _pump(self) -> None:
+        if self.need_snapshot:
+            self.receiver, self.need_snapshot = self._snapshot(), False
+        for line in self.queue:
+            assert reducer.apply(self.receiver, P.decode_from_daemon(line[:-1]).event) == "applied"
+        self.queue = []
+
+    # ---- helpers -------------------------------------------------------------------------------------
+
+    def _kept(self) -> list[str]:
+        return list(reversed(self.begun[-MAX_ATTEMPTS:]))
+
+    def _attempt_id(self, back: int) -> str:
+        return self.begun[-1 - back] if back < len(self.begun) else NEVER
+
+    def _record(self, kind: str, attempt_id: str, server: str | None, minutes: int, **fields: Any) -> None:
+        current = self.ledger.history.current
+        before = encode(current) if current is not None and current.attempt_id != attempt_id else None
+        at = self.now + timedelta(minutes=minutes)
+        event = self.ledger.record(kind, attempt_id, server, occurred_at=at, **fields)  # type: ignore[arg-type]
+        self.records += 1
+        if attempt_id not in self._kept():
+            assert event is None
+            self.rejected += 1
+        else:
+            assert event is not None and event.seq == self.records
+            self.logged[attempt_id] += 1
+            if server:
+                self.rows.setdefault((attempt_id, server), []).append(Obs(kind, at, fields))
+            else:
+                self.session.setdefault(attempt_id, []).append(Obs(kind, at, fields))
+        if before is not None:
+            assert encode(self.ledger.history.current) == before, "evidence for another attempt changed the current one"
+
+    # ---- rules ---------------------------------------------------------------------------------------
+
+    @rule(origin=st.sampled_from(["session_new", "session_load", "reset", "passthrough_start", "manual"]),
+          seeds=st.lists(st.sampled_from(SEEDABLE), unique=True))
+    def begin(self, origin: str, seeds: list[str]) -> None:
+        previous = self.ledger.current_attempt_id
+        attempt_id, token = self.ledger.begin_attempt(origin, [  # type: ignore[arg-type]
+            ServerSeed(name=s, source="builtin" if s == "kandev" else "profile", transport="http",
+                       target="http://127.0.0.1:1") for s in seeds])
+        assert self.ledger.tokens.attempt_for(token) == attempt_id
+        if previous is not None:
+            self.logged[previous] += 1  # its attempt_superseded marker
+        self.begun.append(attempt_id)
+        for server in seeds:
+            self.records += 1
+            self.logged[attempt_id] += 1
+            self.rows.setdefault((attempt_id, server), []).append(Obs("configured", self.now, {}))
+
+    @rule(kind=st.sampled_from(ROW_KINDS), server=st.sampled_from(SERVERS),
+          back=st.sampled_from([0, 0, 0, 1, 2, 3, 9]), minutes=st.integers(-60, 2),
+          conn=st.sampled_from([None, "conn_a", "conn_b"]), n=st.integers(0, 3), error=st.booleans())
+    def row_evidence(self, kind: str, server: str, back: int, minutes: int, conn: str | None, n: int,
+                     error: bool) -> None:
+        fields: dict[str, Any] = {}
+        if kind in ("initialize_observed", "tools_list_observed", "tool_call_observed", "connection_closed"):
+            fields.update(connection_id=conn, era="legacy" if conn else "modern")
+        if kind == "initialize_observed":
+            fields["client"] = ClientInfo(name=f"client-{n}", version=str(minutes))
+        elif kind == "tools_list_observed":
+            fields.update(tool_count=n, catalog=ToolCatalog(tools=[ToolSummary(name=f"t{i}") for i in range(n)]))
+        elif kind == "tool_call_observed":
+            fields.update(tool_name=f"tool_{n}", outcome="error" if error else "ok")
+        elif kind in ("explicit_error", "filtered", "unavailable"):
+            fields.update(reason_code=f"{kind}_{n}", summary=f"{kind} {minutes}")
+        self._record(kind, self._attempt_id(back), server, minutes, **fields)
+
+    @rule(kind=st.sampled_from(["session_accepted", "explicit_error"]), back=st.sampled_from([0, 0, 1, 3]),
+          minutes=st.integers(-90, 2), n=st.integers(0, 3), bare=st.booleans())
+    def attempt_evidence(self, kind: str, back: int, minutes: int, n: int, bare: bool) -> None:
+        if kind == "session_accepted":
+            fields: dict[str, Any] = {"acp_session_id": f"acp_{n}"}
+        else:
+            fields = {} if bare else {"reason_code": f"session_{n}", "summary": f"s{minutes}"}
+        self._record(kind, self._attempt_id(back), None, minutes, **fields)
+
+    @rule(count=st.integers(20, 70), minutes=st.integers(-3, 3), server=st.sampled_from(SERVERS[:2]))
+    def burst(self, count: int, minutes: int, server: str) -> None:
+        # Enough at once to overflow the per-attempt log, so the drop rules are exercised, not just reachable.
+        for i in range(count):
+            self._record("tool_call_observed", self._attempt_id(0), server, minutes, tool_name="burst",
+                         outcome="error" if i % 7 == 0 else "ok", connection_id="conn_a", era="legacy")
+
+    @rule(back=st.sampled_from([0, 0, 1, 2, 3]), server=st.sampled_from(SERVERS), ok=st.booleans())
+    def endpoint_test(self, back: int, server: str, ok: bool) -> None:
+        attempt_id = self._attempt_id(back)
+        result = EndpointTestResult(succeeded=ok, tested_at=self.now, reason_code=None if ok else "connect_failed")
+        current = self.ledger.history.current
+        before = encode(current) if current is not None and current.attempt_id != attempt_id else None
+        stored = self.ledger.set_endpoint_test(attempt_id, server, result)
+        if before is not None:
+            assert encode(self.ledger.history.current) == before
+        # Stored beside an existing row of a kept attempt only; never a row of its own.
+        assert stored == (attempt_id in self._kept() and (attempt_id, server) in self.rows)
+        if stored:
+            self.endpoint_tests[(attempt_id, server)] = result
+
+    @rule(route=st.sampled_from(["/mcp", "/sse", "/messages/"]), method=st.sampled_from(["GET", "POST"]),
+          status=st.sampled_from([401, 403, 404]))
+    def refused(self, route: str, method: str, status: int) -> None:
+        self.ledger.count_refusal(route, method, status)
+        self.refusals[(route, method, status)] += 1
+
+    @rule(state=st.sampled_from(["starting", "running", "exited"]), code=st.none() | st.integers(-255, 255),
+          name=st.none() | st.text(max_size=8))
+    def agent_update(self, state: str, code: int | None, name: str | None) -> None:
+        self.ledger.update_agent(state=state, exit_code=code, name=name)
+        self.agent.update(state=state, exit_code=code, name=name)
+
+    @rule(kind=st.sampled_from(ROW_KINDS))
+    def self_test_traffic(self, kind: str) -> None:
+        before = encode(self.ledger.history)
+        attempt_id, token = self.ledger.mint_self_test_token()
+        assert self.ledger.tokens.attempt_for(token) == attempt_id
+        assert self.ledger.record(kind, attempt_id, "kandev") is None  # type: ignore[arg-type]
+        self.ledger.forget_self_test(attempt_id)
+        assert self.ledger.tokens.attempt_for(token) is None
+        assert encode(self.ledger.history) == before, "the daemon testing itself left evidence"
+
+    @rule(minutes=st.integers(1, 30))
+    def advance(self, minutes: int) -> None:
+        self.now += timedelta(minutes=minutes)
+
+    # ---- invariants ---------------------------------------------------------------------------------
+
+    @invariant()
+    def the_published_state_equals_the_ledger(self) -> None:
+        self._pump()
+        assert encode(self.receiver) == encode(self.ledger.history)
+
+    @invariant()
+    def the_report_round_trips_through_the_contract(self) -> None:
+        assert decode_history(encode(self.ledger.history)) == self.ledger.history
+
+    @invariant()
+    def attempts_and_counters_match_the_model(self) -> None:
+        history = self.ledger.history
+        attempts = ([history.current] if history.current else []) + history.previous
+        assert [a.attempt_id for a in attempts] == self._kept()
+        assert len(history.previous) <= MAX_ATTEMPTS - 1
+        assert (history.last_seq, history.rejected_events) == (self.records, self.rejected)
+        assert {(r.route, r.method, r.status): r.count for r in history.http_refusals} == dict(self.refusals)
+        assert len(history.http_refusals) == len(self.refusals)
+        if self.agent:
+            assert history.agent is not None
+            assert {k: getattr(history.agent, k) for k in self.agent} == self.agent
+        for n, attempt in enumerate(attempts):
+            assert (attempt.superseded_at is None) == (n == 0)
+            assert len(attempt.evidence) <= MAX_EVENTS_PER_ATTEMPT
+            assert len(attempt.evidence) + attempt.dropped_events == self.logged[attempt.attempt_id]
+            self._check_attempt_level(attempt)
+            assert {r.name for r in attempt.servers} == {s for (a, s) in self.rows if a == attempt.attempt_id}
+            for row in attempt.servers:
+                self._check_row(attempt, n == 0, row)
+
+    def _check_attempt_level(self, attempt: Attempt) -> None:
+        seen = self.session.get(attempt.attempt_id, [])
+        accepted = _newest([o for o in seen if o.kind == "session_accepted"])
+        assert attempt.accepted_at == (accepted[0].t if accepted else None)
+        assert attempt.acp_session_id in ({o.fields["acp_session_id"] for o in accepted} or {None})
+        errors = _newest([o for o in seen if o.kind == "explicit_error"])
+        shown = {(o.fields.get("reason_code") or "session_error", o.fields.get("summary") or "") for o in errors}
+        error = attempt.session_error
+        assert (error.reason_code, error.summary) in shown if error else not errors, "the newest session error is shown"
+
+    def _check_row(self, attempt: Attempt, current: bool, row: Any) -> None:
+        seen = self.rows[(attempt.attempt_id, row.name)]
+        kinds = [o.kind for o in seen]
+        assert row.status == strongest(kinds), f"{row.name}: {row.status} from {sorted(set(kinds))}"
+        calls = [o for o in seen if o.kind == "tool_call_observed"]
+        assert (row.tool_calls, row.tool_errors) == (len(calls), sum(o.fields["outcome"] == "error" for o in calls))
+        for kind in TIMESTAMPED:
+            newest = _newest([o for o in seen if o.kind == kind])
+            assert getattr(row, f"{kind.removesuffix('_observed')}_observed_at" if kind.endswith("_observed")
+                           else f"{kind}_at") == (newest[0].t if newest else None), kind
+        assert row.failed_at == max((o.t for o in seen if o.kind == "explicit_error"), default=None)
+        lists = _newest([o for o in seen if o.kind == "tools_list_observed"])
+        assert row.tool_count in ({o.fields["tool_count"] for o in lists} or {None})
+        catalogs = [o.fields["catalog"] for o in lists] if current else []
+        assert row.catalog in catalogs if catalogs else row.catalog is None, "a superseded attempt keeps no catalog"
+        assert row.last_tool in ({o.fields["tool_name"] for o in _newest(calls)} or {None})
+        inits = _newest([o for o in seen if o.kind == "initialize_observed"])
+        assert row.client in ([o.fields["client"] for o in inits] or [None])
+        # One reason is shown: an error's, else a filter's, else an unavailability's; the newest of that kind.
+        for kind in ("explicit_error", "filtered", "unavailable"):
+            newest = _newest([o for o in seen if o.kind == kind])
+            if newest:
+                shown = {(o.fields["reason_code"], o.fields["summary"]) for o in newest}
+                assert (row.reason_code, row.summary) in shown, f"the newest {kind} reason is shown"
+                break
+        else:
+            assert (row.reason_code, row.summary) == (None, None)
+        assert row.endpoint_test == self.endpoint_tests.get((attempt.attempt_id, row.name))
+        if row.disconnected_at is not None:
+            assert row.connection_id is not None
+
+    def teardown(self) -> None:
+        # Last, the persisted form: the file the daemon writes reads back as the same report.
+        if not hasattr(self, "ledger"):
+            return
+        if currently_in_test_context():  # --hypothesis-show-statistics: does the search reach the bounds?
+            history = self.ledger.history
+            attempts = ([history.current] if history.current else []) + history.previous
+            event(f"attempts begun: {min(len(self.begun), 4)}+")
+            event(f"a log overflowed: {any(a.dropped_events for a in attempts)}")
+        with tempfile.TemporaryDirectory(prefix="actl-fuzz-") as d:
+            ensure_state_dir(Path(d), IDENT.execution_id)
+            write_atomic(report_path(Path(d), IDENT.execution_id), encode(self.ledger.history))
+            assert read_report(Path(d), IDENT.execution_id) == self.ledger.history
+
+
+LedgerMachine.TestCase.settings = settings(FUZZ, max_examples=150, stateful_step_count=50)
+TestTheLedgerKeepsEveryDocumentedRuleAfterEveryStep = LedgerMachine.TestCase
+
+
+def test_a_session_error_newer_than_the_shown_one_is_shown_even_when_it_arrives_older_than_the_whole_log() -> None:
+    """The machine's find, kept as its example: the newer error fell out of the full log at once and the older
+    one stayed shown, because "newest" was judged from the bounded log (fixed with Attempt.session_error_at)."""
+    machine = LedgerMachine()
+    machine.start()
+    machine.burst(count=42, minutes=0, server="kandev")
+    machine.attempt_evidence(kind="explicit_error", back=0, minutes=-2, n=0, bare=False)
+    machine.burst(count=20, minutes=0, server="kandev")
+    machine.attempt_evidence(kind="explicit_error", back=0, minutes=-1, n=1, bare=False)
+    error = machine.ledger.history.current.session_error
+    assert error is not None and error.reason_code == "session_1"
+    machine.attempts_and_counters_match_the_model()
+    machine.the_published_state_equals_the_ledger()
+    machine.teardown()
