@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test schema dist clean
+.PHONY: demo test schema dist bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentctl needs Python >= 3.11 (set PYTHON=...)")'
@@ -27,6 +27,11 @@ schema: $(STAMP)
 dist: $(STAMP)
 	$(BIN)/python packaging/build.py all --archive
 	$(BIN)/python packaging/build.py measure
+
+# Every benchmark side by side with its reference; one table, and bench/results.json (with the machine).
+# `make bench BENCH_ARGS=--quick` is a short smoke run.
+bench: $(STAMP)
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis state

@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -118,6 +119,7 @@ async def run(args: argparse.Namespace) -> dict:
         hub.send_signal(signal.SIGTERM)
         hub.wait(timeout=30)
     size = sum(p.stat().st_size for p in tmp.glob("hub.sqlite3*"))
+    shutil.rmtree(tmp, ignore_errors=True)
     total = args.publishers * args.events
     return {
         "publishers": args.publishers,
@@ -134,6 +136,17 @@ async def run(args: argparse.Namespace) -> dict:
     }
 
 
+def figures(r: dict) -> list[dict]:
+    import _common as c
+
+    n = r["publishers"]
+    return [
+        c.figure(f"hub ingest: events/s from {n} publishers", r["events_per_second"], unit="ev/s"),
+        c.figure("hub ingest: hub CPU ms per 1,000 events", r["hub_cpu_ms_per_1000_events"], unit="ms"),
+        c.figure(f"hub ingest: database size after {r['events']:,} events", r["db_bytes"], unit="B"),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--publishers", type=int, default=50)
@@ -148,7 +161,7 @@ def main() -> None:
     print(f"  {result['db_bytes']:>10} database bytes after a clean stop")
     print(f"  machine: {result['machine']}")
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps({"bench": "hub_ingest", **result, "figures": figures(result)}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

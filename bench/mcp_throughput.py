@@ -1,6 +1,6 @@
 """tools/call throughput and latency: agentctl's MCP endpoint vs a bare MCPServer on uvicorn.
 
-Run:  .venv/bin/python bench/mcp_throughput.py [--seconds 5] [--concurrency 8] [--rounds 3]
+Run:  .venv/bin/python bench/mcp_throughput.py [--seconds 5] [--concurrency 8] [--rounds 3] [--json PATH]
 
 Each server runs in its own subprocess with the same trivial async tool (`echo`):
 - bare:     `MCPServer.streamable_http_app()` served by uvicorn (whatever HTTP implementation uvicorn picks
@@ -308,6 +308,39 @@ async def main_async(args: argparse.Namespace) -> None:
     print("# bare* = uvicorn as shipped (Nagle + delayed ACK: ~40 ms per SSE response here, not comparable);")
     print("# bare  = the same server with TCP_NODELAY: the baseline of ratio = agentctl / bare.")
     print("# Target: throughput ratio >= 0.95. Latency and CPU ratios near 1.0 are parity (lower is better).")
+    if args.json:
+        write_json(args, runs, targets, tails)
+
+
+def write_json(args: argparse.Namespace, runs: dict, targets: dict[str, Target], tails: dict[str, str]) -> None:
+    """The medians, and the figures bench/run.py tabulates: agentctl against bare with TCP_NODELAY."""
+    import _common as c
+
+    keys = ("rps", "p50_ms", "p99_ms", "cpu_us")
+    medians = {f"{kind}/{era}/{run}": {k: c.median(r[k] for r in rows) for k in keys}
+               for (kind, era, run), rows in runs.items()}
+    conc = args.concurrency
+    figures = []
+    for era in ("legacy", "modern"):
+        ours, bare = medians[f"agentctl/{era}/tput"], medians[f"bare-nodelay/{era}/tput"]
+        ours1, bare1 = medians[f"agentctl/{era}/lat"], medians[f"bare-nodelay/{era}/lat"]
+        ref = "bare MCPServer, uvicorn"
+        figures += [
+            c.figure(f"MCP {era}: tools/call req/s (c={conc})", ours["rps"], bare["rps"], unit="req/s",
+                     reference_name=ref, target=("ratio", ">=", 0.95)),
+            # The p99 counterpart of ">= 0.95 of bare": no more than 1/0.95 of bare's latency.
+            c.figure(f"MCP {era}: tools/call p99 (c=1)", ours1["p99_ms"], bare1["p99_ms"], unit="ms",
+                     reference_name=ref, target=("ratio", "<=", round(1 / 0.95, 3))),
+            c.figure(f"MCP {era}: tools/call p99 (c={conc})", ours["p99_ms"], bare["p99_ms"], unit="ms",
+                     reference_name=ref, target=("ratio", "<=", round(1 / 0.95, 3))),
+            c.figure(f"MCP {era}: server CPU us/call (c={conc})", ours["cpu_us"], bare["cpu_us"], unit="us",
+                     reference_name=ref),
+        ]
+    errors = sum(r["errors"] for rows in runs.values() for r in rows)
+    result = {"bench": "mcp_throughput", "params": {"seconds": args.seconds, "concurrency": conc, "rounds": args.rounds},
+              "servers": {k: t.http for k, t in targets.items()}, "medians": medians, "failed_calls": errors,
+              "agentctl_ledger": tails.get("agentctl", ""), "figures": figures, "machine": c.machine_info()}
+    Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
 
 
 def main() -> None:
@@ -315,6 +348,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", metavar="PATH", help="also write the results here")
     parser.add_argument("--serve", choices=("bare", "bare-nodelay", "agentctl"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve in ("bare", "bare-nodelay"):

@@ -1,6 +1,6 @@
 """MCP latency with the upstream stalled against healthy: p99 ratio, daemon memory, and the repair afterwards.
 
-Run:  .venv/bin/python bench/upstream_stall.py [--calls 2500] [--json PATH]
+Run:  .venv/bin/python bench/upstream_stall.py [--calls 2500] [--rounds 1] [--json PATH]
 
 Real processes: `agentctl hub serve` and `agentctl serve` (MCP-only, profile "external", `[upstream]` on
 the hub). The SDK client (legacy era) makes --calls sequential `tools/call describe_execution` calls; each
@@ -9,6 +9,7 @@ answers locally, so the call measures the MCP path plus evidence publishing, not
 Phase 1: hub healthy. Phase 2: the hub is SIGSTOPped (it reads nothing; the daemon's socket buffers fill,
 its queue overflows and drops, counted). Then SIGCONT, and the time until the hub's database equals the
 daemon's report (the resync snapshot repairing the gap). Also the daemon's RSS before and after the stall.
+With --rounds N the two phases alternate N times on the same processes; medians of the per-round figures.
 
 Not a test: numbers depend on the machine. The issue's target: p99 stalled / healthy <= 1.1.
 """
@@ -19,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -95,54 +97,94 @@ socket = "{tmp / 'hub.sock'}"
                      "--log-level", "warning"])
     daemon, ready = _start(["serve", str(spec), "--socket", str(tmp / "c.sock"), "--log-level", "warning"])
     control = ControlClient(Path(ready["control_socket"]), timeout=30)
+    rounds: list[dict] = []
     try:
         control.post("/v1/session/new")
         _, config = control.get("/v1/mcp-config")
         async with httpx2.AsyncClient(headers=config["headers"], timeout=60) as http:
             async with Client(streamable_http_client(config["url"], http_client=http), mode="legacy") as client:
                 await _calls(client, 100)  # warm-up
-                healthy = await _calls(client, args.calls)
-                rss_before = psutil.Process(daemon.pid).memory_info().rss
-                os.kill(hub.pid, signal.SIGSTOP)
-                try:
-                    stalled = await _calls(client, args.calls)
-                    rss_after = psutil.Process(daemon.pid).memory_info().rss
-                    _, status = control.get("/v1/status")
-                finally:
-                    os.kill(hub.pid, signal.SIGCONT)
-                resumed = time.perf_counter()
-                while not _hub_equals_daemon(tmp / "hub.sqlite3", control):
-                    await asyncio.sleep(0.02)
-                repair = time.perf_counter() - resumed
+                for _ in range(args.rounds):  # healthy and stalled alternate: drift hits both phases alike
+                    rounds.append(await _round(args, client, hub, daemon, control, tmp))
     finally:
         for proc in (daemon, hub):
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
-    upstream = status["upstream"]
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    def med(key: str) -> float:
+        return round(statistics.median(r[key] for r in rounds), 3)
+
     result = {
         "calls_per_phase": args.calls,
-        "healthy_p50_ms": round(statistics.median(healthy), 3),
-        "healthy_p99_ms": round(_pct(healthy, 99), 3),
-        "stalled_p50_ms": round(statistics.median(stalled), 3),
-        "stalled_p99_ms": round(_pct(stalled, 99), 3),
-        "p99_ratio_stalled_over_healthy": round(_pct(stalled, 99) / _pct(healthy, 99), 3),
-        "daemon_rss_growth_bytes": rss_after - rss_before,
-        "dropped_events": upstream["dropped_events"],
-        "resyncs": upstream["resyncs"],
-        "held_for_upstream_bytes": upstream["buffered_bytes"],
-        "repair_seconds_after_resume": round(repair, 3),
+        "rounds": args.rounds,
+        "healthy_p50_ms": med("healthy_p50_ms"),
+        "healthy_p99_ms": med("healthy_p99_ms"),
+        "stalled_p50_ms": med("stalled_p50_ms"),
+        "stalled_p99_ms": med("stalled_p99_ms"),
+        "p99_ratio_stalled_over_healthy": med("p99_ratio"),
+        "daemon_rss_growth_bytes": max(r["daemon_rss_growth_bytes"] for r in rounds),
+        "dropped_events": sum(r["dropped_events"] for r in rounds),
+        "resyncs": rounds[-1]["resyncs"],
+        "held_for_upstream_bytes": max(r["held_for_upstream_bytes"] for r in rounds),
+        "repair_seconds_after_resume": med("repair_seconds_after_resume"),
+        "per_round": rounds,
         "machine": f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}",
     }
     return result
 
 
+async def _round(args: argparse.Namespace, client: Client, hub: subprocess.Popen, daemon: subprocess.Popen,
+                 control: ControlClient, tmp: Path) -> dict:
+    """One healthy phase, then one stalled phase, then the time until the hub is repaired."""
+    _, before = control.get("/v1/status")
+    healthy = await _calls(client, args.calls)
+    rss_before = psutil.Process(daemon.pid).memory_info().rss
+    os.kill(hub.pid, signal.SIGSTOP)
+    try:
+        stalled = await _calls(client, args.calls)
+        rss_after = psutil.Process(daemon.pid).memory_info().rss
+        _, status = control.get("/v1/status")
+    finally:
+        os.kill(hub.pid, signal.SIGCONT)
+    resumed = time.perf_counter()
+    while not _hub_equals_daemon(tmp / "hub.sqlite3", control):
+        await asyncio.sleep(0.02)
+    upstream = status["upstream"]
+    return {
+        "healthy_p50_ms": statistics.median(healthy),
+        "healthy_p99_ms": _pct(healthy, 99),
+        "stalled_p50_ms": statistics.median(stalled),
+        "stalled_p99_ms": _pct(stalled, 99),
+        "p99_ratio": _pct(stalled, 99) / _pct(healthy, 99),
+        "daemon_rss_growth_bytes": rss_after - rss_before,
+        "dropped_events": upstream["dropped_events"] - before["upstream"]["dropped_events"],
+        "resyncs": upstream["resyncs"],
+        "held_for_upstream_bytes": upstream["buffered_bytes"],
+        "repair_seconds_after_resume": time.perf_counter() - resumed,
+    }
+
+
+def figures(r: dict) -> list[dict]:
+    import _common as c
+
+    return [
+        c.figure("MCP p99, upstream stalled", r["stalled_p99_ms"], r["healthy_p99_ms"], unit="ms",
+                 reference_name="upstream healthy", target=("ratio", "<=", 1.1)),
+        c.figure("daemon RSS growth during the stall", r["daemon_rss_growth_bytes"], unit="B"),
+        c.figure("hub repaired after SIGCONT", r["repair_seconds_after_resume"], unit="s"),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=2500, help="tools/call per phase")
+    parser.add_argument("--rounds", type=int, default=1, help="healthy/stalled phase pairs (medians)")
     parser.add_argument("--json", metavar="PATH", help="also write the results here")
     args = parser.parse_args()
     r = asyncio.run(run(args))
-    print(f"MCP tools/call latency, {r['calls_per_phase']} sequential calls per phase")
+    rounds = f", medians of {r['rounds']} rounds" if r["rounds"] > 1 else ""
+    print(f"MCP tools/call latency, {r['calls_per_phase']} sequential calls per phase{rounds}")
     print(f"  healthy upstream   p50 {r['healthy_p50_ms']:8.3f} ms   p99 {r['healthy_p99_ms']:8.3f} ms")
     print(f"  stalled upstream   p50 {r['stalled_p50_ms']:8.3f} ms   p99 {r['stalled_p99_ms']:8.3f} ms")
     print(f"  p99 ratio stalled/healthy: {r['p99_ratio_stalled_over_healthy']}  (target <= 1.1)")
@@ -151,7 +193,7 @@ def main() -> None:
     print(f"  hub equal to the daemon {r['repair_seconds_after_resume']} s after SIGCONT")
     print(f"  machine: {r['machine']}")
     if args.json:
-        Path(args.json).write_text(json.dumps(r, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps({"bench": "upstream_stall", **r, "figures": figures(r)}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -105,6 +105,12 @@ class StderrRing:
             # rsplit left every older line joined in pieces[0]: all of it is outside the window.
             del pieces[0]
             self._forget_stored()
+            # The chunk alone fills the window (a flood's usual case): take its lines at once rather
+            # than line by line. None is over max_bytes: with max_lines newlines in a region of at
+            # most max_bytes + max_lines bytes, their content adds up to at most max_bytes.
+            self._lines.extend(pieces)
+            self._line_bytes = sum(map(len, pieces))
+            pieces = []
         elif start > 0:
             # pieces[0] starts somewhere inside a line whose head (and everything before) is gone.
             pieces[0] = _skip_continuation(pieces[0])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import fcntl
 import inspect
 import logging
 import os
@@ -27,6 +28,8 @@ log = logging.getLogger(__name__)
 # The ACP SDK's own frame limit (acp.core.DEFAULT_STDIO_BUFFER_LIMIT_BYTES): a frame larger than the
 # StreamReader limit makes readline() fail, so stdout must allow what the SDK allows.
 DEFAULT_STDOUT_LIMIT = 50 * 1024 * 1024
+# The tree tracker slows to at most this many times its interval while the agent tree does not change.
+TRACK_BACKOFF = 8
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -122,6 +125,24 @@ class AgentStartError(Exception):
     """The agent could not be spawned; the message is sanitized (no argv, no paths, no env)."""
 
 
+# A flooding agent's stderr arrives in reads of at most the pipe's size, and each read costs the loop a
+# wake-up and the ring a feed whatever its size: 256 KiB (asyncio's read size) instead of Linux's 64 KiB
+# default makes a flood about four times fewer of them (bench/stderr_flood.py: less than half the daemon
+# CPU for 1 MiB writes). Kernel memory, used only while bytes wait unread; it counts against the user's
+# pipe-buffer quota (fs.pipe-user-pages-soft, 64 MiB by default: 48 KiB more per agent).
+STDERR_PIPE_BYTES = 256 * 1024
+
+
+def _grow_pipe(pipe: asyncio.BaseTransport | None) -> None:
+    setpipe = getattr(fcntl, "F_SETPIPE_SZ", None)  # Linux only
+    if pipe is None or setpipe is None:
+        return
+    try:
+        fcntl.fcntl(pipe.get_extra_info("pipe").fileno(), setpipe, STDERR_PIPE_BYTES)
+    except (OSError, ValueError, AttributeError):
+        pass  # e.g. an unprivileged user over its pipe-buffer quota: the default size still works
+
+
 class _AgentProtocol(asyncio.subprocess.SubprocessStreamProtocol):
     """asyncio's stream protocol with two changes: stderr bypasses a StreamReader and goes
     straight into the ring (the pipe never fills and nothing buffers beyond the ring's bound,
@@ -141,6 +162,7 @@ class _AgentProtocol(asyncio.subprocess.SubprocessStreamProtocol):
         # fd 2 stays in the base class's open-pipe bookkeeping, so the transport still closes only
         # after stderr reaches EOF; only the reader is dropped.
         self.stderr = None
+        _grow_pipe(transport.get_pipe_transport(2))  # type: ignore[attr-defined]
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         if fd == 2:
@@ -256,13 +278,22 @@ class AgentProcess:
     async def _track(self) -> None:
         # Ended through an event rather than cancellation: a cancelled await would release the scan
         # lock while the worker thread is still scanning.
+        # A scan reads the whole process table (this kernel may lack /proc/PID/task/TID/children), so a
+        # fleet of idle daemons would cost the square of its size: while the tree stays the same the
+        # interval doubles up to TRACK_BACKOFF times the base, and any change brings it back. Nothing
+        # escapes meanwhile: orphans are re-parented to us (subreaper) and stop() scans in full.
+        interval, seen = self._track_interval, None
         while not self._tracker_done.is_set():
             try:
-                await self._scan_async(False)
+                members = frozenset(p.pid for p in await self._scan_async(False))
             except Exception:
                 log.debug("agent tree scan failed", exc_info=True)
+                members = None
+            unchanged = members is not None and members == seen
+            interval = min(interval * 2, self._track_interval * TRACK_BACKOFF) if unchanged else self._track_interval
+            seen = members
             try:
-                await asyncio.wait_for(self._tracker_done.wait(), self._track_interval)
+                await asyncio.wait_for(self._tracker_done.wait(), interval)
             except asyncio.TimeoutError:
                 pass
 

@@ -121,6 +121,30 @@ async def test_adopted_orphans_are_reaped_while_the_agent_runs(make_supervisor, 
     assert supervisor.running
 
 
+async def test_the_tree_tracker_slows_down_while_the_tree_stays_the_same(make_supervisor, tmp_path: Path) -> None:
+    # Every scan reads the whole process table: fifty idle daemons scanning every interval would cost the
+    # square of the fleet. Counting the real scans (a wrapper, nothing replaced) shows the back-off.
+    supervisor, procs = await start_tree(make_supervisor, tmp_path)  # base interval 0.05 s
+    agent = supervisor.process
+    times: list[float] = []
+    scan = agent._scan
+
+    def counted(full: bool):
+        times.append(time.monotonic())
+        return scan(full)
+
+    agent._scan = counted
+    await until(lambda: len(times) >= 8, 30, "eight more scans")
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    # At 0.05 s without back-off, seven gaps take ~0.35 s; doubling to the 0.4 s cap makes the late ones 0.4 s.
+    assert max(gaps[-3:]) >= 0.05 * 8 * 0.9, gaps
+    # A change in the tree (a member dies) brings the interval back to its base at once.
+    killed_at = len(times)
+    procs["plain"].kill()
+    await until(lambda: any(b - a < 0.3 for a, b in zip(times[killed_at:], times[killed_at + 1:])), 30,
+                "a scan at the base interval after the change")
+
+
 async def test_daemon_children_are_not_swept_or_reaped(make_supervisor, tmp_path: Path) -> None:
     same_session = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
     registered = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"], start_new_session=True)
@@ -311,6 +335,17 @@ async def test_stderr_flood_does_not_block_the_agent_or_grow_memory(make_supervi
     assert window.truncated
     # Each line is 1 MiB: the window is the tail of the last one.
     assert window.lines == ["x" * (16 * 1024)]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pipe sizes are a Linux fcntl")
+async def test_the_agents_stderr_pipe_holds_256_kib_so_a_flood_is_read_in_fewer_larger_chunks(make_supervisor) -> None:
+    # The agent asks the kernel after the supervisor has connected its pipes (it waits for a line).
+    code = "import fcntl, sys; sys.stdin.readline(); print(fcntl.fcntl(2, fcntl.F_GETPIPE_SZ), flush=True)"
+    supervisor = make_supervisor()
+    await supervisor.start([sys.executable, "-c", code], cwd=None, env={})
+    supervisor.stdin.write(b"go\n")
+    await supervisor.stdin.drain()
+    assert int(await asyncio.wait_for(supervisor.stdout.readline(), 10)) == 256 * 1024
 
 
 async def test_ten_megabyte_line_without_newline(make_supervisor) -> None:
