@@ -98,6 +98,7 @@ async def serve_agentctl() -> None:
     from agentctl.evidence.ledger import Ledger, ServerSeed
     from agentctl.logs import quiet_third_party
     from agentctl.mcp_endpoint.server import McpEndpoint
+    from agentctl.runtime import freeze_startup_heap
 
     quiet_third_party()
     ident = Identity(task_id="t", session_id="s", execution_id="e", instance_id="i", agent_id="a", agent_profile_id="p")
@@ -114,6 +115,7 @@ async def serve_agentctl() -> None:
     port = sock.getsockname()[1]
     endpoint.set_listen("127.0.0.1", port)
     await endpoint.start()
+    freeze_startup_heap()  # as the daemon does once started
     _, token = ledger.begin_attempt("manual", [ServerSeed(name="kandev", source="builtin", transport="http", target=None)])
     print(json.dumps({"port": port, "token": token, "http": f"aiohttp {aiohttp.__version__} + agentctl bridge"}), flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)

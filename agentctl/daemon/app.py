@@ -39,6 +39,7 @@ from agentctl.evidence.sanitize import summarize, target_for_command, target_for
 from agentctl.evidence.store import Persister, StateDirError, ensure_state_dir, report_path, resolve_state_dir
 from agentctl.identity import new_execution_id, new_instance_id
 from agentctl.mcp_endpoint.server import McpEndpoint
+from agentctl.runtime import freeze_startup_heap
 from agentctl.spec import Spec, listen_address, secret_values
 
 log = logging.getLogger("agentctl.daemon")
@@ -130,6 +131,7 @@ class Daemon:
         except BaseException:
             await self.stop()
             raise
+        freeze_startup_heap()
         self.notifier.notify("READY=1", f"STATUS=serving execution {self.ctx.identity.execution_id}")
         if self.notifier.watchdog_interval:
             self._watchdog = asyncio.create_task(self.notifier.watchdog(), name="agentctl-watchdog")

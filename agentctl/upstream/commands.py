@@ -115,6 +115,7 @@ async def _serve(socket_path: Path, db: Path, tasks_db: str | None, web_args: tu
     import json
     import signal
 
+    from agentctl.runtime import freeze_startup_heap
     from agentctl.upstream.hub import Hub
 
     hub = Hub(socket_path, db, tasks_db=tasks_db)
@@ -136,6 +137,7 @@ async def _serve(socket_path: Path, db: Path, tasks_db: str | None, web_args: tu
             ready["page"] = page.url + "#token=" + token if generated else page.url
             if token_file is not None:
                 ready["token_file"] = str(token_file)
+        freeze_startup_heap()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         sys.stdout.write(json.dumps(ready) + "\n")

@@ -1,0 +1,18 @@
+"""Process-wide tuning for agentctl's long-lived servers (the daemon, the hub): the start-up heap kept out of
+the garbage collector."""
+
+from __future__ import annotations
+
+import gc
+
+
+def freeze_startup_heap() -> None:
+    """Move every object alive after start-up into the collector's permanent generation.
+
+    The MCP and ACP SDKs leave ~120,000 tracked objects (pydantic schemas, modules) that never become garbage;
+    a full collection walks them all (~40 ms here), and it comes round under steady request churn, showing
+    up as tail latency. Frozen, a full collection walks only what was made since (gc.freeze docs: collect
+    first so no garbage is frozen with them). Later imports and state are collected as usual.
+    """
+    gc.collect()
+    gc.freeze()
