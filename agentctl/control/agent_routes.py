@@ -132,7 +132,7 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
     def is_passthrough(ctx: DaemonContext) -> bool:
         return ctx.agent is not None and agent_acp(ctx) is None and callable(getattr(ctx.agent, "restart", None))
 
-    async def session_new(request: web.Request) -> web.Response:
+    async def open_session(request: web.Request, origin: str) -> web.Response:
         ctx = ctx_of(request)
         acp = agent_acp(ctx)
         if acp is None:
@@ -140,19 +140,15 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
                 # Not a "manual" attempt: that would supersede the running CLI's attempt behind its back.
                 return await restarted(ctx)
             # MCP-only mode: an attempt with no agent, so a person can attach an MCP client by hand.
-            attempt_id, _ = ctx.open_attempt("manual")
+            attempt_id, _ = ctx.open_attempt(origin)
             return json_response(SessionResult(attempt_id=attempt_id, accepted=False, with_agent=False))
-        return json_response(_result(await acp.new_session()))
+        return json_response(_result(await (acp.reset() if origin == "reset" else acp.new_session())))
+
+    async def session_new(request: web.Request) -> web.Response:
+        return await open_session(request, "manual")
 
     async def session_reset(request: web.Request) -> web.Response:
-        ctx = ctx_of(request)
-        acp = agent_acp(ctx)
-        if acp is None:
-            if is_passthrough(ctx):
-                return await restarted(ctx)
-            attempt_id, _ = ctx.open_attempt("reset")
-            return json_response(SessionResult(attempt_id=attempt_id, accepted=False, with_agent=False))
-        return json_response(_result(await acp.reset()))
+        return await open_session(request, "reset")
 
     async def session_load(request: web.Request) -> web.Response:
         try:

@@ -207,17 +207,22 @@ def _call(
 # -- commands -----------------------------------------------------------------------------------------
 
 
+def _show(args: argparse.Namespace, body: Any, renderer: str) -> int:
+    """Print a body as JSON (--json) or through the named renderer of agentctl.control.render."""
+    if args.json:
+        _print_json(body)
+    else:
+        from agentctl.control import render
+
+        _out(getattr(render, renderer)(body, render.use_color(sys.stdout)))
+    return EXIT_OK
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     body = _call(args, "GET", "/v1/status")
     if isinstance(body, int):
         return body
-    if args.json:
-        _print_json(body)
-    else:
-        from agentctl.control.render import render_status, use_color
-
-        _out(render_status(body, use_color(sys.stdout)))
-    return EXIT_OK
+    return _show(args, body, "render_status")
 
 
 def _report_offline(args: argparse.Namespace) -> int:
@@ -233,13 +238,7 @@ def _report_offline(args: argparse.Namespace) -> int:
         history = read_report(Path(args.state_dir).expanduser(), args.execution)
     except (StoreError, ValueError) as exc:
         return _err(str(exc), EXIT_USAGE)
-    if args.json:
-        _print_json(msgspec.to_builtins(history))
-    else:
-        from agentctl.control.render import render_report, use_color
-
-        _out(render_report(history, use_color(sys.stdout)))
-    return EXIT_OK
+    return _show(args, msgspec.to_builtins(history) if args.json else history, "render_report")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -248,13 +247,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     body = _call(args, "GET", "/v1/report")
     if isinstance(body, int):
         return body
-    if args.json:
-        _print_json(body)
-    else:
-        from agentctl.control.render import render_report, use_color
-
-        _out(render_report(body, use_color(sys.stdout)))
-    return EXIT_OK
+    return _show(args, body, "render_report")
 
 
 def cmd_health(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ Time comes from an injected fake clock; no sleeps.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -16,24 +16,14 @@ from agentctl.evidence.contract import (
     ClientInfo,
     EndpointTestResult,
     EvidenceEvent,
-    Identity,
     ToolCatalog,
     ToolSummary,
     decode_history,
     encode,
 )
 from agentctl.evidence.ledger import Ledger, ServerSeed
+from tests.evidence.fixed import IDENT, T0
 
-T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
-
-IDENT = Identity(
-    task_id="task_1",
-    session_id="sess_1",
-    execution_id="exec_1",
-    instance_id="inst_1",
-    agent_id="agent_1",
-    agent_profile_id="profile_1",
-)
 
 SEEDS = [
     ServerSeed(name="kandev", source="builtin", transport="http", target="http://127.0.0.1:7000"),

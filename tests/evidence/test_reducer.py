@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -25,7 +25,6 @@ from agentctl.evidence.contract import (
     ClientInfo,
     EndpointTestResult,
     EvidenceEvent,
-    Identity,
     RefusalCount,
     ServerRow,
     ToolCatalog,
@@ -33,17 +32,8 @@ from agentctl.evidence.contract import (
     decode_history,
     encode,
 )
+from tests.evidence.fixed import IDENT, T0
 
-T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
-
-IDENT = Identity(
-    task_id="task_1",
-    session_id="sess_1",
-    execution_id="exec_1",
-    instance_id="inst_1",
-    agent_id="agent_1",
-    agent_profile_id="profile_1",
-)
 
 
 class FakeClock:

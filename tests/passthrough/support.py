@@ -27,26 +27,32 @@ agent_profile_id = "profile-1"
 execution_id = "exec-pt"
 """
 
-SERVERS = f"""
+def servers_toml(http_base: str = "https://docs.example.com", sse_base: str = "https://events.example.com",
+                 stdio_command: str = "/usr/bin/fs-server") -> str:
+    """One server of each transport, a canary in each secret-bearing place (header, argument, env value)."""
+    return f"""
 [[mcp.servers]]
 name = "docs"
 type = "http"
-url = "https://docs.example.com/mcp"
+url = "{http_base}/mcp"
 headers = {{ "X-Api-Key" = "{HEADER_CANARY}" }}
 
 [[mcp.servers]]
 name = "events"
 type = "sse"
-url = "https://events.example.com/sse"
+url = "{sse_base}/sse"
 headers = {{ Authorization = "Bearer {SSE_CANARY}" }}
 
 [[mcp.servers]]
 name = "fs"
 type = "stdio"
-command = "/usr/bin/fs-server"
+command = "{stdio_command}"
 args = ["--root", "{ARG_CANARY}"]
 env = {{ FS_TOKEN = "{ENV_CANARY}" }}
 """
+
+
+SERVERS = servers_toml()
 
 # Stays alive until SIGTERM; stands in for a CLI whose own format the reference agent cannot read.
 SLEEPER = [sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); time.sleep(120)"]

@@ -18,7 +18,7 @@ from agentctl.daemon.app import Daemon
 from agentctl.spec import load_spec
 from tests.conftest import agentctl_cmd, poll, start_serve, write_spec
 from tests.passthrough.support import (
-    ARG_CANARY, CANARIES, ENV_CANARY, HEADER_CANARY, SLEEPER, SSE_CANARY, mode, tree,
+    ARG_CANARY, CANARIES, ENV_CANARY, HEADER_CANARY, SLEEPER, mode, servers_toml, tree,
 )
 from tests.conftest import eventually as _eventually
 
@@ -31,26 +31,7 @@ def agent_section(strategy: str | None, command: list[str], workdir: Path, *, se
     if strategy:
         text += f'strategy = "{strategy}"\n'
     if servers:
-        text += f"""
-[[mcp.servers]]
-name = "docs"
-type = "http"
-url = "{DEAD}/mcp"
-headers = {{ "X-Api-Key" = "{HEADER_CANARY}" }}
-
-[[mcp.servers]]
-name = "events"
-type = "sse"
-url = "{DEAD}/sse"
-headers = {{ Authorization = "Bearer {SSE_CANARY}" }}
-
-[[mcp.servers]]
-name = "fs"
-type = "stdio"
-command = "/nonexistent/fs-server"
-args = ["--root", "{ARG_CANARY}"]
-env = {{ FS_TOKEN = "{ENV_CANARY}" }}
-"""
+        text += servers_toml(DEAD, DEAD, "/nonexistent/fs-server")
     return text
 
 

@@ -40,7 +40,8 @@ from agentctl.evidence.ledger import Ledger, ServerSeed
 from agentctl.evidence.store import ensure_state_dir, read_report, report_path, write_atomic
 from agentctl.upstream import protocol as P
 from agentctl.upstream.hub_store import enforce_bounds
-from tests.evidence.test_reducer import IDENT, T0, strongest
+from tests.evidence.fixed import IDENT, T0
+from tests.evidence.test_reducer import strongest
 from tests.reliability.strategies import FUZZ
 
 # Seeded servers, a server nobody configured, and a name only bytes-exact code gets right.
