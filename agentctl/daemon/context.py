@@ -20,11 +20,22 @@ from agentctl.spec import Spec
 
 @dataclass
 class Readiness:
-    """Named readiness checks; /readyz is ready only while every check is true and no stop was requested."""
+    """Named readiness checks; /readyz is ready only while every check is true and no stop was requested.
+
+    `degraded` names components that work but not fully (check name -> reason code): shown on every
+    surface, never a cause of unreadiness (a daemon that cannot persist its report still serves MCP).
+    """
 
     checks: dict[str, bool] = field(default_factory=dict)
     details: dict[str, str] = field(default_factory=dict)
+    degraded: dict[str, str] = field(default_factory=dict)
     stopping: bool = False
+
+    def set_degraded(self, name: str, reason_code: str | None) -> None:
+        if reason_code:
+            self.degraded[name] = reason_code
+        else:
+            self.degraded.pop(name, None)
 
     def set(self, name: str, ok: bool, detail: str = "") -> None:
         self.checks[name] = ok
