@@ -37,6 +37,12 @@ class Readiness:
         else:
             self.degraded.pop(name, None)
 
+    def persistence_health(self, reason_code: str | None, errno_name: str | None) -> None:
+        """The report writer's state: always ready (a failed write is retried and the live report is whole);
+        a failure is degraded with its reason code, and the check's detail names the errno."""
+        self.set("persistence", True, f"{reason_code}: {errno_name}" if reason_code else "")
+        self.set_degraded("persistence", reason_code)
+
     def set(self, name: str, ok: bool, detail: str = "") -> None:
         self.checks[name] = ok
         if detail:
