@@ -68,14 +68,18 @@ def _evidence_kinds(report: dict[str, Any]) -> list[str]:
     return [e["kind"] for e in report["current"].get("evidence", [])]
 
 
-def test_session_new_sent_while_the_agent_initializes_waits_and_delivers_over_http_never_filtered(tmp_path, short_tmp):
+@pytest.mark.parametrize(("action", "origin"), [(("new",), "session_new"), (("load", "ref-earlier"), "session_load")],
+                         ids=["new", "load"])
+def test_a_session_sent_while_the_agent_initializes_waits_and_delivers_over_http_never_filtered(
+    tmp_path, short_tmp, action, origin
+):
     spec = agent_spec(tmp_path, "--delay-initialize", "4")
     sock = short_tmp / "c.sock"
     proc = _serve_without_waiting(spec, sock)
     try:
         poll(lambda: _agent_starting(sock), timeout=30, interval=0.02, what="the agent to be starting")
         # The real CLI, at once: the agent has not answered initialize yet.
-        thread, box = _in_background(cli, sock, "session", "new", "--json")
+        thread, box = _in_background(cli, sock, "session", *action, "--json")
         # A prompt cannot wait for a session that does not exist yet: refused at once (asserted below).
         prompt = ControlClient(sock).post("/v1/prompt", {"text": "hello"})
         assert _agent_starting(sock), "both requests were sent while the agent was starting"
@@ -90,7 +94,7 @@ def test_session_new_sent_while_the_agent_initializes_waits_and_delivers_over_ht
         assert builtin["transport"] == "http", "planned from what the agent declared: http"
         assert builtin["status"] in ("delivered", "connected", "active") and "filtered_at" not in builtin
         assert "filtered" not in _evidence_kinds(report)
-        assert report["current"]["attempt_id"] == result["attempt_id"] and report["current"]["origin"] == "session_new"
+        assert report["current"]["attempt_id"] == result["attempt_id"] and report["current"]["origin"] == origin
         assert prompt[0] == 409 and prompt[1]["reason_code"] == "agent_starting", prompt
         assert daemon.stop() == 0
     finally:
