@@ -318,9 +318,7 @@ class Hub:
             return
         for other in list(self._conns):
             ident = other.identity
-            if other.execution is not execution or ident is None or not other.stale:
-                continue
-            if ident.execution_id != other.session.current_execution_id:
+            if other.execution is not execution or ident is None or not other.stale or other.stale_execution:
                 continue
             log.info("session %s: asking instance %s of execution %s to reconnect: the instance that superseded "
                      "it disconnected", ident.session_id, ident.instance_id, ident.execution_id)
@@ -433,7 +431,7 @@ class Hub:
             if not other.stale:
                 continue
             ident = other.identity
-            if ident.execution_id != other.session.current_execution_id:
+            if other.stale_execution:
                 code, message = "stale_execution", (
                     "a newer execution of this session said hello; this execution's frames are rejected")
             else:

@@ -167,7 +167,7 @@ def session_view(session: HubSession) -> dict[str, Any]:
         "link": "connected" if session.connected else "not connected",
         "last_contact": _text(session.last_contact_at),
         "executions": session.executions,
-        "stale": f"rejected {_plural(session.stale_rejected, 'frame')} from older executions"
+        "stale": f"rejected {_plural(session.stale_rejected, 'frame')} from superseded executions or instances"
         if session.stale_rejected else None,
         "agent": _agent_text(session),
         "attempt": attempt_view(session.current_attempt, session.agent),
@@ -346,6 +346,6 @@ def diagnostics_text(report: HubSessionReport, now: datetime | None = None) -> s
         f"last contact {_when(session.last_contact_at)} UTC"
     )
     if session.stale_rejected:
-        hub_line += f"; {_plural(session.stale_rejected, 'frame')} from older executions rejected"
+        hub_line += f"; {_plural(session.stale_rejected, 'frame')} from superseded executions or instances rejected"
     return text.replace(_upstream_lines(None)[0], hub_line, 1)
 

@@ -165,6 +165,11 @@ async def test_a_superseded_connection_is_told_once_and_asked_back_when_its_supe
     assert isinstance(told, P.ErrorFrame) and told.code == "stale_instance" and not told.fatal
     await first.send(P.frame(P.HeartbeatFrame))
     assert isinstance(await first.recv(), P.HeartbeatFrame), "a superseded connection stays open"
+    await first.send(P.frame(P.ToolCallFrame, id="c1", op="task.get", identity=identity(instance="inst-a"), args={},
+                             deadline_ms=5000, sent_at=datetime.now(UTC)))
+    refused = await first.recv()
+    assert isinstance(refused, P.ToolResultFrame) and not refused.ok
+    assert refused.error == "a newer daemon instance of this execution is current; the tool did not run"
 
     await second.close()
     # The superseder is gone while the first is alive: the first is asked to reconnect (fatal) and closed.
