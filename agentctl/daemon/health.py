@@ -16,12 +16,13 @@ from agentctl.daemon.context import DaemonContext
 
 
 def _agent(ctx: DaemonContext) -> dict[str, Any] | None:
-    """How the agent stands, without anything it said (its name and version stay on the control socket)."""
+    """How the agent stands, as codes and numbers only: nothing it said (its name, version and the summary
+    of a start failure stay on the control socket), since this port answers without a credential."""
     agent = ctx.ledger.history.agent
     if agent is None:
         return None
     out: dict[str, Any] = {"state": agent.state}
-    for key in ("start_failure", "exit_code", "exit_signal", "exit_reason"):
+    for key in ("start_failure", "exit_code", "exit_signal"):
         value = getattr(agent, key)
         if value is not None:
             out[key] = value

@@ -18,7 +18,7 @@ import pytest
 from agentctl.agent.manager import AgentManager
 from agentctl.agent.outcome import AgentError
 from agentctl.control.client import ControlClient, ControlError
-from tests.agent.serve_support import agent_spec, cli, row
+from tests.agent.serve_support import agent_spec, base_url, cli, http_get, row
 from tests.conftest import REPO, ServeProcess, agentctl_cmd, poll
 
 
@@ -112,7 +112,7 @@ def test_an_agent_that_crashes_during_initialize_filters_nothing_and_says_it_exi
     try:
         poll(lambda: _agent_starting(sock), timeout=30, interval=0.02, what="the agent to be starting")
         thread, box = _in_background(cli, sock, "session", "new", "--json")
-        _finish(proc)
+        daemon = _finish(proc)
         thread.join(timeout=60)
         result = json.loads(box["result"].stdout)
         assert not result["accepted"] and result["reason_code"] == "agent_not_running"
@@ -127,7 +127,10 @@ def test_an_agent_that_crashes_during_initialize_filters_nothing_and_says_it_exi
 
         text = cli(sock, "status").stdout
         assert "filtered" not in text and "no_supported_transport" not in text
-        assert "exited before answering initialize" in text and "code 3" in text, text
+        assert text.startswith("Daemon: not ready (the agent exited before answering initialize, exit code 3)"), text
+        code, ready = http_get(base_url(daemon) + "/readyz?verbose")
+        assert code == 503 and ready["agent"] == {"state": "exited", "start_failure": "agent_exited_before_initialize",
+                                                  "exit_code": 3, "stopped_by_daemon": False}
         # Later session requests are told the same, and still filter nothing.
         again = cli(sock, "session", "reset")
         assert again.returncode == 1 and "the agent is not running" in again.stdout, again.stdout
