@@ -191,7 +191,10 @@ def test_a_daemon_of_an_older_execution_is_shown_superseded_and_stays_so_when_th
         poll(lambda: _upstream(old)["state"] == "superseded", timeout=30, interval=0.1, what="superseded")
         assert _upstream(old)["superseded_reason"] == "stale_execution"
         assert "upstream superseded (a newer execution of this session is current" in _text(old, "status")
-        assert _readyz(old)[1]["degraded"] == {"upstream": "stale_execution"}
+        assert "Upstream: superseded (a newer execution of this session is current" in _text(old, "diagnostics")
+        code, ready = _readyz(old)
+        assert code == 200 and ready["degraded"] == {"upstream": "stale_execution"}
+        assert ready["checks"]["upstream"] == {"ok": True, "detail": "superseded: stale_execution"}
         new.popen.kill()
         new.popen.wait(timeout=10)
         # A newer execution superseded it: it is not asked back, and the hub keeps the newer one current.
