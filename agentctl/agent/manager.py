@@ -83,13 +83,14 @@ class AgentManager:
             except TimeoutError:
                 raise AgentError("agent_starting", "the agent is still starting (no answer to ACP initialize yet); "
                                  "try again") from None
-        assert self.acp is not None
-        return self.acp
+        return self.runtime_now()
 
     def runtime_now(self) -> AcpRuntime:
         """The ACP runtime without waiting: AgentError while the agent is still starting."""
-        if self.acp is None or not self._decided.is_set():
+        if not self._decided.is_set():
             raise AgentError("agent_starting", "the agent is still starting (no answer to ACP initialize yet)")
+        if self.acp is None:  # the start failed before the ACP side existed
+            raise AgentError("agent_not_running", self.gone_reason())
         return self.acp
 
     def gone_reason(self) -> str:

@@ -8,6 +8,7 @@ and execution ids as secondary detail lines. Colour only when asked (see `use_co
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import textwrap
 from collections.abc import Mapping
@@ -132,8 +133,6 @@ _START_FAILURES = {
 
 
 def _signal_name(number: int) -> str:
-    import signal
-
     try:
         return signal.Signals(number).name
     except ValueError:
