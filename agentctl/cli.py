@@ -41,7 +41,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(func=cmd_serve)
 
-    run = sub.add_parser("run", help="the main job: start the daemon, open a session, show status, persist")
+    run = sub.add_parser(
+        "run",
+        help="the main job: start the daemon, open a session, show status, persist",
+        description="The main job: start the daemon with an in-process hub (unless [upstream] names one), "
+        "start the agent, open a session, optionally prompt, show the status and persist the report.",
+        epilog="exit codes: 0 the job ran (an agent that ended on its own exited with code 0); "
+        "1 the agent failed: it did not start, did not accept the session, the prompt failed, or it exited "
+        "with an error (a non-zero code or a signal), for ACP and passthrough agents alike; "
+        "2 bad spec or the daemon could not start; 128+N interrupted by signal N (the agent is stopped and "
+        "the report persisted all the same)",
+    )
     run.add_argument("spec", metavar="SPEC", help="execution spec (TOML or JSON)")
     run.add_argument("--socket", help="control socket path")
     run.add_argument("--prompt", metavar="TEXT", help="send this prompt once the session is accepted")

@@ -104,6 +104,7 @@ class AcpRuntime:
         *,
         builtin_base: Callable[[], str],
         seeds: Callable[[], list[ServerSeed]],
+        gone: Callable[[], str] | None = None,
     ) -> None:
         assert spec.agent is not None
         self.spec = spec
@@ -111,9 +112,14 @@ class AcpRuntime:
         self.ledger = ledger
         self._builtin_base = builtin_base
         self._seeds = seeds
+        # Why there is no usable agent, for an attempt that cannot be delivered (the manager knows how it ended).
+        self._gone = gone or (lambda: "no ACP connection")
         self._conn: Any = None
         self._transport: AgentStdioTransport | None = None
         self.caps = McpCaps()
+        # Until the agent answers initialize, `caps` is a default, not the agent's decision: nothing may be
+        # planned (or filtered) from it.
+        self.initialized = False
         self.close_supported = False
         self.acp_session_id: str | None = None
         self._sink: UpdateSink | None = None
@@ -147,7 +153,9 @@ class AcpRuntime:
             raise AgentError("initialize_rejected", self._summary(str(exc))) from None
         except (ConnectionError, OSError):
             await self.close()
-            raise AgentError("agent_exited", "the agent closed its stdout before answering initialize") from None
+            raise AgentError(
+                "agent_exited_before_initialize", "the agent closed its stdout before answering ACP initialize"
+            ) from None
         except Exception as exc:  # an answer the SDK could not validate: the agent is not usable
             await self.close()
             raise AgentError("initialize_invalid", f"unusable initialize answer ({type(exc).__name__})") from None
@@ -164,6 +172,7 @@ class AcpRuntime:
             protocol_version=resp.protocol_version,
             mcp_capabilities=McpCapabilities(http=self.caps.http, sse=self.caps.sse),
         )
+        self.initialized = True
 
     @property
     def connected(self) -> bool:
@@ -225,12 +234,16 @@ class AcpRuntime:
 
     async def _deliver(self, attempt_id: str, token: str, *, load_id: str | None) -> SessionOutcome:
         ledger = self.ledger
+        if not (self.initialized and self.connected):
+            # Nothing is planned for an agent that is gone or never answered initialize: it decided nothing
+            # about transports, so no row may say `filtered`. The rows stay `configured`; one report-level
+            # error says why.
+            summary = self._summary(self._gone())
+            ledger.record("explicit_error", attempt_id, reason_code="agent_not_running", summary=summary)
+            return SessionOutcome(attempt_id, False, reason_code="agent_not_running", summary=summary)
         plan = plan_delivery(self.spec, self.caps, builtin_base=self._builtin_base(), token=token)
         for omitted in plan.filtered:
             ledger.record("filtered", attempt_id, omitted.name, reason_code=omitted.reason_code, summary=omitted.summary)
-        if not self.connected:
-            ledger.record("explicit_error", attempt_id, reason_code="agent_not_running", summary="no ACP connection")
-            return SessionOutcome(attempt_id, False, reason_code="agent_not_running", summary="no ACP connection")
         cwd = self._cwd()
         sent: list[Planned] = []
         self._pending_delivery = (attempt_id, sent, plan.delivered)
@@ -306,7 +319,7 @@ class AcpRuntime:
     def check_prompt(self) -> None:
         """Raise the AgentError a prompt would fail with right now (so the route can answer 409 up front)."""
         if not self.connected:
-            raise AgentError("agent_not_running", "the agent is not running")
+            raise AgentError("agent_not_running", self._summary(f"the agent is not running ({self._gone()})"))
         if self.acp_session_id is None:
             raise AgentError("no_session", "no accepted ACP session: run `agentctl session new` first")
         if self.prompt_running:

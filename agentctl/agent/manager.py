@@ -27,6 +27,9 @@ DAEMON_SECRET_ENV_PREFIXES = ("AGENTCTL_", "CREDENTIALS_DIRECTORY")
 # chunks (up to its own frame cap), so a bigger reader buffer would only add memory, never capacity.
 STDOUT_CHUNK_LIMIT = 1024 * 1024
 EXIT_AFTER_EOF_WAIT = 2.0
+# A session request that arrives while the agent starts waits for its initialize answer: at most the
+# initialize timeout plus this, for the spawn and the ACP SDK's import before initialize is sent.
+START_ALLOWANCE = 5.0
 
 
 def resolve_command(argv: list[str]) -> list[str]:
@@ -62,9 +65,46 @@ class AgentManager:
         self._linger: asyncio.TimerHandle | None = None
         self._stopping = False
         self._exit: ExitInfo | None = None
+        # Set once the agent's start is decided: initialize answered, or the start failed. The control
+        # socket is up before the agent, so a session request can arrive before then.
+        self._decided = asyncio.Event()
+
+    @property
+    def starting(self) -> bool:
+        return not self._decided.is_set()
+
+    async def session_runtime(self) -> AcpRuntime:
+        """The ACP runtime, once the agent answered initialize or failed to start (AgentError if it is still
+        starting after its initialize timeout): a session planned before that would use capabilities the
+        agent never declared and show its servers as filtered."""
+        if not self._decided.is_set():
+            try:
+                await asyncio.wait_for(self._decided.wait(), self.agent_spec.initialize_timeout + START_ALLOWANCE)
+            except TimeoutError:
+                raise AgentError("agent_starting", "the agent is still starting (no answer to ACP initialize yet); "
+                                 "try again") from None
+        return self.runtime_now()
+
+    def runtime_now(self) -> AcpRuntime:
+        """The ACP runtime without waiting: AgentError while the agent is still starting."""
+        if not self._decided.is_set():
+            raise AgentError("agent_starting", "the agent is still starting (no answer to ACP initialize yet)")
+        if self.acp is None:  # the start failed before the ACP side existed
+            raise AgentError("agent_not_running", self.gone_reason())
+        return self.acp
+
+    def gone_reason(self) -> str:
+        """Why no session can be delivered: how the start failed or the process ended, in one line."""
+        return self._exit_reason() or "the ACP connection is closed"
 
     async def start(self) -> None:
         """Spawn and initialize. A failing agent is evidence, not a daemon failure: the daemon stays up."""
+        try:
+            await self._start()
+        finally:
+            self._decided.set()
+
+    async def _start(self) -> None:
         ledger = self.ctx.ledger
         ledger.update_agent(protocol=self.agent_spec.protocol, state="starting", started_at=ledger.now())
         self.ctx.readiness.set("agent", False, "starting")
@@ -80,7 +120,9 @@ class AgentManager:
         from agentctl.agent.acp import AcpRuntime
 
         ctx = self.ctx
-        self.acp = AcpRuntime(ctx.spec, ledger, builtin_base=lambda: ctx.mcp_base or "", seeds=self._seeds)
+        self.acp = AcpRuntime(
+            ctx.spec, ledger, builtin_base=lambda: ctx.mcp_base or "", seeds=self._seeds, gone=self.gone_reason
+        )
         if spawn_error is not None:
             self._failed("agent_start_failed", str(spawn_error))
             ledger.update_agent(state="exited", exited_at=ledger.now())
@@ -89,25 +131,28 @@ class AgentManager:
             await self.acp.connect(self.supervisor.stdin, self.supervisor.stdout)
         except AgentError as exc:
             self._failed(exc.reason_code, exc.summary)
-            if exc.reason_code == "agent_exited" and self.supervisor.running:
+            if exc.reason_code == "agent_exited_before_initialize" and self.supervisor.running:
                 # stdout ended first; the exit itself is usually a moment behind. Let it be the agent's own
                 # exit (with its code) rather than one we caused.
                 try:
                     await asyncio.wait_for(self.supervisor.wait_exit(), EXIT_AFTER_EOF_WAIT)
                 except TimeoutError:
                     pass
+            # Decided: a waiting session request is answered now, not after the stop below.
+            self._decided.set()
             if self.supervisor.running:
                 # Without ACP the process is of no use, and it must not outlive the evidence of why.
                 await self.supervisor.stop(grace=min(self.agent_spec.stop_grace, 1.0))
             return
         if self.supervisor.running:
             self.ctx.readiness.set("agent", True)
+        self._decided.set()
 
     def _failed(self, reason_code: str, summary: str) -> None:
         self.start_error = AgentError(reason_code, summary)
         reason = self._exit_reason()
         self.ctx.readiness.set("agent", False, f"exited: {reason}" if self._exit else reason)
-        self.ctx.ledger.update_agent(exit_reason=reason)
+        self.ctx.ledger.update_agent(exit_reason=reason, start_failure=reason_code)
         log.warning("agent did not start: %s", reason_code)
 
     def _exit_reason(self) -> str:

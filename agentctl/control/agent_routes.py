@@ -106,11 +106,16 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
     def ctx_of(request: web.Request) -> DaemonContext:
         return request.app[ctx_key]
 
-    def agent_acp(ctx: DaemonContext):
-        agent = ctx.agent
-        if agent is None or getattr(agent, "acp", None) is None:
-            return None
-        return agent.acp
+    def is_acp(ctx: DaemonContext) -> bool:
+        # By the component, not by its runtime: an ACP agent that is still starting has no runtime yet, and
+        # must not be taken for MCP-only mode.
+        return ctx.agent is not None and callable(getattr(ctx.agent, "session_runtime", None))
+
+    def is_passthrough(ctx: DaemonContext) -> bool:
+        return ctx.agent is not None and callable(getattr(ctx.agent, "restart", None))
+
+    def refused(exc: AgentError) -> web.Response:
+        return json_response({"error": exc.summary, "reason_code": exc.reason_code}, status=409)
 
     async def restarted(ctx: DaemonContext) -> web.Response:
         """A passthrough CLI has no session to open: a new attempt is a new process start."""
@@ -129,19 +134,20 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
             )
         )
 
-    def is_passthrough(ctx: DaemonContext) -> bool:
-        return ctx.agent is not None and agent_acp(ctx) is None and callable(getattr(ctx.agent, "restart", None))
-
     async def open_session(request: web.Request, origin: str) -> web.Response:
         ctx = ctx_of(request)
-        acp = agent_acp(ctx)
-        if acp is None:
-            if is_passthrough(ctx):
-                # Not a "manual" attempt: that would supersede the running CLI's attempt behind its back.
-                return await restarted(ctx)
+        if is_passthrough(ctx):
+            # Not a "manual" attempt: that would supersede the running CLI's attempt behind its back.
+            return await restarted(ctx)
+        if not is_acp(ctx):
             # MCP-only mode: an attempt with no agent, so a person can attach an MCP client by hand.
             attempt_id, _ = ctx.open_attempt(origin)
             return json_response(SessionResult(attempt_id=attempt_id, accepted=False, with_agent=False))
+        try:
+            # Waits for the agent's initialize: delivery is planned from what the agent declared.
+            acp = await ctx.agent.session_runtime()
+        except AgentError as exc:
+            return refused(exc)
         return json_response(_result(await (acp.reset() if origin == "reset" else acp.new_session())))
 
     async def session_new(request: web.Request) -> web.Response:
@@ -155,10 +161,23 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
             body = await decode_body(request, _LoadBody)
         except BodyError as exc:
             return error_response(exc.status, exc.message)
-        acp = agent_acp(ctx_of(request))
-        if acp is None:
+        ctx = ctx_of(request)
+        if not is_acp(ctx):
             return error_response(409, "session load needs an ACP agent; this daemon has none (MCP only or passthrough)")
+        try:
+            acp = await ctx.agent.session_runtime()
+        except AgentError as exc:
+            return refused(exc)
         return json_response(_result(await acp.load_session(body.session_id)))
+
+    def runtime_now(ctx: DaemonContext, what: str):
+        """The ACP runtime for prompt and cancel, or the 409 response that says why there is none."""
+        if not is_acp(ctx):
+            return error_response(409, f"{what} needs an ACP agent; this daemon has none (MCP only or passthrough)")
+        try:
+            return ctx.agent.runtime_now()
+        except AgentError as exc:
+            return refused(exc)
 
     async def prompt(request: web.Request) -> web.StreamResponse:
         if request.content_length is not None and request.content_length > MAX_PROMPT_BYTES:
@@ -167,13 +186,13 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
             body = await decode_body(request, _PromptBody, max_bytes=MAX_PROMPT_BYTES)
         except BodyError as exc:
             return error_response(exc.status, f"prompt over {MAX_PROMPT_BYTES} bytes" if exc.status == 413 else exc.message)
-        acp = agent_acp(ctx_of(request))
-        if acp is None:
-            return error_response(409, "prompt needs an ACP agent; this daemon has none (MCP only or passthrough)")
+        acp = runtime_now(ctx_of(request), "prompt")
+        if isinstance(acp, web.Response):
+            return acp
         try:
             acp.check_prompt()
         except AgentError as exc:
-            return json_response({"error": exc.summary, "reason_code": exc.reason_code}, status=409)
+            return refused(exc)
         response = web.StreamResponse(status=200, headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
         stream = _UpdateStream(response)
@@ -204,9 +223,9 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
         return response
 
     async def cancel(request: web.Request) -> web.Response:
-        acp = agent_acp(ctx_of(request))
-        if acp is None:
-            return error_response(409, "cancel needs an ACP agent")
+        acp = runtime_now(ctx_of(request), "cancel")
+        if isinstance(acp, web.Response):
+            return acp
         try:
             await acp.cancel()
         except AgentError as exc:

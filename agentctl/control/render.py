@@ -8,6 +8,7 @@ and execution ids as secondary detail lines. Colour only when asked (see `use_co
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import textwrap
 from collections.abc import Mapping
@@ -120,7 +121,46 @@ def row_explanation(row: Any) -> str:
     return "not sent to the agent yet"
 
 
-def _row_details(row: Any) -> list[str]:
+# How an agent that never got through its start ended, by the start failure's reason code.
+_START_FAILURES = {
+    "agent_start_failed": "could not be started",
+    "agent_exited_before_initialize": "exited before answering initialize",
+    "initialize_timeout": "did not answer initialize in time",
+    "initialize_rejected": "refused initialize",
+    "initialize_invalid": "answered initialize with something unusable",
+    "materialize_failed": "was not started: its MCP configuration could not be written",
+}
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def agent_gone(agent: Any) -> str | None:
+    """One line for an agent whose process has ended (crashed, exited, killed, never started), else None."""
+    if not agent or _get(agent, "state") != "exited":
+        return None
+    code, signum = _get(agent, "exit_code"), _get(agent, "exit_signal")
+    if code is not None:
+        end = f"exit code {code}"
+    elif signum is not None:
+        end = f"killed by {_signal_name(int(signum))}"
+    else:
+        end = None
+    failure = _get(agent, "start_failure")
+    if failure:
+        head = "the agent " + _START_FAILURES.get(str(failure), f"did not start ({failure})")
+    elif _get(agent, "stopped_by_daemon", False):
+        head = "the agent was stopped by the daemon"
+    else:
+        head = "the agent has exited"
+    return f"{head}, {end}" if end else head
+
+
+def _row_details(row: Any, agent: Any = None) -> list[str]:
     details: list[str] = []
     status = _get(row, "status", "configured")
     calls = _get(row, "tool_calls", 0)
@@ -140,6 +180,10 @@ def _row_details(row: Any) -> list[str]:
                 f"endpoint test failed: {_get(test, 'reason_code', 'error')} "
                 "(a test from the daemon, not what the agent saw)"
             )
+    gone = agent_gone(agent)
+    if gone:
+        # The row keeps its strongest evidence; this says no more will come from this agent.
+        details.append(f"{gone}; no more evidence will come from it")
     return details
 
 
@@ -159,7 +203,7 @@ def _name_cell(name: str, width: int) -> str:
     return name.ljust(width)
 
 
-def render_rows(servers: list[Any], color: bool, indent: int = 2) -> list[str]:
+def render_rows(servers: list[Any], color: bool, indent: int = 2, agent: Any = None) -> list[str]:
     """One block per server: `name  state`, then the explanation (and details) under the state column."""
     if not servers:
         return [" " * indent + "no MCP servers in this attempt"]
@@ -172,7 +216,7 @@ def render_rows(servers: list[Any], color: bool, indent: int = 2) -> list[str]:
         label = _paint(display_label(row), STATE_COLORS.get(status), color)
         lines.append(f"{' ' * indent}{_name_cell(name, width)}  {label}")
         lines.extend(_wrap(row_explanation(row), text_col))
-        for detail in _row_details(row):
+        for detail in _row_details(row, agent):
             lines.extend(_paint(line, GREY, color) for line in _wrap(detail, text_col))
     return lines
 
@@ -194,25 +238,49 @@ def _attempt_line(attempt: Any) -> str:
     return text
 
 
+def degraded_text(degraded: Mapping[str, Any] | None) -> str:
+    """`persistence: report_write_failed, ...`: what works but not fully, by component and reason code."""
+    return ", ".join(f"{name}: {code}" for name, code in sorted((degraded or {}).items()))
+
+
 def _readiness_line(status: Mapping[str, Any], color: bool) -> str | None:
     if "ready" not in status:
         return None
+    degraded = status.get("degraded") or {}
     if status.get("ready"):
+        if degraded:
+            return "Daemon: " + _paint("ready, degraded", AMBER, color) + f" ({degraded_text(degraded)})"
         return "Daemon: " + _paint("ready", GREEN, color)
     checks = status.get("checks") or {}
     failing = [name for name, ok in checks.items() if not ok]
+    gone = agent_gone(status.get("agent")) if "agent" in failing else None
     if failing:
-        why = "waiting for " + ", ".join(failing)
+        # An agent that has exited will not come back by waiting: say what happened to it instead.
+        waits = [name for name in failing if not (gone and name == "agent")]
+        why = "; ".join(filter(None, [gone, "waiting for " + ", ".join(waits) if waits else None]))
     elif status.get("stopping") or checks:
         why = "stopping"
     else:
         why = "starting"
+    if degraded:
+        why += f"; degraded: {degraded_text(degraded)}"
     return "Daemon: " + _paint("not ready", AMBER, color) + f" ({why})"
 
 
-def render_attempt(attempt: Any, color: bool) -> list[str]:
+def upstream_text(upstream: Any) -> str:
+    """The upstream's state as people read it: `superseded` says by what, never "connected"."""
+    state = str(_get(upstream, "state"))
+    if state == "superseded":
+        reason = _get(upstream, "superseded_reason")
+        by = {"stale_execution": "a newer execution of this session is current",
+              "stale_instance": "a newer daemon instance of this execution is current"}.get(reason, reason)
+        return f"superseded ({by}; the upstream rejects this daemon's evidence)" if by else "superseded"
+    return state
+
+
+def render_attempt(attempt: Any, color: bool, agent: Any = None) -> list[str]:
     """The server rows of one attempt, plus its session-level error (a diagnostic, not a row failure)."""
-    lines = render_rows(list(_get(attempt, "servers", []) or []), color)
+    lines = render_rows(list(_get(attempt, "servers", []) or []), color, agent=agent)
     error = _get(attempt, "session_error")
     if error:
         code = _get(error, "reason_code", "session_error")
@@ -235,9 +303,12 @@ def render_status(status: Any, color: bool) -> str:
     if headline:
         lines += [headline, ""]
     if attempt:
-        lines += render_attempt(attempt, color)
+        lines += render_attempt(attempt, color, agent=data.get("agent"))
     else:
         lines.append("  no attachment attempt yet (no session has been opened)")
+        gone = agent_gone(data.get("agent"))
+        if gone:
+            lines.extend(_wrap(gone, 2))
     lines.append("")
     if attempt:
         lines += _detail("attempt", _attempt_line(attempt), color)
@@ -253,7 +324,7 @@ def render_status(status: Any, color: bool) -> str:
     upstream = data.get("upstream")
     if upstream:
         dropped = _get(upstream, "dropped_events") or 0
-        state = str(_get(upstream, "state"))
+        state = upstream_text(upstream)
         lines += _detail("upstream", state + (f", {_plural(dropped, 'event')} resynced" if dropped else ""), color)
     if data.get("report_path"):
         lines += _detail("report", str(data["report_path"]), color)
@@ -290,7 +361,10 @@ def render_health(health: Any, ready_mode: bool, color: bool) -> str:
         if data.get("live"):
             return _paint("live", GREEN, color) + "\n"
         return _paint("not live", RED, color) + "\n"
+    degraded = data.get("degraded") or {}
     if data.get("ready"):
+        if degraded:
+            return _paint("ready", GREEN, color) + f" (degraded: {degraded_text(degraded)})\n"
         return _paint("ready", GREEN, color) + "\n"
     checks = data.get("checks") or {}
     details = data.get("details") or {}

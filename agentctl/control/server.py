@@ -136,6 +136,8 @@ def build_status(ctx: Any) -> StatusResponse:
         mcp_url=ctx.mcp_url,
         rejected_events=history.rejected_events,
         upstream=ctx.upstream.status() if getattr(ctx, "upstream", None) is not None else None,
+        agent=history.agent,
+        degraded=dict(ctx.readiness.degraded),
     )
 
 
@@ -159,6 +161,7 @@ def install_control_routes(app: web.Application, ctx_key: web.AppKey) -> None:
             stopping=readiness.stopping,
             checks=dict(readiness.checks),
             details=dict(readiness.details),
+            degraded=dict(readiness.degraded),
         )
         return json_response(body)
 

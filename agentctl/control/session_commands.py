@@ -58,6 +58,19 @@ def add_session_commands(subparsers: Any, common: argparse.ArgumentParser) -> No
     p.set_defaults(func=cmd_stderr)
 
 
+# Why a session was not opened, by reason code. "Refused" only when the agent answered with a refusal: a
+# timeout, a dead agent or an unusable answer is not the agent's decision.
+_NOT_OPENED = {
+    "session_rejected": "the agent refused the session",
+    "session_timeout": "the agent did not answer the session request in time",
+    "agent_exited": "the agent exited before answering the session request",
+    "agent_not_running": "the agent is not running",
+    "session_error": "the agent's answer to the session request was unusable",
+    "agent_start_failed": "the agent could not be started",
+    "materialize_failed": "the agent was not started: its MCP configuration could not be written",
+}
+
+
 def cmd_session(args: argparse.Namespace) -> int:
     payload = {"session_id": args.session_id} if getattr(args, "session_id", None) else None
     # session/new may wait for the agent (it often connects to its MCP servers before answering).
@@ -76,7 +89,8 @@ def cmd_session(args: argparse.Namespace) -> int:
         _out(f"attempt {body['attempt_id']}: " + (f"session accepted ({acp_session})\n" if acp_session else "agent started\n"))
         return EXIT_OK
     failed = ", ".join(body.get("failed_servers") or [])
-    line = f"attempt {body['attempt_id']}: the agent refused the session: {body.get('reason_code')}"
+    code = body.get("reason_code")
+    line = f"attempt {body['attempt_id']}: {_NOT_OPENED.get(code, 'the session was not opened')}: {code}"
     if body.get("summary"):
         line += f" ({body['summary']})"
     if failed:

@@ -199,7 +199,9 @@ class Daemon:
         ctx = self.ctx
         ensure_state_dir(ctx.state_dir, ctx.identity.execution_id)
         ctx.report_path = report_path(ctx.state_dir, ctx.identity.execution_id)
-        self.persister = Persister(ctx.ledger, ctx.report_path, delay=self.spec.daemon.persist_delay)
+        self.persister = Persister(ctx.ledger, ctx.report_path, delay=self.spec.daemon.persist_delay,
+                                   on_health=ctx.readiness.persistence_health)
+        ctx.readiness.persistence_health(None, None)
         self.persister.start()
         self._stoppers.append(("persistence", self.persister.stop))
         self._open_task_store()

@@ -20,11 +20,28 @@ from agentctl.spec import Spec
 
 @dataclass
 class Readiness:
-    """Named readiness checks; /readyz is ready only while every check is true and no stop was requested."""
+    """Named readiness checks; /readyz is ready only while every check is true and no stop was requested.
+
+    `degraded` names components that work but not fully (check name -> reason code): shown on every
+    surface, never a cause of unreadiness (a daemon that cannot persist its report still serves MCP).
+    """
 
     checks: dict[str, bool] = field(default_factory=dict)
     details: dict[str, str] = field(default_factory=dict)
+    degraded: dict[str, str] = field(default_factory=dict)
     stopping: bool = False
+
+    def set_degraded(self, name: str, reason_code: str | None) -> None:
+        if reason_code:
+            self.degraded[name] = reason_code
+        else:
+            self.degraded.pop(name, None)
+
+    def persistence_health(self, reason_code: str | None, errno_name: str | None) -> None:
+        """The report writer's state: always ready (a failed write is retried and the live report is whole);
+        a failure is degraded with its reason code, and the check's detail names the errno."""
+        self.set("persistence", True, f"{reason_code}: {errno_name}" if reason_code else "")
+        self.set_degraded("persistence", reason_code)
 
     def set(self, name: str, ok: bool, detail: str = "") -> None:
         self.checks[name] = ok

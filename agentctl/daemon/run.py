@@ -18,8 +18,13 @@ from agentctl.evidence.contract import EvidenceEvent, encode
 
 SETTLE_SECONDS = 1.0  # after the session is accepted, give the agent a moment to list tools before the table
 
+# Exit codes of `agentctl run` (its --help and the README list them). 2 is the CLI's own: a bad spec or a
+# daemon that could not start, one line on stderr. An interrupt is 128 + the signal number.
+EXIT_OK = 0
+EXIT_AGENT_FAILED = 1  # the agent did not start, refused or failed the session or prompt, or exited with an error
 
-def progress_line(event: EvidenceEvent) -> str | None:
+
+def progress_line(event: EvidenceEvent, passthrough: bool = False) -> str | None:
     """One line per step a person cares about; never any payload."""
     server = event.server
     kind = event.kind
@@ -28,6 +33,9 @@ def progress_line(event: EvidenceEvent) -> str | None:
     if kind == "filtered":
         return f"  filtered    {server}: {event.reason_code}"
     if kind == "session_accepted":
+        if passthrough:
+            # A passthrough CLI accepts nothing: its process started with the configuration, that is all.
+            return "  started     the agent's process started with its MCP configuration"
         return "  accepted    the agent accepted the session"
     if kind == "initialize_observed":
         client = event.client.name if event.client else "unknown client"
@@ -71,6 +79,7 @@ async def _run_main_job(
     show = (lambda line: None) if as_json else (lambda line: (out.write(line + "\n"), out.flush()))
 
     attempts: list[str] = []
+    passthrough = daemon.spec.agent is not None and daemon.spec.agent.protocol == "passthrough"
 
     def on_event(event: EvidenceEvent | None) -> None:
         if event is None:
@@ -79,7 +88,7 @@ async def _run_main_job(
             # The attempt exists before anything is delivered for it: say so first.
             attempts.append(event.attempt_id)
             show(f"attempt {event.attempt_id}")
-        if line := progress_line(event):
+        if line := progress_line(event, passthrough):
             show(line)
 
     daemon.ledger.subscribe(on_event)
@@ -112,7 +121,7 @@ async def _run_main_job(
 
 
 async def _job(daemon: Daemon, prompt: str | None, show) -> int:
-    code = 0
+    code = EXIT_OK
     await daemon.start()
     show(f"agentctl: execution {daemon.ctx.identity.execution_id}, MCP at {daemon.ctx.mcp_url}")
     agent = daemon.agent
@@ -121,13 +130,13 @@ async def _job(daemon: Daemon, prompt: str | None, show) -> int:
         show(f"attempt {attempt_id} (no [agent] in the spec: MCP only)")
     elif agent.start_error is not None:
         show(f"the agent did not start: {agent.start_error}")
-        code = 1
+        code = EXIT_AGENT_FAILED
     elif getattr(agent, "acp", None) is None:
         # A passthrough CLI: its start was the attempt, and it works (and exits) on its own.
         show("agent started (passthrough: its process start is the attempt)")
         if prompt is not None:
             show("  note        --prompt needs an ACP agent; a passthrough CLI takes its task from its own argv")
-            code = 1
+            code = EXIT_AGENT_FAILED
         if agent.supervisor.process is not None:
             info = await agent.supervisor.wait_exit()
             show(f"  exited      the agent {info.reason}")
@@ -137,7 +146,7 @@ async def _job(daemon: Daemon, prompt: str | None, show) -> int:
         show(f"agent {history.agent.name or '?'} {history.agent.version or ''} started".replace("  ", " "))
         outcome = await agent.acp.new_session()
         if not outcome.accepted:
-            code = 1
+            code = EXIT_AGENT_FAILED
         elif prompt is not None:
             show("prompt sent")
             printer = _AnswerPrinter(show)
@@ -148,9 +157,17 @@ async def _job(daemon: Daemon, prompt: str | None, show) -> int:
             except AgentError as exc:
                 printer.flush()
                 show(f"  error       prompt: {exc}")
-                code = 1
+                code = EXIT_AGENT_FAILED
         await _settle(daemon)
+    if agent is not None and _exited_with_error(agent):
+        code = EXIT_AGENT_FAILED
     return code
+
+
+def _exited_with_error(agent) -> bool:
+    """The agent's process ended on its own before the job did, with a non-zero code or a signal."""
+    info = agent.supervisor.exit_info
+    return info is not None and not info.stopped and (info.returncode != 0 or info.signal is not None)
 
 
 class _Interrupts:

@@ -144,6 +144,7 @@ def build_diagnostics(ctx: Any) -> Diagnostics:
         rejected_events=history.rejected_events,
         agent=_agent(history.agent, secrets),
         upstream=upstream_status(ctx),
+        degraded=dict(ctx.readiness.degraded),
     )
 
 

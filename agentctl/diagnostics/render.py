@@ -23,8 +23,10 @@ from agentctl.control.render import (
     _readiness_line,
     _when,
     _wrap,
+    agent_gone,
     display_label,
     row_explanation,
+    upstream_text,
 )
 
 REACHABILITY_NOTE = "reachability from the daemon, not attachment: the row's status is unchanged"
@@ -111,7 +113,7 @@ def _step_line(step: dict[str, Any]) -> list[str]:
     return wrapped or [head.rstrip()]
 
 
-def _server_block(server: dict[str, Any], color: bool) -> list[str]:
+def _server_block(server: dict[str, Any], color: bool, agent: dict[str, Any] | None = None) -> list[str]:
     status = server.get("status", "configured")
     label = _paint(display_label(server), STATE_COLORS.get(status), color)
     name = str(server.get("name", "?"))
@@ -120,6 +122,9 @@ def _server_block(server: dict[str, Any], color: bool) -> list[str]:
     if where:
         lines += _lines(where, 4, color, GREY)
     lines += _wrap(row_explanation(server), 4)
+    gone = agent_gone(agent)
+    if gone:
+        lines += _wrap(f"{gone}; no more evidence will come from it", 4)
     third_party = server.get("source", "profile") != "builtin"
     hidden: list[str] = []
     for step in server.get("steps") or []:
@@ -140,7 +145,7 @@ def _server_block(server: dict[str, Any], color: bool) -> list[str]:
     return lines
 
 
-def _attempt_block(attempt: dict[str, Any], title: str, color: bool) -> list[str]:
+def _attempt_block(attempt: dict[str, Any], title: str, color: bool, agent: dict[str, Any] | None = None) -> list[str]:
     head = f"{title} {attempt.get('attempt_id', '?')} ({attempt.get('origin', 'manual')})"
     if attempt.get("acp_session_id"):
         head += f" · ACP session {attempt['acp_session_id']}"
@@ -163,7 +168,7 @@ def _attempt_block(attempt: dict[str, Any], title: str, color: bool) -> list[str
     if not servers:
         lines.append("  no MCP servers in this attempt")
     for server in servers:
-        lines += _server_block(server, color)
+        lines += _server_block(server, color, agent)
     return lines
 
 
@@ -198,8 +203,10 @@ def _agent_lines(agent: dict[str, Any] | None) -> list[str]:
 def _upstream_lines(upstream: dict[str, Any] | None) -> list[str]:
     if not upstream:
         return _wrap("Upstream: not configured (the embedded backend answers tool calls)", 0)
-    state = upstream.get("state", "?")
+    state = upstream_text(upstream) if upstream.get("state") else "?"
     extra = [_plural(int(upstream.get("connects", 0)), "connect")]
+    if upstream.get("superseded_at"):
+        extra.append(f"superseded {_when(upstream['superseded_at'])}")
     if upstream.get("last_connected_at"):
         extra.append(f"last connected {_when(upstream['last_connected_at'])}")
     if upstream.get("dropped_events"):
@@ -211,7 +218,7 @@ def _upstream_lines(upstream: dict[str, Any] | None) -> list[str]:
         extra.append(f"{upstream['buffered_bytes']:,} bytes buffered")
     if upstream.get("last_error"):
         extra.append(f"last error {upstream['last_error']}")
-    meaning = " (evidence is kept and sent with the next snapshot)" if state == "buffering" else ""
+    meaning = " (evidence is kept and sent with the next snapshot)" if upstream.get("state") == "buffering" else ""
     return _wrap(f"Upstream: {state}{meaning}; " + "; ".join(extra), 0)
 
 
@@ -240,7 +247,7 @@ def render_diagnostics(diagnostics: Any, color: bool) -> str:
     lines.append("Checklist: [x] observed  [ ] not observed  [-] not observable by agentctl")
     current = data.get("current")
     if current:
-        lines += _attempt_block(current, "Current attempt", color)
+        lines += _attempt_block(current, "Current attempt", color, data.get("agent"))
     else:
         lines.append("No attachment attempt yet (no session has been opened).")
     for attempt in data.get("previous") or []:

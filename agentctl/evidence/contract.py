@@ -217,6 +217,9 @@ class AgentState(Base, kw_only=True):
     stdout_skipped_lines: int = 0
     permission_requests: int = 0
     permissions_granted: int = 0
+    # The reason code when the agent never got through its start (spawn, ACP initialize, passthrough
+    # configuration): e.g. `agent_exited_before_initialize`. It then declared nothing about MCP transports.
+    start_failure: str | None = None
 
 
 class RefusalCount(Base, kw_only=True):
@@ -253,6 +256,10 @@ class StatusResponse(msgspec.Struct, kw_only=True):
     mcp_url: str | None
     rejected_events: int
     upstream: UpstreamStatus | None = None  # null when the spec has no [upstream]
+    agent: AgentState | None = None  # null without an [agent]; says when the agent has exited and how
+    # Components that work but not fully, by check name, with a reason code (e.g. persistence:
+    # `report_write_failed`). Degraded is visible, not unready: the daemon keeps serving MCP.
+    degraded: dict[str, str] = {}
 
 
 class HealthResponse(msgspec.Struct, kw_only=True):
@@ -263,6 +270,7 @@ class HealthResponse(msgspec.Struct, kw_only=True):
     stopping: bool
     checks: dict[str, bool]
     details: dict[str, str]
+    degraded: dict[str, str] = {}  # as in StatusResponse
 
 
 class SessionResult(msgspec.Struct, kw_only=True):
@@ -384,6 +392,7 @@ class Diagnostics(Base, kw_only=True):
     rejected_events: int = 0
     agent: AgentState | None = None
     upstream: UpstreamStatus | None = None  # absent when the spec has no [upstream]
+    degraded: dict[str, str] = {}  # as in StatusResponse: check name -> reason code
 
 
 class ToolsView(Base, kw_only=True):
@@ -535,16 +544,22 @@ class UpstreamStatus(msgspec.Struct, kw_only=True):
     """The daemon's upstream publisher as `agentctl status --json` shows it. Counters since the daemon started.
 
     `connected` from the moment hello is written (a snapshot follows at once), else `buffering`: evidence
-    stays in the live report and the next connection's snapshot carries it. An outage never flips readiness.
+    stays in the live report and the next connection's snapshot carries it. `superseded` while the upstream
+    rejects this daemon's frames because a newer execution of the session, or a newer instance of this
+    execution, said hello (`superseded_reason` is the upstream's code: `stale_execution` or
+    `stale_instance`): the connection is up but nothing this daemon sends is taken. An outage never flips
+    readiness.
     """
 
-    state: Literal["connected", "buffering"]
+    state: Literal["connected", "buffering", "superseded"]
     connects: int = 0
     dropped_events: int = 0  # evidence frames dropped on overflow; the resync snapshot repaired the gap
     resyncs: int = 0  # snapshots sent because frames were dropped
     buffered_bytes: int = 0  # held for the upstream now: queued frames plus the socket's send buffer
     last_connected_at: datetime | None = None
     last_error: str | None = None  # reason code of the last failed connect or disconnect
+    superseded_reason: str | None = None  # with state `superseded`: stale_execution | stale_instance
+    superseded_at: datetime | None = None
 
 
 class HubExecution(Base, kw_only=True):

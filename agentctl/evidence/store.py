@@ -10,8 +10,9 @@ readers never look at temp files, and the next `Persister.start()` for the same 
 `Persister` follows the ledger: a change only sets a dirty flag (the MCP request path calls the ledger,
 so the listener does no I/O), and one background task writes at most once per `delay`, from a worker
 thread, so a burst of events is one fsync and the event loop never blocks on the disk. A failed write is
-logged (path and errno name only, never report content), the live state keeps working, and the write is
-retried on the next change or after a backoff.
+logged (path and errno name only, never report content), reported to `on_health` (reason code
+`report_write_failed` and the errno name; None once a later write succeeds) so every surface can show it,
+the live state keeps working, and the write is retried on the next change or after a backoff.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import logging
 import os
 import secrets
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -35,6 +37,12 @@ log = logging.getLogger(__name__)
 
 REPORT_NAME = "report.json"
 _TMP_SUFFIX = ".tmp"
+# The reason code of a report that could not be written (disk full, read-only, ...): the live report is whole,
+# the file on disk is the last good one, and the write is retried.
+REPORT_WRITE_FAILED = "report_write_failed"
+
+# (reason code, errno name) while writes fail; (None, None) once one succeeds again.
+HealthListener = Callable[[str | None, str | None], None]
 
 
 class StoreError(Exception):
@@ -253,8 +261,10 @@ class Persister:
         *,
         backoff_initial: float = 1.0,
         backoff_max: float = 30.0,
+        on_health: HealthListener | None = None,
     ) -> None:
         self.ledger = ledger
+        self._on_health = on_health
         self.path = Path(path)
         self.delay = delay
         self.backoff_initial = backoff_initial
@@ -412,6 +422,7 @@ class Persister:
             self.writes += 1
             if self._consecutive_failures:
                 log.info("report write to %s recovered after %d failed attempt(s)", self.path, self._consecutive_failures)
+                self._health(None, None)
             self._consecutive_failures = 0
             return
         self._dirty = True
@@ -429,3 +440,12 @@ class Persister:
         # One WARNING per outage (and per change of cause); repeats of the same cause go to DEBUG.
         level = logging.DEBUG if repeated else logging.WARNING
         log.log(level, "report write failed: %s: %s (live state unaffected; will retry)", self.path, name)
+        self._health(REPORT_WRITE_FAILED, name)
+
+    def _health(self, code: str | None, errno_name: str | None) -> None:
+        if self._on_health is None:
+            return
+        try:
+            self._on_health(code, errno_name)
+        except Exception as exc:  # a broken listener must not stop the writer
+            log_failure(log, "report health listener failed", exc)

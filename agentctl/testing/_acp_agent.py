@@ -159,6 +159,9 @@ class ReferenceAgent:
     ) -> InitializeResponse:
         who = f"{client_info.name} {client_info.version}" if client_info else "unnamed client"
         log.info("initialize from %s (protocol %s)", who, protocol_version)
+        if self._opts.delay_initialize:
+            # A slow start-up (an agent loading its model or plugins): the client may ask for a session first.
+            await asyncio.sleep(self._opts.delay_initialize)
         self.garbage()
         return InitializeResponse(
             protocol_version=acp.PROTOCOL_VERSION,

@@ -9,7 +9,7 @@ built-in server (named by `--builtin-name`, default "kandev") and answers with a
 
 Modes, as flags or in `AGENTCTL_REF_MODE` (comma list; valued ones as `name=value`,
 e.g. `lazy,strict,crash-after=5`): ignore-mcp, lazy, strict, modern, sse-only,
-no-mcp-capabilities, crash-after=S, crash-before-initialize, flood-stderr=MB,
+no-mcp-capabilities, crash-after=S, crash-before-initialize, delay-initialize=S, flood-stderr=MB,
 garbage-stdout, hang-on-shutdown, fork-grandchildren, request-permission, passthrough=claude|codex,
 builtin-name=NAME, connect-timeout=S, call-timeout=S. In passthrough mode `--prompt TEXT`
 chooses the call (`CALL <tool> <json-args>`), as a prompt does over ACP.
@@ -54,6 +54,7 @@ class Options:
     no_mcp_capabilities: bool = False
     crash_after: float | None = None
     crash_before_initialize: bool = False
+    delay_initialize: float = 0.0
     flood_stderr: float = 0.0
     garbage_stdout: bool = False
     hang_on_shutdown: bool = False
@@ -75,8 +76,8 @@ class Options:
         return not self.no_mcp_capabilities
 
 
-_VALUED = {"crash_after": float, "flood_stderr": float, "passthrough": str, "builtin_name": str,
-           "connect_timeout": float, "call_timeout": float}
+_VALUED = {"crash_after": float, "delay_initialize": float, "flood_stderr": float, "passthrough": str,
+           "builtin_name": str, "connect_timeout": float, "call_timeout": float}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -89,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-mcp-capabilities", action="store_true", help="advertise neither http nor sse")
     p.add_argument("--crash-after", type=float, metavar="SECONDS", help="exit 3 after SECONDS")
     p.add_argument("--crash-before-initialize", action="store_true", help="exit 2 before reading anything")
+    p.add_argument("--delay-initialize", type=float, metavar="SECONDS", help="answer initialize SECONDS late")
     p.add_argument("--flood-stderr", type=float, metavar="MB", help="write MB megabytes to stderr at startup")
     p.add_argument("--garbage-stdout", action="store_true", help="write non-JSON lines to stdout between frames")
     p.add_argument("--hang-on-shutdown", action="store_true", help="ignore SIGTERM and stdin EOF")

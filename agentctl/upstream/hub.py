@@ -3,7 +3,10 @@ session's history in SQLite and answers the tool tunnel from a task store.
 
 Orchestrator rules, per frame:
 - per session, the newest execution that said hello is current; frames from an older execution (or an
-  older instance of the current one) are rejected and counted, its tool calls refused;
+  older instance of the current one) are rejected and counted, its tool calls refused, and it is told so
+  (`stale_execution`, `stale_instance`); when the instance that superseded an older instance of the same
+  execution disconnects, the older one (alive, still connected) is asked to reconnect, and its hello and
+  snapshot make it current again;
 - a snapshot replaces the execution's history (trimmed to 3 attempts, 64 events each); an evidence frame
   is folded with the same pure reducer the daemon uses (agentctl.evidence.reducer), never a second one;
 - a malformed, truncated or oversized frame gets an `error` frame, that connection is closed and one log
@@ -103,6 +106,7 @@ class Hub:
         self._listeners: list[Callable[[str], None]] = []
         self._flush_lock = asyncio.Lock()
         self._flush_failed = False
+        self._stopping = False
         # Counters, for `hub serve` logs and benches.
         self.frames_in = 0
         self.events_applied = 0
@@ -139,6 +143,7 @@ class Hub:
         log.info("hub serving %s (database %s, %d sessions)", self.socket_path, self.db_path, len(self.sessions))
 
     async def stop(self) -> None:
+        self._stopping = True  # connections closing now are the hub's doing: nobody is asked to reconnect
         if self._server is not None:
             self._server.close()
             for conn in list(self._conns):
@@ -300,6 +305,28 @@ class Hub:
                 self._mark(session, execution, history=False)
                 if not conn.refused:  # a refusal already wrote its one line
                     log.info("session %s: execution %s disconnected", session.session_id, execution.execution_id)
+                self._release_superseded(execution)
+
+    def _release_superseded(self, execution: ExecutionState) -> None:
+        """The current instance of `execution` is gone: older instances of it that are still connected (and
+        alive: they talk) are asked to reconnect, so the next hello and its snapshot make one of them current.
+
+        Without this the hub would keep rejecting a live daemon and show the dead instance's history (often
+        no attempt at all) for good. Older executions stay rejected: a newer execution superseded them.
+        """
+        if self._stopping:
+            return
+        for other in list(self._conns):
+            ident = other.identity
+            if other.execution is not execution or ident is None or not other.stale or other.stale_execution:
+                continue
+            log.info("session %s: asking instance %s of execution %s to reconnect: the instance that superseded "
+                     "it disconnected", ident.session_id, ident.instance_id, ident.execution_id)
+            other.refused = True
+            if not other.writer.transport.is_closing():
+                message = "the instance that superseded this one disconnected; reconnect with hello and a snapshot"
+                other.send(P.encode_frame(P.frame(P.ErrorFrame, code="reconnect", message=message, fatal=True)))
+            other.writer.close()
 
     def _fatal(self, conn: HubConnection, code: str, message: str) -> None:
         self._refuse(conn, code, message)
@@ -353,6 +380,7 @@ class Hub:
                 self._fatal(conn, "unavailable", "the hub cannot read this session's stored state; try again")
             del self._cold[ident.session_id]
             self.sessions[ident.session_id] = session
+        followed = self._followed(session)
         execution = session.executions.get(ident.execution_id) if session else None
         if execution is None:
             self._order += 1
@@ -383,11 +411,35 @@ class Hub:
             return
         # The current execution, possibly a new instance of it: its snapshot follows and replaces the history.
         execution.identity = ident
+        self._tell_superseded(followed)
         execution.daemon_version = hello.daemon_version
         execution.connected = True
         log.info("session %s: execution %s connected (instance %s)", ident.session_id, ident.execution_id,
                  ident.instance_id)
         self._touch(conn)
+
+    def _followed(self, session: SessionState | None) -> list[HubConnection]:
+        """The session's connections whose frames are taken now (its current execution and instance)."""
+        if session is None:
+            return []
+        return [c for c in self._conns if c.session is session and c.identity is not None and not c.stale]
+
+    def _tell_superseded(self, before: list[HubConnection]) -> None:
+        """Connections followed before a hello and rejected after it are told so, once; they stay open (see
+        _release_superseded). A daemon must never go on believing it is followed."""
+        for other in before:
+            if not other.stale:
+                continue
+            ident = other.identity
+            if other.stale_execution:
+                code, message = "stale_execution", (
+                    "a newer execution of this session said hello; this execution's frames are rejected")
+            else:
+                code, message = "stale_instance", (
+                    "a newer instance of this execution said hello; this instance's frames are rejected")
+            log.info("session %s: execution %s instance %s superseded (%s)", ident.session_id, ident.execution_id,
+                     ident.instance_id, code)
+            other.send(P.encode_frame(P.frame(P.ErrorFrame, code=code, message=message)))
 
     def _touch(self, conn: HubConnection) -> None:
         session, execution = conn.session, conn.execution

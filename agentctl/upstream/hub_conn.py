@@ -59,6 +59,12 @@ class HubConnection:
             or execution.identity.instance_id != ident.instance_id
         )
 
+    @property
+    def stale_execution(self) -> bool:
+        """Stale because a newer execution of the session is current (not merely a newer instance of this one)."""
+        ident, session = self.identity, self.session
+        return ident is not None and session is not None and session.current_execution_id != ident.execution_id
+
     def send(self, line: bytes) -> None:
         transport = self.writer.transport
         if transport.is_closing():
@@ -83,7 +89,8 @@ class HubConnection:
             self.send(line)
 
         if self.stale:
-            answer(False, error="a newer execution of this session is current; the tool did not run")
+            newer = "execution of this session" if self.stale_execution else "daemon instance of this execution"
+            answer(False, error=f"a newer {newer} is current; the tool did not run")
             return
         elapsed = (now - call.sent_at).total_seconds()
         remaining = min(call.deadline_ms / 1000 - max(elapsed, 0.0), MAX_TOOL_SECONDS)

@@ -46,6 +46,8 @@ ERROR_CODES: tuple[str, ...] = (
     "identity_mismatch",  # a snapshot, event or tool call for another identity than the hello's
     "snapshot_required",  # evidence before the connection's first snapshot
     "stale_execution",  # a newer execution of the session said hello; this one's frames are rejected
+    "stale_instance",  # a newer instance of this execution said hello; this one's frames are rejected
+    "reconnect",  # the instance that superseded this one disconnected: reconnect (hello, snapshot) to be current
     "forbidden_peer",  # the peer runs as another user
     "idle_timeout",  # nothing received for three heartbeat intervals
     "not_supported",  # a request this side does not implement (yet)

@@ -17,7 +17,10 @@ second bounded queue, and an upstream that lets it fill (it keeps asking but sto
 disconnected as slow: the reconnect and its snapshot repair the state.
 
 An upstream outage never flips readiness: the `upstream` readiness check stays true, its detail says
-"connected" or "buffering".
+"connected", "buffering" or "superseded: CODE". Superseded means the upstream rejects this daemon's frames
+(`stale_execution`: a newer execution of the session said hello; `stale_instance`: a newer daemon instance
+of this execution did); it is shown as degraded on every surface. When the upstream asks this daemon to
+`reconnect` (the instance that superseded it went away), the reconnect's hello and snapshot make it current.
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ CONTROL_MAX_BYTES = 4 * P.MAX_FRAME_BYTES
 STATE_INTERVAL = 1.0  # at most one snapshot a second for counter-only changes (refusals, rejected events)
 WRITE_HIGH_WATER = 256 * 1024  # transport buffer above which the writer waits (the upstream is slow)
 STOP_FLUSH_SECONDS = 2.0
+# Error codes with which the upstream says it has stopped following this daemon (a newer one is current).
+SUPERSEDED_CODES = ("stale_execution", "stale_instance")
 
 
 class Publisher:
@@ -96,6 +101,10 @@ class Publisher:
         self.slow_disconnects = 0  # connections closed because the control queue filled
         self.last_connected_at: datetime | None = None
         self.last_error: str | None = None
+        # The upstream's code while it rejects this daemon's frames (a newer execution or instance is current).
+        self.superseded_reason: str | None = None
+        self.superseded_at: datetime | None = None
+        self._fatal_code: str | None = None  # a fatal error frame received on this connection
         # Send state, touched only on the event loop thread.
         self._evidence: deque[bytes] = deque()
         self._evidence_bytes = 0
@@ -135,15 +144,23 @@ class Publisher:
             held += self._writer.transport.get_write_buffer_size()
         return held
 
+    @property
+    def state(self) -> str:
+        if not self._connected:
+            return "buffering"
+        return "superseded" if self.superseded_reason else "connected"
+
     def status(self) -> UpstreamStatus:
         return UpstreamStatus(
-            state="connected" if self._connected else "buffering",
+            state=self.state,  # type: ignore[arg-type]
             connects=self.connects,
             dropped_events=self.dropped_events,
             resyncs=self.resyncs,
             buffered_bytes=self.buffered_bytes,
             last_connected_at=self.last_connected_at,
             last_error=self.last_error,
+            superseded_reason=self.superseded_reason if self._connected else None,
+            superseded_at=self.superseded_at if self._connected else None,
         )
 
     def start(self) -> None:
@@ -391,6 +408,9 @@ class Publisher:
         )
         writer.write(P.encode_frame(hello))
         self._writer = writer
+        # A fresh hello: the upstream says again if this daemon is still superseded.
+        self.superseded_reason = self.superseded_at = None
+        self._fatal_code = None
         self._connected = True
         self._outage_logged = False
         self._last_rx = time.monotonic()
@@ -432,6 +452,16 @@ class Publisher:
             self._set_readiness()
         self._fail_tunnel("the connection to the orchestrator closed before the tool answered; try again")
 
+    def _superseded(self, code: str) -> None:
+        """The upstream rejects this daemon's frames: say so on every surface instead of "connected"."""
+        if self.superseded_reason != code:
+            why = ("a newer execution of this session" if code == "stale_execution"
+                   else "a newer daemon instance of this execution")
+            log.warning("upstream rejects this daemon's evidence: %s said hello (%s)", why, code)
+        self.superseded_reason = code
+        self.superseded_at = utcnow()
+        self._set_readiness()
+
     async def _answer_endpoint_test(self, request: P.EndpointTestFrame) -> None:
         self.send_control(await endpoint_test_answer(self.ctx, request))
 
@@ -440,8 +470,11 @@ class Publisher:
             self.tunnel.on_disconnect(message)
 
     def _set_readiness(self) -> None:
-        # True in both states on purpose: an upstream outage must not make the daemon unready.
-        self.ctx.readiness.set("upstream", True, "connected" if self._connected else "buffering")
+        # True in every state on purpose: an upstream outage must not make the daemon unready, and a
+        # superseded daemon still serves its agent (the detail and `degraded` say what the upstream does).
+        superseded = self.superseded_reason if self._connected else None
+        self.ctx.readiness.set("upstream", True, f"superseded: {superseded}" if superseded else self.state)
+        self.ctx.readiness.set_degraded("upstream", superseded)
 
     async def _pump(self, writer: asyncio.StreamWriter) -> None:
         assert self._wake is not None and self._idle is not None
@@ -471,7 +504,7 @@ class Publisher:
             try:
                 raw = await P.read_frame_line(reader)
                 if raw is None:
-                    self.last_error = "closed_by_upstream"
+                    self.last_error = self._fatal_code or "closed_by_upstream"
                     return
                 self._last_rx = time.monotonic()
                 received = P.decode_from_upstream(raw)
@@ -496,6 +529,10 @@ class Publisher:
         elif isinstance(received, P.ErrorFrame):
             if received.id is not None and self.tunnel is not None:
                 self.tunnel.on_error(received)
+            elif received.code in SUPERSEDED_CODES:
+                self._superseded(received.code)
             else:
+                if received.fatal:  # the upstream closes next: that is why this connection ended
+                    self._fatal_code = P.loggable_code(received.code)
                 log.info("upstream reported %s", P.loggable_code(received.code))
         # HeartbeatFrame: receiving it was the point (_last_rx).

@@ -43,6 +43,7 @@ from agentctl.diagnostics.render import (
 )
 from agentctl.evidence.contract import (
     CONTRACT_VERSION,
+    AgentState,
     Attempt,
     Diagnostics,
     EndpointTestResult,
@@ -102,7 +103,7 @@ def steps_view(row: ServerRow, attempt: Attempt) -> tuple[list[dict[str, Any]], 
     return steps, note
 
 
-def server_view(row: ServerRow, attempt: Attempt) -> dict[str, Any]:
+def server_view(row: ServerRow, attempt: Attempt, agent: AgentState | None = None) -> dict[str, Any]:
     steps, hidden_note = steps_view(row, attempt)
     catalog = row.catalog
     truncated = bool(catalog and (catalog.truncated or catalog.schemas_truncated))
@@ -114,7 +115,7 @@ def server_view(row: ServerRow, attempt: Attempt) -> dict[str, Any]:
         "label": display_label(row),
         "tone": TONES.get(row.status, "plain"),
         "explanation": row_explanation(row),
-        "details": _row_details(row),
+        "details": _row_details(row, agent),
         "where": " · ".join(str(x) for x in (row.source, row.transport, row.target) if x),
         "steps": steps,
         "hidden_note": hidden_note,
@@ -125,7 +126,8 @@ def server_view(row: ServerRow, attempt: Attempt) -> dict[str, Any]:
     }
 
 
-def attempt_view(attempt: Attempt | None) -> dict[str, Any] | None:
+def attempt_view(attempt: Attempt | None, agent: AgentState | None = None) -> dict[str, Any] | None:
+    """An attempt's rows; with the agent (current attempts only) a row says when that agent is gone."""
     if attempt is None:
         return None
     error = attempt.session_error
@@ -147,7 +149,7 @@ def attempt_view(attempt: Attempt | None) -> dict[str, Any] | None:
         "session_error": error_line,
         "dropped": f"{_plural(attempt.dropped_events, 'older event')} dropped (64 are kept)"
         if attempt.dropped_events else None,
-        "servers": [server_view(row, attempt) for row in attempt.servers],
+        "servers": [server_view(row, attempt, agent) for row in attempt.servers],
     }
 
 
@@ -165,10 +167,10 @@ def session_view(session: HubSession) -> dict[str, Any]:
         "link": "connected" if session.connected else "not connected",
         "last_contact": _text(session.last_contact_at),
         "executions": session.executions,
-        "stale": f"rejected {_plural(session.stale_rejected, 'frame')} from older executions"
+        "stale": f"rejected {_plural(session.stale_rejected, 'frame')} from superseded executions or instances"
         if session.stale_rejected else None,
         "agent": _agent_text(session),
-        "attempt": attempt_view(session.current_attempt),
+        "attempt": attempt_view(session.current_attempt, session.agent),
     }
 
 
@@ -203,7 +205,7 @@ def history_view(report: HubSessionReport) -> dict[str, Any]:
     return {
         "session": session_view(report.session),
         "executions": executions,
-        "current": attempt_view(history.current) if history else None,
+        "current": attempt_view(history.current, history.agent) if history else None,
         "previous": [attempt_view(a) for a in history.previous] if history else [],
         "snapshot": history is not None,
     }
@@ -344,6 +346,6 @@ def diagnostics_text(report: HubSessionReport, now: datetime | None = None) -> s
         f"last contact {_when(session.last_contact_at)} UTC"
     )
     if session.stale_rejected:
-        hub_line += f"; {_plural(session.stale_rejected, 'frame')} from older executions rejected"
+        hub_line += f"; {_plural(session.stale_rejected, 'frame')} from superseded executions or instances rejected"
     return text.replace(_upstream_lines(None)[0], hub_line, 1)
 

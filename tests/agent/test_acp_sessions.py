@@ -128,20 +128,24 @@ async def test_agent_that_exits_before_initialize_leaves_evidence_and_a_healthy_
     spec = agent_spec(tmp_path, "--crash-before-initialize")
     sock = short_tmp / "c.sock"
     async with running(spec, sock) as daemon:
-        assert daemon.agent.start_error is not None and daemon.agent.start_error.reason_code == "agent_exited"
+        assert daemon.agent.start_error is not None
+        assert daemon.agent.start_error.reason_code == "agent_exited_before_initialize"
         agent = await until(
             lambda: daemon.ledger.history.agent if daemon.ledger.history.agent.exit_code is not None else None,
             what="the exit code",
         )
         assert agent.state == "exited" and agent.exit_code == 2
         assert not agent.stopped_by_daemon, "it exited on its own; the daemon did not have to stop it"
-        assert agent.exit_reason == "agent_exited; exited with code 2"
+        assert agent.exit_reason == "agent_exited_before_initialize; exited with code 2"
+        assert agent.start_failure == "agent_exited_before_initialize" and agent.mcp_capabilities is None
         assert daemon.ctx.readiness.checks["agent"] is False
-        assert daemon.ctx.readiness.details["agent"] == "exited: agent_exited; exited with code 2"
+        assert daemon.ctx.readiness.details["agent"] == "exited: agent_exited_before_initialize; exited with code 2"
         result = await asyncio.to_thread(cli_json, sock, "session", "new")
         assert not result["accepted"] and result["reason_code"] == "agent_not_running"
+        assert result["summary"] == "agent_exited_before_initialize; exited with code 2"
         rows = daemon.ledger.history.current.servers
         assert rows and all(r.delivered_at is None and r.status != "failed" for r in rows)
+        assert all(r.status == "configured" for r in rows), "it decided nothing about transports: nothing filtered"
         assert (await asyncio.to_thread(cli, sock, "health")).returncode == 0
 
 

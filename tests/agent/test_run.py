@@ -78,25 +78,29 @@ def test_run_with_an_agent_that_cannot_start_exits_one_with_one_line(tmp_path):
     spec = agent_spec(tmp_path, "--crash-before-initialize")
     done = _run(tmp_path, str(spec), "--socket", str(tmp_path / "c.sock"))
     assert done.returncode == 1
-    assert "the agent did not start: agent_exited" in done.stdout
+    assert "the agent did not start: agent_exited_before_initialize" in done.stdout
     assert "Traceback" not in done.stderr and "Traceback" not in done.stdout
     assert "report persisted to" in done.stdout
 
 
-async def test_run_whose_agent_dies_during_the_prompt_reports_the_error_and_stops_cleanly(tmp_path, short_tmp):
-    spec = agent_spec(tmp_path, "--ignore-mcp")
-    daemon = Daemon(load_spec(spec), socket_path=short_tmp / "c.sock")
+async def _run_killing_the_agent_at(tmp_path, short_tmp, line: str, prompt: str | None) -> tuple[Daemon, int, str]:
+    """`run` in-process with an ACP agent that gets a real SIGKILL the moment `line` is printed."""
+    daemon = Daemon(load_spec(agent_spec(tmp_path, "--ignore-mcp")), socket_path=short_tmp / "c.sock")
 
     class Out(io.StringIO):
         def write(self, text: str) -> int:
-            if text.startswith("prompt sent"):
-                # A real crash at the worst moment: the agent is killed as the prompt goes out.
+            if text.startswith(line):
                 os.kill(daemon.agent.supervisor.pid, 9)
             return super().write(text)
 
     out = Out()
-    code = await run_main_job(daemon, prompt="hello", out=out)
-    text = out.getvalue()
+    code = await run_main_job(daemon, prompt=prompt, out=out)
+    return daemon, code, out.getvalue()
+
+
+async def test_run_whose_agent_dies_during_the_prompt_reports_the_error_and_stops_cleanly(tmp_path, short_tmp):
+    # A real crash at the worst moment: the agent is killed as the prompt goes out.
+    daemon, code, text = await _run_killing_the_agent_at(tmp_path, short_tmp, "prompt sent", "hello")
     assert code == 1
     assert re.search(r"^\s+error\s+prompt: agent_(exited|not_running)", text, re.MULTILINE), text
     assert "report persisted to" in text
@@ -183,3 +187,49 @@ async def test_run_json_prints_exactly_the_final_persisted_report(tmp_path, shor
     history = decode_history(printed)
     assert history.agent.state == "exited", "printed after the stop, like the file"
     assert printed.strip() == daemon.ctx.report_path.read_text().strip()
+
+
+def _run_passthrough_python(tmp_path, short_tmp, code: str) -> subprocess.CompletedProcess[str]:
+    """`agentctl run` of a passthrough "CLI" that is a real Python process running `code`."""
+    extra = f"""
+[agent]
+command = {json.dumps([sys.executable, "-c", code])}
+protocol = "passthrough"
+strategy = "claude"
+workdir = "{tmp_path}"
+stop_grace = 0.2
+"""
+    return _run(tmp_path, str(write_spec(tmp_path, extra)), "--socket", str(short_tmp / "c.sock"))
+
+
+def test_run_whose_passthrough_cli_exits_with_an_error_at_once_exits_one_and_never_says_accepted(tmp_path, short_tmp):
+    # A real CLI process that fails before doing anything: exit code 3, no MCP contact.
+    done = _run_passthrough_python(tmp_path, short_tmp, "import sys; sys.exit(3)")
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    assert "accepted" not in out, "a passthrough CLI accepts nothing, least of all one that failed at once"
+    assert re.search(r"^\s+started\s+the agent's process started with its MCP configuration$", out, re.M), out
+    assert re.search(r"^\s+exited\s+the agent exited with code 3$", out, re.M), out
+    assert re.search(r"^\s+error\s+session: agent_exited exited with code 3$", out, re.M), out
+    flat = " ".join(out.split())
+    assert "Daemon: not ready (the agent has exited, exit code 3)" in flat
+    assert "kandev delivered · connection unverified" in flat
+    assert "the agent has exited, exit code 3; no more evidence will come from it" in flat
+    assert "Traceback" not in done.stderr and "report persisted to" in out
+
+
+def test_run_whose_passthrough_cli_finishes_with_code_zero_exits_zero(tmp_path, short_tmp):
+    done = _run_passthrough_python(tmp_path, short_tmp, "pass")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"^\s+exited\s+the agent exited with code 0$", done.stdout, re.M), done.stdout
+
+
+async def test_run_whose_acp_agent_is_killed_after_accepting_the_session_exits_one_and_shows_it_gone(
+    tmp_path, short_tmp
+):
+    # A real crash right after the agent accepted the session: no prompt fails, only the agent.
+    _, code, text = await _run_killing_the_agent_at(tmp_path, short_tmp, "  accepted", None)
+    assert code == 1, text
+    assert re.search(r"^\s+error\s+session: agent_exited killed by SIGKILL$", text, re.MULTILINE), text
+    assert "Daemon: not ready (the agent has exited, killed by SIGKILL)" in text
+    assert "waiting for agent" not in text

@@ -126,6 +126,7 @@ headers = {{ Authorization = "Bearer headerCANARY17" }}
     with serving(spec, sock) as daemon:
         done = cli(sock, "session", "new")
         assert done.returncode == 1 and "failed servers: docs" in done.stdout
+        assert "the agent refused the session: session_rejected" in done.stdout, "a refusal is called one"
         body = cli_json(sock, "status")
         docs = row(body, "docs")
         assert docs["status"] == "failed" and docs["reason_code"] == "session_rejected"

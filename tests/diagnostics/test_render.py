@@ -48,7 +48,7 @@ execution  exec_0123456789abcdef
 instance   inst_0123456789abcdef
 task       task-1 · session sess-1
 agent id   agent-1 · profile profile-1
-Daemon: not ready (waiting for agent)
+Daemon: not ready (the agent has exited, exit code 3)
 Agent: reference-agent 0.1.0 (ACP protocol 1); exited (exited with code 3) at
 2026-01-02 03:04:35
 Upstream: not configured (the embedded backend answers tool calls)
@@ -62,6 +62,7 @@ ACTIVE = """\
   kandev  active
     builtin · http · http://127.0.0.1:40123
     7 tools loaded, used
+    the agent has exited, exit code 3; no more evidence will come from it
     [x] configured        2026-01-02 03:04:16
     [x] delivered         2026-01-02 03:04:22
     [x] session accepted  2026-01-02 03:04:27
@@ -76,6 +77,7 @@ THIRD_PARTY_DELIVERED = """\
     http · https://api.github.example
     sent to the agent; third-party servers connect directly to the agent, so
     this is expected
+    the agent has exited, exit code 3; no more evidence will come from it
     [x] configured        2026-01-02 03:04:17
     [x] delivered         2026-01-02 03:04:23
     [x] session accepted  2026-01-02 03:04:27
@@ -89,6 +91,7 @@ FAILED = """\
   broken  failed
     http · https://broken.example
     acp_session_error: the agent could not reach it
+    the agent has exited, exit code 3; no more evidence will come from it
     [x] configured        2026-01-02 03:04:18
     [x] delivered         2026-01-02 03:04:24
     [x] session accepted  2026-01-02 03:04:27
@@ -102,6 +105,7 @@ FILTERED = """\
   local-fs  filtered
     stdio · fs-server
     transport_unsupported
+    the agent has exited, exit code 3; no more evidence will come from it
     [x] configured        2026-01-02 03:04:19
     [x] filtered          2026-01-02 03:04:25  transport_unsupported
     [ ] delivered         not observed
@@ -130,6 +134,8 @@ def diagnostics_text() -> str:
 
 
 def test_diagnostics_header_names_versions_identity_agent_and_upstream(diagnostics_text: str) -> None:
+    # The agent exited: the status line says so (it used to say "waiting for agent", for an agent that will
+    # not come back), and every row of the current attempt says its evidence is the last.
     assert diagnostics_text.startswith(HEADER)
 
 

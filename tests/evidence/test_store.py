@@ -308,11 +308,14 @@ async def test_a_failed_write_is_logged_once_keeps_live_state_and_the_next_chang
     path = report_path(tmp_path, EXEC_ID)
     exec_dir = ensure_state_dir(tmp_path, EXEC_ID)
     # A long backoff: the retry below can only come from the next change.
-    persister = Persister(ledger, path, delay=0.01, backoff_initial=60, backoff_max=60)
+    health: list[tuple[str | None, str | None]] = []
+    persister = Persister(ledger, path, delay=0.01, backoff_initial=60, backoff_max=60,
+                          on_health=lambda code, errno_name: health.append((code, errno_name)))
     persister.start()
     attempt_id = seeded(ledger)
     await eventually(lambda: persister.writes >= 1 and not persister.dirty, what="first write")
     writes_before = persister.writes
+    assert health == [], "nothing to report while writes succeed"
 
     aside = _block_dir(exec_dir)
     caplog.set_level(logging.DEBUG, logger=store.__name__)
@@ -321,6 +324,7 @@ async def test_a_failed_write_is_logged_once_keeps_live_state_and_the_next_chang
     await eventually(lambda: persister.failures >= 1, what="a failed write")
     assert persister.last_error == "ENOTDIR"
     assert persister.writes == writes_before and persister.dirty
+    assert health[0] == ("report_write_failed", "ENOTDIR"), "the failure is reported to the surfaces"
     ledger.record("initialize_observed", attempt_id, SECRETISH, connection_id="conn_1", era="legacy")
     await eventually(lambda: persister.failures >= 2, what="a retried, failed write")
     assert ledger.history.current is not None
@@ -338,6 +342,7 @@ async def test_a_failed_write_is_logged_once_keeps_live_state_and_the_next_chang
     await eventually(lambda: persister.writes > writes_before and not persister.dirty, what="recovered write")
     assert read_report(tmp_path, EXEC_ID) == ledger.history
     assert temp_files(exec_dir) == []
+    assert health[-1] == (None, None) and health.count((None, None)) == 1, "cleared once the write succeeds"
     await persister.stop()
 
 

@@ -98,6 +98,11 @@ def test_a_frozen_agent_times_out_a_new_session_as_report_level_evidence_and_sto
         assert report["agent"]["state"] == "running"
         assert http_get(base_url(daemon) + "/livez")[0] == 200
         assert cli(sock, "health").returncode == 0
+        # A timeout is not a refusal: the words say what happened.
+        again = cli(sock, "session", "new")
+        assert again.returncode == 1, again.stdout
+        assert "the agent did not answer the session request in time: session_timeout" in again.stdout
+        assert "refused" not in again.stdout
 
         assert stop_via_cli(daemon, sock, timeout=30) == 0
     assert gone(pid)

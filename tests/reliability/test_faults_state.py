@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from agentctl.evidence.store import ReportNotFound, read_report
-from tests.agent.serve_support import report_of, row
+from tests.agent.serve_support import cli, cli_json, http_get, report_of, row, status
 from tests.conftest import poll, write_spec
 from tests.reliability.faults_support import fill, open_attempt, prove_served, remount, tmpfs
 from tests.upstream.procs import builtins, start_daemon
@@ -25,6 +25,19 @@ def _on_disk(state) -> dict | None:
 
 def _log_lines(daemon, needle: str) -> list[str]:
     return [line for line in daemon.log.read_text().splitlines() if needle in line]
+
+
+def _assert_degraded(daemon, sock, errno_name: str) -> None:
+    """status (--json and text), diagnostics and /readyz?verbose all say the report cannot be written."""
+    body = poll(lambda: (s := status(sock))["degraded"] and s, timeout=10, what="degraded in status --json")
+    assert body["degraded"] == {"persistence": "report_write_failed"} and body["ready"] is True
+    assert cli(sock, "status").stdout.startswith("Daemon: ready, degraded (persistence: report_write_failed)")
+    assert "Daemon: ready, degraded (persistence: report_write_failed)" in cli(sock, "diagnostics").stdout
+    assert cli_json(sock, "diagnostics")["degraded"] == {"persistence": "report_write_failed"}
+    code, ready = http_get(daemon.ready["mcp_url"][: -len("/mcp")] + "/readyz?verbose")
+    assert code == 200, "degraded is not unready: the daemon still serves MCP"
+    assert ready["degraded"] == {"persistence": "report_write_failed"}
+    assert ready["checks"]["persistence"] == {"ok": True, "detail": f"report_write_failed: {errno_name}"}
 
 
 @pytest.mark.parametrize(("fault", "errno_name"), [("full", "ENOSPC"), ("read_only", "EROFS")])
@@ -59,6 +72,8 @@ async def test_a_full_or_read_only_state_directory_keeps_live_state_logs_once_an
             assert live["current"]["attempt_id"] == second["attempt_id"]
             assert row(live, "kandev")["status"] == "active", "live state goes on without the disk"
             assert _on_disk(state) == before, "the report on disk is the last whole one, not a torn one"
+            # Visible on every surface, not only in the log: degraded with its reason code, still ready.
+            _assert_degraded(daemon, sock, errno_name)
 
             if fault == "full":
                 filler.unlink()
@@ -67,6 +82,10 @@ async def test_a_full_or_read_only_state_directory_keeps_live_state_logs_once_an
             await prove_served(second)  # the next change writes
             poll(lambda: _on_disk(state) == report_of(sock), timeout=10, what="the report on disk to catch up")
             poll(lambda: _log_lines(daemon, "report write to"), timeout=5, what="the recovery logged")
+            poll(lambda: status(sock)["degraded"] == {}, timeout=5, what="degraded to clear after a good write")
+            code, ready = http_get(daemon.ready["mcp_url"][: -len("/mcp")] + "/readyz?verbose")
+            assert code == 200 and ready["degraded"] == {} and ready["checks"]["persistence"] == {"ok": True}
+            assert "degraded" not in cli(sock, "status").stdout
 
             failed = _log_lines(daemon, "report write failed")
             warnings = [line for line in failed if "WARNING" in line]

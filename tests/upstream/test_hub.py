@@ -149,6 +149,40 @@ async def test_a_newer_execution_makes_late_evidence_from_the_older_one_rejected
         await new_pub.stop()
 
 
+async def test_a_superseded_connection_is_told_once_and_asked_back_when_its_superseder_disconnects(hub):
+    other_execution = await RawClient.connect(hub.socket_path)  # followed, until a newer execution says hello
+    await other_execution.hello(identity(execution="exec-0", instance="inst-0"))
+    await eventually(lambda: hub.status().sessions and hub.status().sessions[0].connected, what="exec-0 followed")
+    first = await RawClient.connect(hub.socket_path)
+    await first.hello(identity(instance="inst-a"))
+    await first.send(P.frame(P.SnapshotFrame, history=_history(identity(instance="inst-a"))))
+    told = await other_execution.recv()
+    assert isinstance(told, P.ErrorFrame) and told.code == "stale_execution" and not told.fatal
+
+    second = await RawClient.connect(hub.socket_path)  # a newer instance of the same execution
+    await second.hello(identity(instance="inst-b"))
+    told = await first.recv()
+    assert isinstance(told, P.ErrorFrame) and told.code == "stale_instance" and not told.fatal
+    await first.send(P.frame(P.HeartbeatFrame))
+    assert isinstance(await first.recv(), P.HeartbeatFrame), "a superseded connection stays open"
+    await first.send(P.frame(P.ToolCallFrame, id="c1", op="task.get", identity=identity(instance="inst-a"), args={},
+                             deadline_ms=5000, sent_at=datetime.now(UTC)))
+    refused = await first.recv()
+    assert isinstance(refused, P.ToolResultFrame) and not refused.ok
+    assert refused.error == "a newer daemon instance of this execution is current; the tool did not run"
+
+    await second.close()
+    # The superseder is gone while the first is alive: the first is asked to reconnect (fatal) and closed.
+    frames = await first.recv_until_closed()
+    assert [(f.code, f.fatal) for f in frames] == [("reconnect", True)]
+    # An older execution is never asked back (a newer execution superseded it): its next frame is the
+    # answer to its heartbeat, and the release above (done in one go) sent it nothing.
+    await other_execution.send(P.frame(P.HeartbeatFrame))
+    assert isinstance(await other_execution.recv(), P.HeartbeatFrame)
+    await first.close()
+    await other_execution.close()
+
+
 @pytest.mark.parametrize(
     "bad, code",
     [

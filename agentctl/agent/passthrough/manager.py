@@ -95,7 +95,7 @@ class PassthroughManager:
             self.start_error = None
             self.ctx.ledger.update_agent(
                 state="starting", started_at=self.ctx.ledger.now(), exited_at=None, exit_code=None,
-                exit_signal=None, exit_reason=None, stopped_by_daemon=False,
+                exit_signal=None, exit_reason=None, stopped_by_daemon=False, start_failure=None,
             )
             await self._launch()
             return self.attempt_id
@@ -237,7 +237,9 @@ class PassthroughManager:
         self.start_error = AgentError(reason_code, summary)
         self.ctx.readiness.set("agent", False, f"{reason_code}: {summary}")
         # No process was started for this attempt: the agent is not "starting" any more.
-        self.ctx.ledger.update_agent(state="exited", exited_at=self.ctx.ledger.now(), exit_reason=summary)
+        self.ctx.ledger.update_agent(
+            state="exited", exited_at=self.ctx.ledger.now(), exit_reason=summary, start_failure=reason_code
+        )
         log.warning("passthrough agent did not start: %s", reason_code)
 
     def _on_exit(self, info: ExitInfo) -> None:
