@@ -40,7 +40,7 @@ REPO = HERE.parent
 REQUIREMENTS = HERE / "requirements.txt"
 CONSTRAINTS = REPO / "constraints.txt"
 PYPROJECT = REPO / "pyproject.toml"
-SOURCES = ("pyproject.toml", "README.md", "agentctl")
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "agentctl")
 
 
 def version() -> str:
@@ -82,8 +82,8 @@ def _timed(label: str, fn, *args, **kwargs):
 # -------------------------------------------------------------------------------------------- wheel
 
 
-def build_wheel(out: Path, work: Path) -> Path:
-    src = work / "src"
+def copy_sources(src: Path) -> Path:
+    """A clean copy of what the wheel is built from, in a fresh `src`."""
     shutil.rmtree(src, ignore_errors=True)
     src.mkdir(parents=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
@@ -93,10 +93,17 @@ def build_wheel(out: Path, work: Path) -> Path:
             shutil.copytree(path, src / name, ignore=ignore)
         else:
             shutil.copy2(path, src / name)
+    return src
+
+
+def build_wheel(out: Path, work: Path) -> Path:
+    src = copy_sources(work / "src")
     out.mkdir(parents=True, exist_ok=True)
     wheel = out / f"agentctl-{version()}-py3-none-any.whl"
     wheel.unlink(missing_ok=True)
-    _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(src)], cwd=work)
+    # The build backend (setuptools) pinned like everything else, not whatever the index has today.
+    _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--build-constraint", str(CONSTRAINTS),
+          "--wheel-dir", str(out), str(src)], cwd=work)
     if not wheel.is_file():
         raise SystemExit(f"pip wheel did not produce {wheel.name}")
     return wheel

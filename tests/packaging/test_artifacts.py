@@ -9,7 +9,6 @@ completion, including the bundled reference agent the example names.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -24,6 +23,7 @@ import pytest
 from agentctl import __version__
 from agentctl.evidence.store import read_report
 from tests.conftest import REPO
+from tests.packaging.support import load_build_module
 
 DEMO = REPO / "examples" / "demo.toml"
 BUILD_TIMEOUT = 900  # a cold build venv on a busy 2-core machine; warm builds take well under a minute
@@ -31,15 +31,7 @@ BUILD_TIMEOUT = 900  # a cold build venv on a busy 2-core machine; warm builds t
 pytestmark = pytest.mark.timeout(BUILD_TIMEOUT + 300)
 
 
-def _load_build_module():
-    # By path: the directory is called `packaging`, like the PyPI package that pip and setuptools import.
-    spec = importlib.util.spec_from_file_location("agentctl_packaging_build", REPO / "packaging" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-build = _load_build_module()
+build = load_build_module()
 
 
 @pytest.fixture(scope="module")

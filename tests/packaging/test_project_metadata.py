@@ -1,0 +1,80 @@
+"""The project's license metadata: an SPDX expression with its file, a build backend that reads it, and a wheel
+built the way `make dist` builds it that carries both and makes setuptools print no warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+from agentctl import __version__
+from tests.conftest import REPO
+from tests.packaging.support import load_build_module
+
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+# The Apache License 2.0 as published (the text at apache.org and Debian's common-licenses/Apache-2.0).
+APACHE_2_0_SHA256 = "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30"
+# The first setuptools that reads `license = "<SPDX>"` and `license-files` (PEP 639).
+FIRST_SPDX_SETUPTOOLS = "77.0.0"
+# What setuptools prints when the metadata uses a form it is phasing out (the install-time banner).
+BANNER = re.compile(r"deprecat|SetuptoolsWarning|BuildBackendWarning", re.IGNORECASE)
+
+
+def pinned(name: str) -> str:
+    for line in (REPO / "constraints.txt").read_text().splitlines():
+        if line.lower().startswith(f"{name}=="):
+            return line.partition("==")[2]
+    raise AssertionError(f"constraints.txt pins no {name}")
+
+
+def test_the_license_is_an_spdx_expression_naming_the_license_file():
+    project = PYPROJECT["project"]
+    assert project["license"] == "Apache-2.0"
+    assert project["license-files"] == ["LICENSE"]
+    assert not any(c.startswith("License ::") for c in project.get("classifiers", [])), \
+        "license classifiers are superseded by the SPDX expression"
+
+
+def test_the_license_file_is_the_apache_license_2_0_verbatim():
+    assert hashlib.sha256((REPO / "LICENSE").read_bytes()).hexdigest() == APACHE_2_0_SHA256
+
+
+def test_the_build_backend_floor_reads_spdx_licenses_and_admits_the_pinned_setuptools():
+    [setuptools] = [Requirement(r) for r in PYPROJECT["build-system"]["requires"] if r.startswith("setuptools")]
+    assert setuptools.specifier.contains(FIRST_SPDX_SETUPTOOLS) and not setuptools.specifier.contains("76.1.0")
+    assert setuptools.specifier.contains(pinned("setuptools"))
+
+
+def test_the_wheel_builds_without_a_setuptools_warning_and_carries_the_license(tmp_path):
+    if os.environ.get("AGENTCTL_SKIP_PACKAGING") == "1":
+        pytest.skip("AGENTCTL_SKIP_PACKAGING=1: wheel build skipped (CI always runs it)")
+    build = load_build_module()
+    src = build.copy_sources(tmp_path / "src")  # exactly what `make dist` builds the wheel from
+    # Verbose: pip shows the backend's output only then, and says which setuptools it installed.
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--build-constraint", str(build.CONSTRAINTS),
+         "--wheel-dir", str(tmp_path / "out"), str(src)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    installed = re.search(r"Successfully installed (.*)", output)
+    assert installed and f"setuptools-{pinned('setuptools')}" in installed.group(1).split(), "the pinned backend built it"
+    assert not BANNER.findall(output), "\n".join(line for line in output.splitlines() if BANNER.search(line))
+
+    wheel = tmp_path / "out" / f"agentctl-{__version__}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as archive:
+        info = f"agentctl-{__version__}.dist-info"
+        metadata = archive.read(f"{info}/METADATA").decode().split("\n\n", 1)[0].splitlines()
+        assert "License-Expression: Apache-2.0" in metadata and "License-File: LICENSE" in metadata
+        assert not [line for line in metadata if line.startswith("License:")], "no legacy free-text License field"
+        assert archive.read(f"{info}/licenses/LICENSE") == (REPO / "LICENSE").read_bytes()
