@@ -12,6 +12,7 @@ from typing import Literal
 
 import msgspec
 
+from agentctl.evidence import reasons
 from agentctl.evidence.contract import (
     MAX_ATTEMPTS,
     MAX_EVENTS_PER_ATTEMPT,
@@ -30,8 +31,9 @@ ApplyResult = Literal["applied", "duplicate", "unknown_attempt", "foreign_execut
 
 # Kinds that prove the built-in endpoint was reached; they carry the connection (legacy) if any.
 _CONTACT_KINDS = frozenset({"initialize_observed", "tools_list_observed", "tool_call_observed"})
-# The reason of a server-specific error recorded without one.
-ATTACHMENT_ERROR = "attachment_error"
+# The reasons of an error recorded without one: server-specific, and report-level.
+ATTACHMENT_ERROR = reasons.code("attachment_error")
+SESSION_ERROR = reasons.code("session_error")
 
 
 def failure_is_current(row: ServerRow) -> bool:
@@ -180,7 +182,7 @@ def _apply_attempt_level(attempt: Attempt, event: EvidenceEvent) -> None:
             _newer(t, shown_at) if shown_at is not None else _is_newest_session_error(attempt, event)
         ):
             attempt.session_error = ErrorSummary(
-                reason_code=event.reason_code or "session_error", summary=event.summary or ""
+                reason_code=event.reason_code or SESSION_ERROR, summary=event.summary or ""
             )
             attempt.session_error_at = t
     elif event.kind == "attempt_superseded":

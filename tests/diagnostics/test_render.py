@@ -88,22 +88,25 @@ THIRD_PARTY_DELIVERED = """\
 FAILED = """\
   broken  failed
     http · https://broken.example
-    acp_session_error: the agent could not reach it
+    the agent refused the session
+    session_rejected: the agent could not reach it
     [x] configured        2026-01-02 03:04:18
     [x] delivered         2026-01-02 03:04:24
     [x] session accepted  2026-01-02 03:04:27
-    [x] failed            2026-01-02 03:04:32  acp_session_error
+    [x] failed            2026-01-02 03:04:32  session_rejected
     [-] initialize, tools loaded, used, disconnected: not observable: the agent
     connects to this server directly
-    endpoint test (reachability, not attachment): test failed: connect_failed
-    (could not connect) (tested 2026-01-02 03:04:34)"""
+    endpoint test (reachability, not attachment): test failed: could not connect
+    to the server (tested 2026-01-02 03:04:34) · connect_failed: could not
+    connect"""
 
 FILTERED = """\
   local-fs  filtered
     stdio · fs-server
-    transport_unsupported
+    not sent: the agent does not advertise MCP over HTTP
+    http_unsupported
     [x] configured        2026-01-02 03:04:19
-    [x] filtered          2026-01-02 03:04:25  transport_unsupported
+    [x] filtered          2026-01-02 03:04:25  http_unsupported
     [ ] delivered         not observed
     [ ] session accepted  not observed
     [ ] failed            no attachment error"""
@@ -209,7 +212,8 @@ def test_an_endpoint_test_reads_as_reachability_and_a_failure_as_a_test_failure(
     text = render_endpoint_test(bad, color=True)
     assert text.startswith(f"web: {RED}test failed{RESET}\n")
     plain = ANSI.sub("", text)
-    assert "test failed: timeout (no complete answer within 10 s)" in plain
+    assert ("test failed: the server did not answer in time (tested 2026-01-02 03:04:05) · timeout: no complete "
+            "answer within 10 s") in " ".join(line.strip() for line in plain.splitlines())
     assert "a failed test is a test failure, not proof of what happened inside the agent" in plain
     assert "not stored: there is no attachment attempt yet" in plain
 
