@@ -344,3 +344,17 @@ def test_the_upstream_line_says_connected_or_buffering_with_its_counters() -> No
     assert data["upstream"]["state"] == "buffering"
     d.upstream = UpstreamStatus(state="connected", connects=1, last_connected_at=T)
     assert "Upstream: connected; 1 connect; last connected 2026-01-02 03:04:05\n" in render_diagnostics(d, False)
+
+
+def test_the_troubleshooting_docs_failed_test_example_is_what_the_renderer_prints() -> None:
+    from tests.conftest import REPO
+
+    doc = (REPO / "docs" / "troubleshooting.md").read_text()
+    example = re.search(r"```text\n(search: test failed\n.*?)```", doc, re.S)
+    assert example, "the example block is gone from docs/troubleshooting.md"
+    failed = EndpointTestResponse(
+        name="search", attempt_id="att_4f1c2a9e0b7d6e53", stored=True,
+        result=EndpointTestResult(succeeded=False, tested_at=T, reason_code="connect_failed",
+                                  summary="could not connect to the server (refused or unreachable)"),
+    )
+    assert render_endpoint_test(failed, color=False) == example.group(1)
