@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from acp.schema import (
 )
 
 from agentctl import __version__
+from agentctl.agent.attribution import attribute, error_text
 from agentctl.agent.delivery import McpCaps, Planned, plan_delivery
 from agentctl.agent.outcome import AgentError, SessionOutcome
 from agentctl.agent.transports import AgentStdioTransport
@@ -286,29 +286,23 @@ class AcpRuntime:
     ) -> SessionOutcome:
         """An error that names delivered servers fails those rows; one that names none is report-level.
 
-        A structured error (`data.servers[].name/reason`, or `data.server`) names servers exactly and gives
-        each its own reason. Without one, a server counts as named when its name appears as a word in the
-        message text (so a server called "server" is not failed by "MCP server 'docs' ..."); the rest of
-        `data` is never searched: an agent that echoes the whole request there would name every server.
-        A message naming every one of several delivered servers is such an echo too: report-level.
+        Which servers it names is agentctl.agent.attribution's exact rule: structured data first (each
+        server with its own reason), else the error's text (message and data.details) where it names a
+        server as a server; several servers in free text, or a name that is only a word, name none.
         """
-        reasons = _server_reasons(data)
-        if reasons:
-            named = tuple(p.name for p in delivered if p.name in reasons)
+        found = attribute(message, data, [p.name for p in delivered])
+        text = error_text(message, data)
+        summary = self._summary(text)
+        if found.servers:
+            for name in found.servers:
+                reason = self._summary(found.reasons.get(name) or text)
+                self.ledger.record("explicit_error", attempt_id, name, reason_code=reason_code, summary=reason)
         else:
-            named = tuple(p.name for p in delivered if _names(message, p.name))
-            if len(delivered) > 1 and len(named) == len(delivered):
-                named = ()
-        if named:
-            for name in named:
-                summary = self._summary(reasons.get(name) or message)
-                self.ledger.record("explicit_error", attempt_id, name, reason_code=reason_code, summary=summary)
-            summary = self._summary(message)
-        else:
-            summary = self._summary(message)
             self.ledger.record("explicit_error", attempt_id, reason_code=reason_code, summary=summary)
         self.acp_session_id = None
-        return SessionOutcome(attempt_id, False, reason_code=reason_code, summary=summary, failed_servers=named)
+        return SessionOutcome(
+            attempt_id, False, reason_code=reason_code, summary=summary, failed_servers=found.servers
+        )
 
     # -- prompts ---------------------------------------------------------------------------------
 
@@ -398,27 +392,6 @@ class AcpRuntime:
 
     def _summary(self, text: str) -> str:
         return summarize("x", text, self._known()).summary
-
-
-def _names(text: str, name: str) -> bool:
-    return re.search(rf"(?<![A-Za-z0-9_.-]){re.escape(name)}(?![A-Za-z0-9_-])", text) is not None
-
-
-def _server_reasons(data: Any) -> dict[str, str]:
-    """Per-server reasons from a structured ACP error's data: {"servers": [{"name", "reason"|"message"}]}."""
-    out: dict[str, str] = {}
-    if not isinstance(data, dict):
-        return out
-    if isinstance(data.get("server"), str):
-        out[data["server"]] = str(data.get("reason") or data.get("message") or "")
-    servers = data.get("servers")
-    if isinstance(servers, list):
-        for item in servers[:64]:
-            if isinstance(item, dict) and isinstance(item.get("name"), str):
-                out[item["name"]] = str(item.get("reason") or item.get("message") or "")
-            elif isinstance(item, str):
-                out[item] = ""
-    return out
 
 
 def _to_model(planned: Planned) -> Any:

@@ -12,7 +12,10 @@ import signal
 import sys
 import textwrap
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, TextIO
+
+from agentctl.evidence.reasons import meaning
 
 WIDTH = 80
 NAME_MIN = 8
@@ -72,8 +75,8 @@ def _get(obj: Any, key: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
-def _paint(text: str, code: str | None, color: bool) -> str:
-    return f"{code}{text}{RESET}" if color and code else text
+def _paint(text: str, ansi: str | None, color: bool) -> str:
+    return f"{ansi}{text}{RESET}" if color and ansi else text
 
 
 def display_label(row: Any) -> str:
@@ -112,12 +115,8 @@ def row_explanation(row: Any) -> str:
         if _get(row, "source", "profile") == "builtin":
             return "sent to the agent; the agent has not contacted this endpoint yet"
         return "sent to the agent; third-party servers connect directly to the agent, so this is expected"
-    if status == "failed":
-        summary = _get(row, "summary", "")
-        code = reason or "error"
-        return f"{code}: {summary}" if summary else code
-    if status in ("filtered", "unavailable"):
-        return reason or "no reason recorded"
+    if status in ("failed", "filtered", "unavailable"):
+        return meaning(reason)  # the words; the bare code is a detail line
     return "not sent to the agent yet"
 
 
@@ -160,15 +159,38 @@ def agent_gone(agent: Any) -> str | None:
     return f"{head}, {end}" if end else head
 
 
+def code_detail(reason: Any, summary: Any) -> str:
+    """The detail beside a plain-language line: the bare reason code and the redacted summary."""
+    code = str(reason or "no_reason_code")
+    return f"{code}: {summary}" if summary else code
+
+
 def _row_details(row: Any, agent: Any = None) -> list[str]:
     details: list[str] = []
     status = _get(row, "status", "configured")
+    if status in ("failed", "filtered", "unavailable") and _get(row, "reason_code"):
+        details.append(code_detail(_get(row, "reason_code"), _get(row, "summary")))
+    failure = _get(row, "last_failure")
+    if status != "failed" and failure:
+        # A failure a later contact superseded: still shown, as what it was and when.
+        code = _get(failure, "reason_code")
+        details.append(
+            f"earlier attachment error, no longer current: {meaning(code)} at {_when(_get(row, 'failed_at'))} "
+            f"({code_detail(code, _get(failure, 'summary'))}); a later contact succeeded"
+        )
     calls = _get(row, "tool_calls", 0)
     errors = _get(row, "tool_errors", 0)
     if calls and errors:
         details.append(f"{_plural(calls, 'tool call')}, {errors} returned an error")
-    if status in ("active", "connected") and _get(row, "disconnected_at"):
-        details.append(f"connection closed at {_when(_get(row, 'disconnected_at'))}")
+    closed = _instant(_get(row, "disconnected_at"))
+    if status in ("active", "connected") and closed:
+        text = f"legacy connection closed at {_when(closed)}"
+        contacts = [_instant(_get(row, k)) for k in ("initialize_observed_at", "tools_list_observed_at",
+                                                     "tool_call_observed_at")]
+        if any(t is not None and t > closed for t in contacts):
+            # Only a connection-less (modern-era) request can come after the close without replacing it.
+            text += "; modern-era requests since (stateless: they have no connection)"
+        details.append(text)
     test = _get(row, "endpoint_test")
     if test:
         if _get(test, "succeeded", False):
@@ -176,15 +198,31 @@ def _row_details(row: Any, agent: Any = None) -> list[str]:
             extra = f", {_plural(count, 'tool')}" if isinstance(count, int) else ""
             details.append(f"endpoint test: reachable from the daemon{extra} (reachability, not attachment)")
         else:
+            code = _get(test, "reason_code", "error")
             details.append(
-                f"endpoint test failed: {_get(test, 'reason_code', 'error')} "
-                "(a test from the daemon, not what the agent saw)"
+                f"endpoint test failed: {meaning(code)} [{code}] (a test from the daemon, not what the agent saw)"
             )
     gone = agent_gone(agent)
     if gone:
         # The row keeps its strongest evidence; this says no more will come from this agent.
         details.append(f"{gone}; no more evidence will come from it")
     return details
+
+
+def _instant(value: Any) -> datetime | None:
+    """A timestamp from a struct (datetime) or its JSON (ISO text); None when absent or unreadable."""
+    if value is None or isinstance(value, datetime):
+        return value
+    try:
+        return datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+
+
+def session_error_lines(error: Any) -> tuple[str, str]:
+    """A report-level session error: the plain line (it fails no row) and its code detail."""
+    code = _get(error, "reason_code", "session_error")
+    return (f"session error (not tied to one server): {meaning(code)}", code_detail(code, _get(error, "summary")))
 
 
 def _wrap(text: str, indent: int) -> list[str]:
@@ -283,10 +321,9 @@ def render_attempt(attempt: Any, color: bool, agent: Any = None) -> list[str]:
     lines = render_rows(list(_get(attempt, "servers", []) or []), color, agent=agent)
     error = _get(attempt, "session_error")
     if error:
-        code = _get(error, "reason_code", "session_error")
-        summary = _get(error, "summary", "")
-        text = f"session error (not tied to one server): {code}" + (f": {summary}" if summary else "")
+        text, detail = session_error_lines(error)
         lines.extend(_wrap(text, 2))
+        lines.extend(_paint(line, GREY, color) for line in _wrap(detail, 4))
     return lines
 
 

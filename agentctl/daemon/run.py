@@ -15,6 +15,7 @@ from typing import TextIO
 from agentctl.agent.outcome import AgentError
 from agentctl.daemon.app import Daemon
 from agentctl.evidence.contract import EvidenceEvent, encode
+from agentctl.evidence.reasons import meaning
 
 SETTLE_SECONDS = 1.0  # after the session is accepted, give the agent a moment to list tools before the table
 
@@ -31,7 +32,7 @@ def progress_line(event: EvidenceEvent, passthrough: bool = False) -> str | None
     if kind == "delivered":
         return f"  delivered   {server} over {event.transport}"
     if kind == "filtered":
-        return f"  filtered    {server}: {event.reason_code}"
+        return f"  filtered    {server}: {meaning(event.reason_code)} [{event.reason_code}]"
     if kind == "session_accepted":
         if passthrough:
             # A passthrough CLI accepts nothing: its process started with the configuration, that is all.
@@ -46,7 +47,8 @@ def progress_line(event: EvidenceEvent, passthrough: bool = False) -> str | None
         return f"  used        {server}: {event.tool_name} ({event.outcome})"
     if kind == "explicit_error":
         where = server or "session"
-        return f"  error       {where}: {event.reason_code} {event.summary or ''}".rstrip()
+        detail = f"{event.reason_code}: {event.summary}" if event.summary else event.reason_code
+        return f"  error       {where}: {meaning(event.reason_code)} [{detail}]"
     return None
 
 

@@ -61,7 +61,10 @@ def checklist(row: ServerRow, attempt: Attempt) -> list[ChecklistStep]:
     reason = None
     if failed:
         reason = row.reason_code or "error"
-    steps.append(ChecklistStep(step="failed", done=failed, at=row.failed_at if failed else None, detail=reason))
+    elif row.failed_at is not None and row.last_failure is not None:
+        # Kept as detail: it happened, and a later contact of the same attempt superseded it.
+        reason = f"earlier: {row.last_failure.reason_code}; no longer current (a later contact succeeded)"
+    steps.append(ChecklistStep(step="failed", done=failed, at=row.failed_at if reason else None, detail=reason))
     return steps
 
 

@@ -25,9 +25,12 @@ from agentctl.control.render import (
     _wrap,
     agent_gone,
     display_label,
+    code_detail,
     row_explanation,
     upstream_text,
+    session_error_lines,
 )
+from agentctl.evidence.reasons import meaning
 
 REACHABILITY_NOTE = "reachability from the daemon, not attachment: the row's status is unchanged"
 TEST_FAILURE_NOTE = "a failed test is a test failure, not proof of what happened inside the agent"
@@ -55,8 +58,8 @@ STEP_LABELS = {
 _BUILTIN_ONLY = frozenset({"initialize", "tools_loaded", "used", "disconnected"})
 
 
-def _lines(text: str, indent: int, color: bool = False, code: str | None = None) -> list[str]:
-    return [_paint(line, code, color) for line in _wrap(text, indent)]
+def _lines(text: str, indent: int, color: bool = False, ansi: str | None = None) -> list[str]:
+    return [_paint(line, ansi, color) for line in _wrap(text, indent)]
 
 
 def _ms(value: Any) -> str:
@@ -73,9 +76,10 @@ def endpoint_test_line(test: Any) -> str:
         count = _get(test, "tool_count")
         listed = f", {_plural(count, 'tool')} listed" if isinstance(count, int) else ""
         return f"reachable from the daemon{listed} in {_ms(_get(test, 'latency_ms'))} (tested {when})"
+    code = _get(test, "reason_code", "error")
     summary = _get(test, "summary", "")
-    text = f"test failed: {_get(test, 'reason_code', 'error')}" + (f" ({summary})" if summary else "")
-    return text + f" (tested {when})"
+    # The words first; the bare code (with the redacted summary) is the detail at the end.
+    return f"test failed: {meaning(code)} (tested {when}) · {code}" + (f": {summary}" if summary else "")
 
 
 def render_endpoint_test(response: Any, color: bool) -> str:
@@ -102,6 +106,8 @@ def _step_line(step: dict[str, Any]) -> list[str]:
     done = bool(step.get("done"))
     if done:
         mark, text = "[x]", _when(step["at"]) if step.get("at") else ""
+    elif step.get("at"):  # happened, but is no longer current (a failure a later contact superseded)
+        mark, text = "[ ]", _when(step["at"])
     else:
         mark, text = "[ ]", "not observed" if name != "failed" else "no attachment error"
     if step.get("detail"):
@@ -125,6 +131,8 @@ def _server_block(server: dict[str, Any], color: bool, agent: dict[str, Any] | N
     gone = agent_gone(agent)
     if gone:
         lines += _wrap(f"{gone}; no more evidence will come from it", 4)
+    if status in ("failed", "filtered", "unavailable") and server.get("reason_code"):
+        lines += _lines(code_detail(server["reason_code"], server.get("summary")), 4, color, GREY)
     third_party = server.get("source", "profile") != "builtin"
     hidden: list[str] = []
     for step in server.get("steps") or []:
@@ -158,10 +166,9 @@ def _attempt_block(attempt: dict[str, Any], title: str, color: bool, agent: dict
     lines += _lines(" · ".join(times), 2, color, GREY)
     error = attempt.get("session_error")
     if error:
-        summary = error.get("summary")
-        text = f"session error (not tied to one server): {error.get('reason_code')}"
-        text += f": {summary}" if summary else ""
+        text, detail = session_error_lines(error)
         lines += _wrap(text, 2)
+        lines += _lines(detail, 4, color, GREY)
     if attempt.get("dropped_events"):
         lines += _wrap(f"{_plural(attempt['dropped_events'], 'older event')} dropped (64 are kept)", 2)
     servers = attempt.get("servers") or []

@@ -138,7 +138,12 @@ class EvidenceEvent(Base, kw_only=True):
 
 
 class ServerRow(Base, kw_only=True):
-    """What is known about one MCP server in one attempt. `status` is always the strongest evidence."""
+    """What is known about one MCP server in one attempt. `status` is always the strongest current evidence.
+
+    `connection_id` is the newest legacy connection seen (`connection_seen_at` its newest contact) and
+    `disconnected_at` says it has closed: a closed connection is never shown as the current one. A later
+    modern-era contact carries no connection; it shows in the contact times and `era`, not here.
+    """
 
     name: str
     source: Source = "profile"
@@ -164,10 +169,14 @@ class ServerRow(Base, kw_only=True):
     initialize_observed_at: datetime | None = None
     tools_list_observed_at: datetime | None = None
     tool_call_observed_at: datetime | None = None
-    failed_at: datetime | None = None
-    disconnected_at: datetime | None = None
+    failed_at: datetime | None = None  # the newest attachment failure, current or not (see last_failure)
+    disconnected_at: datetime | None = None  # when connection_id (the newest legacy connection) closed
     endpoint_test: EndpointTestResult | None = None
     catalog: ToolCatalog | None = None
+    # The newest attachment failure (reason and redacted summary; its time is failed_at). It is kept as
+    # detail after a later contact made it no longer current; `reason_code`/`summary` carry it only while
+    # the row is `failed`.
+    last_failure: ErrorSummary | None = None
 
 
 class Attempt(Base, kw_only=True):

@@ -12,6 +12,7 @@ from typing import Literal
 
 import msgspec
 
+from agentctl.evidence import reasons
 from agentctl.evidence.contract import (
     MAX_ATTEMPTS,
     MAX_EVENTS_PER_ATTEMPT,
@@ -30,15 +31,32 @@ ApplyResult = Literal["applied", "duplicate", "unknown_attempt", "foreign_execut
 
 # Kinds that prove the built-in endpoint was reached; they carry the connection (legacy) if any.
 _CONTACT_KINDS = frozenset({"initialize_observed", "tools_list_observed", "tool_call_observed"})
+# The reasons of an error recorded without one: server-specific, and report-level.
+ATTACHMENT_ERROR = reasons.code("attachment_error")
+SESSION_ERROR = reasons.code("session_error")
+
+
+def failure_is_current(row: ServerRow) -> bool:
+    """A row's attachment failure is current while it is the row's most recent attachment observation.
+
+    Attachment observations are the failure itself and contact with the endpoint (initialize, tools/list,
+    a tool call). A contact that occurred after the failure makes it detail; a failure at the same instant
+    as the newest contact stays current. Judged by occurrence time only, so arrival order cannot matter.
+    """
+    if row.failed_at is None:
+        return False
+    contact = _last_contact(row)
+    return contact is None or row.failed_at >= contact
 
 
 def derive_status(row: ServerRow) -> Status:
-    """The strongest evidence wins: failed > active > connected > delivered > filtered/unavailable > configured.
+    """The strongest current evidence: failed > active > connected > delivered > filtered/unavailable > configured.
 
-    Derived from which evidence exists, never from arrival order, so a late event cannot weaken a row and
-    the absence of evidence can never produce `failed`.
+    Derived from which evidence exists and when it occurred, never from arrival order, so a late event
+    cannot weaken a row and the absence of evidence can never produce `failed`. A failure that a later
+    contact superseded leaves the row at the strongest success evidence it has.
     """
-    if row.failed_at is not None:
+    if failure_is_current(row):
         return "failed"
     if row.tools_list_observed_at is not None:
         return "active"
@@ -144,6 +162,7 @@ def apply(history: AttachmentHistory, event: EvidenceEvent) -> ApplyResult:
         row = ServerRow(name=event.server, source=event.source or "profile", status="configured")
         attempt.servers.append(row)
     _apply_row(attempt, row, event)
+    _show_failure_reason(row)
     row.status = derive_status(row)
     return "applied"
 
@@ -163,7 +182,7 @@ def _apply_attempt_level(attempt: Attempt, event: EvidenceEvent) -> None:
             _newer(t, shown_at) if shown_at is not None else _is_newest_session_error(attempt, event)
         ):
             attempt.session_error = ErrorSummary(
-                reason_code=event.reason_code or "session_error", summary=event.summary or ""
+                reason_code=event.reason_code or SESSION_ERROR, summary=event.summary or ""
             )
             attempt.session_error_at = t
     elif event.kind == "attempt_superseded":
@@ -205,13 +224,15 @@ def _apply_row(attempt: Attempt, row: ServerRow, event: EvidenceEvent) -> None:
     elif kind == "explicit_error":
         if _newer(t, row.failed_at):
             row.failed_at = t
-            _set_reason(row, event)
+            row.last_failure = ErrorSummary(
+                reason_code=event.reason_code or ATTACHMENT_ERROR, summary=event.summary or ""
+            )
     elif kind == "connection_closed":
-        # A close counts only for the row's current connection and only if no contact came after it.
+        # A close counts only for the row's connection, and only if no contact on it came after it.
         if (
             event.connection_id is not None
             and event.connection_id == row.connection_id
-            and _newer(t, _last_contact(row))
+            and _newer(t, row.connection_seen_at)
             and (row.disconnected_at is None or t > row.disconnected_at)
         ):
             row.disconnected_at = t
@@ -220,6 +241,8 @@ def _apply_row(attempt: Attempt, row: ServerRow, event: EvidenceEvent) -> None:
 
 
 def _reason_kind(row: ServerRow) -> str | None:
+    # Once a row has a failure, filters and unavailability never write its reason: a failure stops being
+    # current only through contact, and a contacted row is beyond filtered or unavailable.
     if row.failed_at is not None:
         return "explicit_error"
     if row.filtered_at is not None:
@@ -240,7 +263,7 @@ def _last_contact(row: ServerRow) -> datetime | None:
 
 def _close_after_last_contact(attempt: Attempt, row: ServerRow) -> datetime | None:
     """A close for the row's connection that arrived before the contact it follows (occurrence order)."""
-    last = _last_contact(row)
+    last = row.connection_seen_at
     found: datetime | None = None
     for e in attempt.evidence:
         if (
@@ -280,19 +303,34 @@ def _apply_contact(attempt: Attempt, row: ServerRow, event: EvidenceEvent) -> No
             row.tool_call_observed_at = t
             row.last_tool = event.tool_name
             row.era = row.era or event.era
-    if row.disconnected_at is not None and t > row.disconnected_at:
-        # Contact after a close: the close is old news.
-        row.disconnected_at = None
-    if event.connection_id is not None and _newer(t, row.connection_seen_at):
-        if event.connection_id != row.connection_id:
-            row.connection_id = event.connection_id
-            row.disconnected_at = _close_after_last_contact(attempt, row)
+    connection = event.connection_id
+    if connection is None:
+        # A modern-era (stateless) contact has no connection: it neither reopens nor replaces a closed
+        # legacy connection, which stays on the row as detail with its disconnected_at.
+        return
+    if connection == row.connection_id and row.disconnected_at is not None and t > row.disconnected_at:
+        row.disconnected_at = None  # contact on this connection after its close: the close is old news
+    if _newer(t, row.connection_seen_at):
         row.connection_seen_at = t
+        if connection != row.connection_id:
+            row.connection_id = connection
+            row.disconnected_at = _close_after_last_contact(attempt, row)
 
 
 def _set_reason(row: ServerRow, event: EvidenceEvent) -> None:
     row.reason_code = event.reason_code
     row.summary = event.summary
+
+
+def _show_failure_reason(row: ServerRow) -> None:
+    """The row's reason is its failure's while the failure is current; after a later contact it is none."""
+    failure = row.last_failure
+    if row.failed_at is None or failure is None:
+        return
+    if failure_is_current(row):
+        row.reason_code, row.summary = failure.reason_code, failure.summary or None
+    else:
+        row.reason_code = row.summary = None
 
 
 def record_endpoint_test(

@@ -13,7 +13,10 @@ the ASGI scope; the SDK hands the scope back as `ctx.request.scope`):
 - `tool_call_observed`: the tool name (only if it is a well-formed tool name) and the outcome, never
   arguments or results.
 - `explicit_error`: only for a failed legacy `initialize` or a failed `tools/list` (reason code and the
-  JSON-RPC error code, never the message: messages can quote what the client sent).
+  JSON-RPC error code, never the message: messages can quote what the client sent). An `initialize`
+  without `clientInfo` and a `tools/list` with a non-string cursor are such failures. It is failure
+  evidence only until a later success of the same attempt: every successful initialize, tools/list and
+  tool call is recorded too, and the reducer shows the row's newest attachment observation.
 - `connection_closed`: when a legacy connection ends (see below).
 
 Connection identity (legacy era only). A legacy connection is a streamable-HTTP session or an SSE stream
@@ -53,6 +56,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from agentctl.evidence import reasons
 from agentctl.evidence.catalog import EstimatorLoader, build_catalog
 from agentctl.evidence.contract import ClientInfo, ToolCatalog
 from agentctl.evidence.ledger import Ledger
@@ -73,6 +77,8 @@ _TOOL_NAME: Final = re.compile(r"[A-Za-z0-9_.\-/]{1,128}")
 _VERSION_TEXT: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
 MAX_MODERN_CLIENTS: Final = 512
 MAX_CATALOG_CACHE: Final = 8
+INITIALIZE_FAILED: Final = reasons.code("initialize_failed")
+TOOLS_LIST_FAILED: Final = reasons.code("tools_list_failed")
 
 _encode = msgspec.json.Encoder().encode
 
@@ -183,7 +189,7 @@ class Observer:
                 self.record(
                     "explicit_error",
                     attempt_id,
-                    reason_code="initialize_failed",
+                    reason_code=INITIALIZE_FAILED,
                     summary=f"the initialize request failed ({_error_code(exc)})",
                     era="legacy",
                 )
@@ -327,7 +333,7 @@ class Observer:
             self.record(
                 "explicit_error",
                 attempt_id,
-                reason_code="tools_list_failed",
+                reason_code=TOOLS_LIST_FAILED,
                 summary=f"the tools/list request failed ({_error_code(exc)})",
                 era=era,
                 connection_id=connection_id,

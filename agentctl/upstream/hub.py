@@ -431,12 +431,9 @@ class Hub:
             if not other.stale:
                 continue
             ident = other.identity
-            if other.stale_execution:
-                code, message = "stale_execution", (
-                    "a newer execution of this session said hello; this execution's frames are rejected")
-            else:
-                code, message = "stale_instance", (
-                    "a newer instance of this execution said hello; this instance's frames are rejected")
+            code = "stale_execution" if other.stale_execution else "stale_instance"
+            what = "execution of this session" if other.stale_execution else "instance of this execution"
+            message = f"a newer {what} said hello; this {what.split()[0]}'s frames are rejected"
             log.info("session %s: execution %s instance %s superseded (%s)", ident.session_id, ident.execution_id,
                      ident.instance_id, code)
             other.send(P.encode_frame(P.frame(P.ErrorFrame, code=code, message=message)))

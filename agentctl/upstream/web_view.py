@@ -25,6 +25,7 @@ from agentctl.control.render import (
     _when,
     display_label,
     row_explanation,
+    session_error_lines,
 )
 from agentctl.diagnostics.diagnostics import attempt_diagnostics, checklist
 from agentctl.diagnostics.render import (
@@ -93,7 +94,10 @@ def steps_view(row: ServerRow, attempt: Attempt) -> tuple[list[dict[str, Any]], 
         if third_party and step.step in _BUILTIN_ONLY and not step.done:
             hidden.append(label)
             continue
-        text = (_text(step.at) or "") if step.done else ("not observed" if step.step != "failed" else "no attachment error")
+        if step.done or step.at:  # a step with a time but not done: a failure that is no longer current
+            text = _text(step.at) or ""
+        else:
+            text = "not observed" if step.step != "failed" else "no attachment error"
         steps.append({
             "step": step.step, "label": label, "done": step.done, "mark": "[x]" if step.done else "[ ]",
             "at": step.at, "text": text, "detail": step.detail,
@@ -133,9 +137,7 @@ def attempt_view(attempt: Attempt | None, agent: AgentState | None = None) -> di
     error = attempt.session_error
     error_line = None
     if error is not None:
-        error_line = f"session error (not tied to one server): {error.reason_code}" + (
-            f": {error.summary}" if error.summary else ""
-        )
+        error_line = " · ".join(session_error_lines(error))
     times = [f"started {_text(attempt.started_at)}"]
     if attempt.accepted_at:
         times.append(f"session accepted {_text(attempt.accepted_at)}")

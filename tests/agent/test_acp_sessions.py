@@ -212,8 +212,24 @@ def test_a_session_error_naming_no_server_is_report_level_and_fails_no_row(tmp_p
     current = ledger.history.current
     assert current.session_error.reason_code == "session_rejected"
     assert all(r.status != "failed" for r in current.servers)
-    named = runtime._session_failed(attempt_id, planned, "session_rejected", "cannot reach docs: refused")
-    assert named.failed_servers == ("docs",), "without structured data a server named as a word counts"
+    word = runtime._session_failed(attempt_id, planned, "session_rejected", "cannot reach docs: refused")
+    assert word.failed_servers == (), "a server name used as a plain word names no server"
+    named = runtime._session_failed(attempt_id, planned, "session_rejected", "Internal error",
+                                    {"details": "MCP server 'docs' unreachable: ConnectError"})
+    assert named.failed_servers == ("docs",), "the SDK's data.details names it as a server"
+    row = next(r for r in ledger.history.current.servers if r.name == "docs")
+    assert row.summary == "Internal error: MCP server 'docs' unreachable: ConnectError"
+
+
+def test_a_server_name_inside_a_url_host_path_or_word_of_the_agents_error_fails_no_row(tmp_path):
+    runtime, ledger, attempt_id, planned = _runtime_with_attempt(tmp_path, ["docs", "mcp", "github", "closed"])
+    for message in ("fetch https://docs.example.com/mcp failed: connection closed",
+                    "open /srv/docs/mcp.sock: Transport channel closed"):
+        outcome = runtime._session_failed(attempt_id, planned, "session_rejected", message)
+        assert outcome.failed_servers == (), message
+    current = ledger.history.current
+    assert all(r.status != "failed" for r in current.servers)
+    assert current.session_error is not None and current.session_error.reason_code == "session_rejected"
 
 
 async def test_session_new_and_reset_on_a_passthrough_agent_restart_it_as_a_new_attempt(tmp_path, short_tmp):

@@ -35,10 +35,10 @@ ROWS = [
         "name": "broken",
         "source": "profile",
         "status": "failed",
-        "reason_code": "acp_session_error",
+        "reason_code": "session_rejected",
         "summary": "the agent refused the server: transport not supported by this agent build",
     },
-    {"name": "local-fs", "source": "profile", "status": "filtered", "reason_code": "transport_unsupported"},
+    {"name": "local-fs", "source": "profile", "status": "filtered", "reason_code": "http_unsupported"},
     {"name": "cli-only", "source": "profile", "status": "unavailable", "reason_code": "no_passthrough_strategy"},
     {"name": "later", "source": "profile", "status": "configured"},
 ]
@@ -94,11 +94,14 @@ Daemon: ready
               sent to the agent; third-party servers connect directly to the
               agent, so this is expected
   broken      failed
-              acp_session_error: the agent refused the server: transport not
+              the agent refused the session
+              session_rejected: the agent refused the server: transport not
               supported by this agent build
   local-fs    filtered
-              transport_unsupported
+              not sent: the agent does not advertise MCP over HTTP
+              http_unsupported
   cli-only    unavailable
+              unavailable: agentctl has no way to give MCP servers to this CLI
               no_passthrough_strategy
   later       configured
               not sent to the agent yet
@@ -149,9 +152,12 @@ def test_colour_codes_follow_the_display_state() -> None:
             "delivered · connection unverified",
             "third-party servers connect directly to the agent, so this is expected",
         ),
-        ({"status": "failed", "reason_code": "initialize_failed"}, "failed", "initialize_failed"),
-        ({"status": "filtered", "reason_code": "duplicate_name"}, "filtered", "duplicate_name"),
-        ({"status": "unavailable", "reason_code": "no_strategy"}, "unavailable", "no_strategy"),
+        ({"status": "failed", "reason_code": "initialize_failed"}, "failed",
+         "an MCP initialize request failed initialize_failed"),
+        ({"status": "filtered", "reason_code": "duplicate_name"}, "filtered",
+         "not sent: another server of this attempt already uses the name duplicate_name"),
+        ({"status": "unavailable", "reason_code": "some_future_code"}, "unavailable", "some future code some_future_code"),
+        ({"status": "filtered"}, "filtered", "no reason recorded"),
         ({"status": "configured"}, "configured", "not sent to the agent yet"),
     ],
 )
@@ -184,19 +190,21 @@ def test_contract_structs_render_like_their_json() -> None:
             ServerRow(
                 name="gh",
                 status="delivered",
-                endpoint_test=EndpointTestResult(succeeded=False, tested_at=t, reason_code="connect_refused"),
+                endpoint_test=EndpointTestResult(succeeded=False, tested_at=t, reason_code="connect_failed"),
             ),
         ],
-        session_error=ErrorSummary(reason_code="acp_error", summary="session/new failed"),
+        session_error=ErrorSummary(reason_code="session_timeout", summary="session/new failed"),
     )
     assert display_label(attempt.servers[1]) == "delivered · connection unverified"
     out = render_status(attempt, color=False)
     assert "4 tools loaded" in out
-    assert "connection closed at 2026-01-02 03:04:05" in out
-    # Labelled as a test failure from the daemon, not as what happened inside the agent.
-    assert "endpoint test failed: connect_refused (a test from the daemon, not what the agent saw)" in flat(out)
+    assert "legacy connection closed at 2026-01-02 03:04:05\n" in out
+    # Labelled as a test failure from the daemon, not as what happened inside the agent: words first, code as detail.
+    assert ("endpoint test failed: could not connect to the server [connect_failed] (a test from the daemon, "
+            "not what the agent saw)") in flat(out)
     # A session error is a diagnostic, not a failed row.
-    assert "session error (not tied to one server): acp_error: session/new failed" in flat(out)
+    assert ("session error (not tied to one server): the agent did not answer the session request in time "
+            "session_timeout: session/new failed") in flat(out)
     assert not re.search(r"^  \S+ +failed$", out, re.M)
     assert f"execution  {EXEC}" in out
 
@@ -263,3 +271,28 @@ def test_use_color_honours_no_color_and_tty(monkeypatch: pytest.MonkeyPatch) -> 
     assert use_color(FakeStream(tty=True)) is True
     monkeypatch.setenv("TERM", "dumb")
     assert use_color(FakeStream(tty=True)) is False
+
+
+def test_a_failure_a_later_contact_superseded_is_shown_as_detail_with_its_time_code_and_summary() -> None:
+    row = {"name": "kandev", "source": "builtin", "status": "active", "tool_count": 4, "failed_at": T0,
+           "tools_list_observed_at": "2026-01-02T03:05:00Z",
+           "last_failure": {"reason_code": "initialize_failed", "summary": "the initialize request failed (x)"}}
+    out = flat(render_status(status_body(rows=[row]), color=False))
+    assert "kandev    active 4 tools loaded, none used yet" in out
+    assert ("earlier attachment error, no longer current: an MCP initialize request failed at 2026-01-02 03:04:05 "
+            "(initialize_failed: the initialize request failed (x)); a later contact succeeded") in out
+    # While the failure is current the row says so in words, and the same failure is not repeated as "earlier".
+    failed = {**row, "status": "failed", "reason_code": "initialize_failed", "summary": "the initialize request failed (x)"}
+    out = flat(render_status(status_body(rows=[failed]), color=False))
+    assert "kandev    failed an MCP initialize request failed initialize_failed: the initialize request failed (x)" in out
+    assert "earlier" not in out
+
+
+def test_a_closed_legacy_connection_with_later_modern_requests_says_both() -> None:
+    closed = {"name": "kandev", "source": "builtin", "status": "active", "tool_count": 4, "era": "legacy",
+              "connection_id": "conn_1", "initialize_observed_at": T0, "disconnected_at": "2026-01-02T03:05:00Z"}
+    assert "legacy connection closed at 2026-01-02 03:05:00\n" in render_status(status_body(rows=[closed]), False)
+    later = {**closed, "era": "modern", "tools_list_observed_at": "2026-01-02T03:06:00Z"}
+    out = flat(render_status(status_body(rows=[later]), color=False))
+    assert ("legacy connection closed at 2026-01-02 03:05:00; modern-era requests since (stateless: they have no "
+            "connection)") in out

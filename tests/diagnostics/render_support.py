@@ -87,7 +87,7 @@ def every_state_ctx() -> SimpleNamespace:
     now, _ = ledger.begin_attempt("reset", SEEDS)
     for name in ("kandev", "github", "broken"):
         ledger.record("delivered", now, name)
-    ledger.record("filtered", now, "local-fs", reason_code="transport_unsupported")
+    ledger.record("filtered", now, "local-fs", reason_code="http_unsupported")
     ledger.record("unavailable", now, "cli-only", reason_code="no_passthrough_strategy")
     ledger.record("session_accepted", now, acp_session_id="acp-new")
     ledger.record("initialize_observed", now, "kandev", connection_id="conn_2", era="legacy")
@@ -95,7 +95,7 @@ def every_state_ctx() -> SimpleNamespace:
     ledger.record("tool_call_observed", now, "kandev", tool_name="get_task", outcome="ok")
     ledger.record("tool_call_observed", now, "kandev", tool_name="update_task", outcome="error")
     ledger.record(
-        "explicit_error", now, "broken", reason_code="acp_session_error", summary="the agent could not reach it"
+        "explicit_error", now, "broken", reason_code="session_rejected", summary="the agent could not reach it"
     )
     ledger.set_endpoint_test(
         now,

@@ -90,24 +90,27 @@ THIRD_PARTY_DELIVERED = """\
 FAILED = """\
   broken  failed
     http · https://broken.example
-    acp_session_error: the agent could not reach it
+    the agent refused the session
     the agent has exited, exit code 3; no more evidence will come from it
+    session_rejected: the agent could not reach it
     [x] configured        2026-01-02 03:04:18
     [x] delivered         2026-01-02 03:04:24
     [x] session accepted  2026-01-02 03:04:27
-    [x] failed            2026-01-02 03:04:32  acp_session_error
+    [x] failed            2026-01-02 03:04:32  session_rejected
     [-] initialize, tools loaded, used, disconnected: not observable: the agent
     connects to this server directly
-    endpoint test (reachability, not attachment): test failed: connect_failed
-    (could not connect) (tested 2026-01-02 03:04:34)"""
+    endpoint test (reachability, not attachment): test failed: could not connect
+    to the server (tested 2026-01-02 03:04:34) · connect_failed: could not
+    connect"""
 
 FILTERED = """\
   local-fs  filtered
     stdio · fs-server
-    transport_unsupported
+    not sent: the agent does not advertise MCP over HTTP
     the agent has exited, exit code 3; no more evidence will come from it
+    http_unsupported
     [x] configured        2026-01-02 03:04:19
-    [x] filtered          2026-01-02 03:04:25  transport_unsupported
+    [x] filtered          2026-01-02 03:04:25  http_unsupported
     [ ] delivered         not observed
     [ ] session accepted  not observed
     [ ] failed            no attachment error"""
@@ -215,7 +218,8 @@ def test_an_endpoint_test_reads_as_reachability_and_a_failure_as_a_test_failure(
     text = render_endpoint_test(bad, color=True)
     assert text.startswith(f"web: {RED}test failed{RESET}\n")
     plain = ANSI.sub("", text)
-    assert "test failed: timeout (no complete answer within 10 s)" in plain
+    assert ("test failed: the server did not answer in time (tested 2026-01-02 03:04:05) · timeout: no complete "
+            "answer within 10 s") in " ".join(line.strip() for line in plain.splitlines())
     assert "a failed test is a test failure, not proof of what happened inside the agent" in plain
     assert "not stored: there is no attachment attempt yet" in plain
 
@@ -346,3 +350,17 @@ def test_the_upstream_line_says_connected_or_buffering_with_its_counters() -> No
     assert data["upstream"]["state"] == "buffering"
     d.upstream = UpstreamStatus(state="connected", connects=1, last_connected_at=T)
     assert "Upstream: connected; 1 connect; last connected 2026-01-02 03:04:05\n" in render_diagnostics(d, False)
+
+
+def test_the_troubleshooting_docs_failed_test_example_is_what_the_renderer_prints() -> None:
+    from tests.conftest import REPO
+
+    doc = (REPO / "docs" / "troubleshooting.md").read_text()
+    example = re.search(r"```text\n(search: test failed\n.*?)```", doc, re.S)
+    assert example, "the example block is gone from docs/troubleshooting.md"
+    failed = EndpointTestResponse(
+        name="search", attempt_id="att_4f1c2a9e0b7d6e53", stored=True,
+        result=EndpointTestResult(succeeded=False, tested_at=T, reason_code="connect_failed",
+                                  summary="could not connect to the server (refused or unreachable)"),
+    )
+    assert render_endpoint_test(failed, color=False) == example.group(1)

@@ -129,7 +129,8 @@ def test_no_cli_output_holds_a_canary_except_stderr_mcp_config_and_the_agents_an
     exempt = ("stderr", "mcp-config")
     outputs = {argv: out.encode() for argv, out in run.cli.items() if not argv.startswith(exempt)}
     assert len(outputs) >= 30, sorted(outputs)
-    assert "test failed: connect_failed" in run.cli["diagnostics"]
+    diagnostics = " ".join(run.cli["diagnostics"].split())
+    assert "test failed: could not connect to the server" in diagnostics and "· connect_failed" in diagnostics
     # The refusing server's own words (quoting its URL and credentials) reached the summary, redacted.
     assert "MCP error -32001: refused POST <redacted>?<redacted> (authorization: Basic <redacted>" \
         in run.cli["test-endpoint refusing --json --timeout 20"]

@@ -41,7 +41,7 @@ from agentctl.evidence.store import ensure_state_dir, read_report, report_path, 
 from agentctl.upstream import protocol as P
 from agentctl.upstream.hub_store import enforce_bounds
 from tests.evidence.fixed import IDENT, T0
-from tests.evidence.test_reducer import strongest
+from tests.evidence.test_reducer import CONTACT_KINDS, expected_status
 from tests.reliability.strategies import FUZZ
 
 # Seeded servers, a server nobody configured, and a name only bytes-exact code gets right.
@@ -175,6 +175,42 @@ class LedgerMachine(RuleBasedStateMachine):
             fields.update(reason_code=f"{kind}_{n}", summary=f"{kind} {minutes}")
         self._record(kind, self._attempt_id(back), server, minutes, **fields)
 
+    @rule(server=st.sampled_from(SERVERS[:2]), conn=st.sampled_from(["conn_a", "conn_b"]),
+          gaps=st.tuples(st.integers(0, 2), st.integers(0, 2)), modern=st.booleans(),
+          order=st.permutations(range(3)))
+    def legacy_connection_closes(self, server: str, conn: str, gaps: tuple[int, int], modern: bool,
+                                 order: list[int]) -> None:
+        # A legacy contact, its connection's close and (maybe) a later modern-era contact, with ties, arriving in
+        # any order: the combination a random walk rarely builds on its own.
+        steps = [("tools_list_observed", conn, 0), ("connection_closed", conn, gaps[0]),
+                 ("initialize_observed", None, gaps[0] + gaps[1])]
+        for i in order:
+            kind, connection, minutes = steps[i]
+            if i == 2 and not modern:
+                continue
+            fields: dict[str, Any] = {"connection_id": connection, "era": "legacy" if connection else "modern"}
+            if kind == "tools_list_observed":
+                fields.update(tool_count=1, catalog=ToolCatalog(tools=[ToolSummary(name="t")]))
+            elif kind == "initialize_observed":
+                fields["client"] = ClientInfo(name="modern-client")
+            self._record(kind, self._attempt_id(0), server, minutes, **fields)
+
+    @rule(server=st.sampled_from(SERVERS[:2]), gap=st.integers(-2, 2), contact=st.sampled_from(
+          ["initialize_observed", "tools_list_observed", "tool_call_observed"]), failure_first=st.booleans())
+    def failure_and_contact(self, server: str, gap: int, contact: str, failure_first: bool) -> None:
+        # One failed request and one successful contact `gap` minutes apart (ties included), in either arrival order.
+        fields: dict[str, Any] = {"era": "modern"}
+        if contact == "initialize_observed":
+            fields["client"] = ClientInfo(name="recovered-client")
+        elif contact == "tools_list_observed":
+            fields.update(tool_count=2, catalog=ToolCatalog(tools=[ToolSummary(name="a"), ToolSummary(name="b")]))
+        elif contact == "tool_call_observed":
+            fields.update(tool_name="a", outcome="ok")
+        steps = [("explicit_error", 0, {"reason_code": "tools_list_failed", "summary": "bad cursor"}),
+                 (contact, gap, fields)]
+        for kind, minutes, extra in steps if failure_first else reversed(steps):
+            self._record(kind, self._attempt_id(0), server, minutes, **extra)
+
     @rule(kind=st.sampled_from(["session_accepted", "explicit_error"]), back=st.sampled_from([0, 0, 1, 3]),
           minutes=st.integers(-90, 2), n=st.integers(0, 3), bare=st.booleans())
     def attempt_evidence(self, kind: str, back: int, minutes: int, n: int, bare: bool) -> None:
@@ -273,10 +309,72 @@ class LedgerMachine(RuleBasedStateMachine):
         error = attempt.session_error
         assert (error.reason_code, error.summary) in shown if error else not errors, "the newest session error is shown"
 
+    def _rows(self) -> list[tuple[Attempt, Any, list[Obs]]]:
+        history = self.ledger.history
+        attempts = ([history.current] if history.current else []) + history.previous
+        return [(a, row, self.rows[(a.attempt_id, row.name)]) for a in attempts for row in a.servers]
+
+    # The four rules of the evidence model that make a status believable, each stated on its own.
+
+    @invariant()
+    def a_later_success_is_never_hidden_by_an_earlier_failure(self) -> None:
+        for _, row, seen in self._rows():
+            failures = [o.t for o in seen if o.kind == "explicit_error"]
+            contacts = [o.t for o in seen if o.kind in CONTACT_KINDS]
+            if failures and contacts and max(contacts) > max(failures):
+                assert row.status != "failed", f"{row.name}: a contact after the last failure, still failed"
+                assert row.status == ("active" if row.tools_list_observed_at else "connected")
+                # The failure stays visible as detail: its time, reason and summary.
+                newest = _newest([o for o in seen if o.kind == "explicit_error"])
+                assert row.failed_at == newest[0].t
+                assert row.last_failure is not None
+                assert (row.last_failure.reason_code, row.last_failure.summary) in {
+                    (o.fields["reason_code"], o.fields["summary"]) for o in newest}
+
+    @invariant()
+    def only_attachment_errors_make_a_row_failed(self) -> None:
+        for _, row, seen in self._rows():
+            if row.status != "failed":
+                continue
+            # A server-specific explicit error, and nothing that proves attachment occurred after it: tool-call
+            # errors, failed endpoint tests, session errors and closed connections never make a row red.
+            failures = [o.t for o in seen if o.kind == "explicit_error"]
+            assert failures, f"{row.name}: failed without an explicit error naming it"
+            assert all(o.t <= max(failures) for o in seen if o.kind in CONTACT_KINDS)
+            assert row.failed_at == max(failures) and row.reason_code == row.last_failure.reason_code
+
+    @invariant()
+    def no_row_is_filtered_without_a_recorded_filtering_decision(self) -> None:
+        for _, row, seen in self._rows():
+            if row.status == "filtered":
+                decisions = _newest([o for o in seen if o.kind == "filtered"])
+                assert decisions, f"{row.name}: filtered without a filtering decision"
+                assert (row.reason_code, row.summary) in {
+                    (o.fields["reason_code"], o.fields["summary"]) for o in decisions}
+
+    @invariant()
+    def a_closed_connection_is_never_the_current_one(self) -> None:
+        for attempt, row, seen in self._rows():
+            legacy = [o for o in seen if o.kind in CONTACT_KINDS and o.fields.get("connection_id")]
+            if not legacy:
+                assert (row.connection_id, row.connection_seen_at, row.disconnected_at) == (None, None, None)
+                continue
+            newest = _newest(legacy)
+            # The row's connection is the newest legacy one (a tie may go either way), whatever modern-era
+            # (connection-less) contact came later.
+            assert row.connection_id in {o.fields["connection_id"] for o in newest}
+            assert row.connection_seen_at == newest[0].t
+            closes = [o.t for o in seen if o.kind == "connection_closed"
+                      and o.fields.get("connection_id") == row.connection_id and o.t >= newest[0].t]
+            if attempt.dropped_events == 0:  # the whole log is there: the answer is exact
+                assert row.disconnected_at == max(closes, default=None), f"{row.name}: {row.connection_id}"
+            else:  # a close that arrived before its connection's contact may have left the bounded log
+                assert row.disconnected_at is None or row.disconnected_at in closes
+
     def _check_row(self, attempt: Attempt, current: bool, row: Any) -> None:
         seen = self.rows[(attempt.attempt_id, row.name)]
         kinds = [o.kind for o in seen]
-        assert row.status == strongest(kinds), f"{row.name}: {row.status} from {sorted(set(kinds))}"
+        assert row.status == expected_status((o.kind, o.t) for o in seen), f"{row.name}: {row.status} from {kinds}"
         calls = [o for o in seen if o.kind == "tool_call_observed"]
         assert (row.tool_calls, row.tool_errors) == (len(calls), sum(o.fields["outcome"] == "error" for o in calls))
         for kind in TIMESTAMPED:
@@ -291,9 +389,17 @@ class LedgerMachine(RuleBasedStateMachine):
         assert row.last_tool in ({o.fields["tool_name"] for o in _newest(calls)} or {None})
         inits = _newest([o for o in seen if o.kind == "initialize_observed"])
         assert row.client in ([o.fields["client"] for o in inits] or [None])
-        # One reason is shown: an error's, else a filter's, else an unavailability's; the newest of that kind.
+        # One reason is shown: a current failure's, else a filter's, else an unavailability's; the newest of that
+        # kind. A failure a later contact superseded shows no reason (it stays as last_failure).
+        failures = _newest([o for o in seen if o.kind == "explicit_error"])
+        newest_failure = {(o.fields["reason_code"], o.fields["summary"]) for o in failures}
+        last = row.last_failure
+        assert (last.reason_code, last.summary) in newest_failure if last else not failures
         for kind in ("explicit_error", "filtered", "unavailable"):
             newest = _newest([o for o in seen if o.kind == kind])
+            if newest and kind == "explicit_error" and row.status != "failed":
+                assert (row.reason_code, row.summary) == (None, None), "a superseded failure is not the reason"
+                break
             if newest:
                 shown = {(o.fields["reason_code"], o.fields["summary"]) for o in newest}
                 assert (row.reason_code, row.summary) in shown, f"the newest {kind} reason is shown"

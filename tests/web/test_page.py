@@ -27,8 +27,8 @@ WHEN = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
 STYLE = "el => { const s = getComputedStyle(el); return [s.color, s.backgroundColor, s.borderColor, s.borderWidth]; }"
 SESSION_A = [  # name, label, colour, plain-language line
     ("kandev", "active", GREEN, re.compile(r"^\d+ tools loaded, none used yet$")),
-    ("docs", "failed", RED, re.compile(r"^session_rejected: ")),
-    ("legacy", "filtered", GREY, re.compile(r"^policy_denied$")),
+    ("docs", "failed", RED, re.compile(r"^the agent refused the session$")),
+    ("legacy", "filtered", GREY, re.compile(r"^not sent: the executor policy does not allow this transport$")),
     ("local", "delivered · connection unverified", AMBER,
      re.compile(r"^sent to the agent; third-party servers connect directly to the agent, so this is expected$")),
 ]
@@ -280,14 +280,16 @@ async def test_actions_endpoint_test_agent_output_on_click_and_diagnostics_witho
     await panel.locator("button.back").click()
     await panel.locator("button.server[data-server='docs']").click()
     await panel.get_by_role("button", name="Test endpoint").click()
-    await expect(panel.locator(".test-result .test")).to_have_text(re.compile(r"^test failed: connect_failed"))
+    await expect(panel.locator(".test-result .test")).to_have_text(
+        re.compile(r"^test failed: could not connect to the server .* · connect_failed"))
     await expect(panel.locator(".test-result .note")).to_have_text(
         "a failed test is a test failure, not proof of what happened inside the agent")
     await expect(panel.locator(".server-head .label")).to_have_text("failed")
     await panel.locator("button.back").click()
     # The stored result arrives with the next snapshot and shows on the row as detail.
-    await expect(panel.locator("button.server[data-server='docs'] .detail")).to_have_text(
-        re.compile(r"^endpoint test failed: connect_failed"))
+    await expect(panel.locator("button.server[data-server='docs'] .detail").filter(
+        has_text="endpoint test failed")).to_have_text(
+        re.compile(r"^endpoint test failed: could not connect to the server \[connect_failed\]"))
 
     # Recent agent output: a warning first, fetched only on the click, never cached.
     await panel.get_by_role("button", name="View recent agent output").click()

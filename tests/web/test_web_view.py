@@ -30,11 +30,11 @@ ROWS = [  # row, tone, the line a person reads
     (ServerRow(name="docs", status="delivered", configured_at=T0, delivered_at=T0), "amber",
      "sent to the agent; third-party servers connect directly to the agent, so this is expected"),
     (ServerRow(name="docs", status="failed", reason_code="session_rejected", summary="refused", configured_at=T0,
-               delivered_at=T0, failed_at=T0), "red", "session_rejected: refused"),
+               delivered_at=T0, failed_at=T0), "red", "the agent refused the session"),
     (ServerRow(name="old", transport="sse", status="filtered", reason_code="sse_unsupported", configured_at=T0,
-               filtered_at=T0), "grey", "sse_unsupported"),
-    (ServerRow(name="cli", status="unavailable", reason_code="no_strategy", configured_at=T0, unavailable_at=T0),
-     "grey", "no_strategy"),
+               filtered_at=T0), "grey", "not sent: the agent does not advertise MCP over SSE"),
+    (ServerRow(name="cli", status="unavailable", reason_code="no_passthrough_strategy", configured_at=T0,
+               unavailable_at=T0), "grey", "unavailable: agentctl has no way to give MCP servers to this CLI"),
     (ServerRow(name="new", status="configured", configured_at=T0), "plain", "not sent to the agent yet"),
 ]
 
