@@ -50,6 +50,7 @@ from sse_starlette.sse import AppStatus
 
 from agentctl.evidence.catalog import EstimatorLoader
 from agentctl.evidence.ledger import Ledger
+from agentctl.listener_guard import trust
 from agentctl.mcp_endpoint import auth
 from agentctl.mcp_endpoint.asgi import ASGIApp, AsgiBridge, build_scope
 from agentctl.mcp_endpoint.observe import SCOPE_ATTEMPT, SCOPE_REACHED, Observer
@@ -295,6 +296,7 @@ class McpEndpoint:
         if attempt_id is None:
             self._refused(route, method, 401)
             return auth.unauthorized()
+        trust(request.transport)  # a token holder's connection: displaced last when the listener is full
         if self._state != "running":
             self._refused(route, method, 503)
             return web.Response(status=503, text="the MCP endpoint is not running\n", headers={"Retry-After": "1"})

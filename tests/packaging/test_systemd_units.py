@@ -105,6 +105,22 @@ def test_execution_unit_has_private_per_instance_dirs_and_the_agreed_hardening()
     assert unit["LoadCredential"] == ["spec.toml:/etc/agentctl/%i.toml"]
 
 
+def test_each_unit_sets_a_descriptor_limit_its_full_connection_caps_fit_under():
+    from agentctl.control.socket import CONTROL_CONNECTIONS
+    from agentctl.daemon.app import MCP_CONNECTIONS
+    from agentctl.listener_guard import connection_caps
+    from agentctl.upstream.hub import DAEMON_CONNECTIONS, PAGE_CONNECTIONS
+
+    wanted = {
+        "agentctl@.service": {"mcp": MCP_CONNECTIONS, "control": CONTROL_CONNECTIONS},
+        "agentctl-hub.service": {"hub": DAEMON_CONNECTIONS, "page": PAGE_CONNECTIONS},
+    }
+    for unit in UNITS:
+        (limit,) = directives(unit)["LimitNOFILE"]
+        assert limit.isdigit(), f"{unit.name}: one number, soft and hard alike"
+        assert connection_caps(int(limit), wanted[unit.name]) == wanted[unit.name], unit.name
+
+
 def _expand(value: str, specifiers: dict[str, str]) -> str:
     return re.sub(r"%(.)", lambda m: specifiers[m.group(1)], value)
 
