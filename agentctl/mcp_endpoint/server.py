@@ -58,6 +58,7 @@ from agentctl.evidence.ledger import Ledger
 from agentctl.listener_guard import trust
 from agentctl.mcp_endpoint import auth
 from agentctl.mcp_endpoint.asgi import ASGIApp, AsgiBridge, build_scope
+from agentctl.mcp_endpoint.capabilities import advertise_capabilities
 from agentctl.mcp_endpoint.observe import SCOPE_ATTEMPT, SCOPE_REACHED, Observer
 from agentctl.mcp_endpoint.pool import MCP_SESSION_ID, PER_ATTEMPT, TOTAL, SessionPool, legacy_session_of
 from agentctl.mcp_endpoint.sdk import install_sdk_log_redaction, new_mcp_server
@@ -103,10 +104,11 @@ class McpEndpoint:
         self.estimator_loader = estimator_loader
         self.stop_timeout = stop_timeout
         self._apply_profile = apply_profile
-        self.observer = Observer(ledger, builtin_name, estimator_loader)
+        # The capabilities both eras advertise are capabilities.py's: the observer leaves them alone.
+        self.observer = Observer(ledger, builtin_name, estimator_loader, advertise_list_changed=False)
         self._bus = InMemorySubscriptionBus()
         self.server: MCPServer[Any] = new_mcp_server(
-            builtin_name, middleware=[self.observer], subscriptions=self._bus
+            builtin_name, middleware=[advertise_capabilities, self.observer], subscriptions=self._bus
         )
         register_tools(self.server, backend_getter, ledger.identity)
         self.profile = profile
