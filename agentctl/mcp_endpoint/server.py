@@ -337,14 +337,11 @@ class McpEndpoint:
                 {"jsonrpc": "2.0", "id": None, "error": {"code": -32603, "message": "Too many open sessions"}},
                 status=503, headers={"Retry-After": "1"},
             )
-        opened = None
+        opened: list[str] = []
         try:
-            response = await self._serve(request, route, method, app, scope)
-            if response.status < 400:
-                opened = response.headers.get(MCP_SESSION_ID)
-            return response
+            return await self._serve(request, route, method, _session_opened_by(app, opened), scope)
         finally:
-            self.pool.opened(attempt_id, opened)
+            self.pool.opened(attempt_id, opened[0] if opened else None)
 
     async def _serve(
         self, request: web.Request, route: str, method: str, app: ASGIApp, scope: dict[str, Any]
@@ -384,6 +381,22 @@ class McpEndpoint:
 
     def _refused(self, route: str, method: str, status: int) -> None:
         self.observer._defer(self.ledger.count_refusal, route, method, status)
+
+
+def _session_opened_by(app: ASGIApp, opened: list[str]) -> ASGIApp:
+    """`app`, noting the session id its answer opens. Read from the response start the SDK sends (the
+    status it decides on), so a session is known even when its client left before the answer arrived."""
+    header = MCP_SESSION_ID.lower().encode()
+
+    async def noting(scope: Any, receive: Any, send: Any) -> None:
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.start" and int(message["status"]) < 400:
+                opened.extend(v.decode("latin-1") for k, v in message.get("headers") or () if k.lower() == header)
+            await send(message)
+
+        await app(scope, receive, sending)
+
+    return noting
 
 
 async def _wait_until(predicate: Callable[[], bool], timeout: float) -> bool:

@@ -126,3 +126,32 @@ async def test_sessions_and_streams_of_an_attempt_whose_token_left_history_are_e
     async with harness.client(token, mode="legacy") as client:
         assert (await client.list_tools()).tools
     assert idle_sid not in harness.endpoint.session_manager._server_instances
+
+
+async def test_a_session_whose_client_left_before_the_answer_is_still_counted_and_bounded(make_harness):
+    # The SDK keeps a session whose opening answer it sent, whether or not anyone received it; the pool
+    # learns the session id from the answer the SDK sends, so such sessions are bounded like any other.
+    h = await make_harness(session_bounds=(2, 4))
+    attempt, token = h.new_attempt()
+    gate = asyncio.Event()
+
+    async def answer_after_the_client_left(ctx, call_next):
+        if ctx.method == "initialize":
+            await gate.wait()
+        return await call_next(ctx)
+
+    h.endpoint.server.middleware.insert(0, answer_after_the_client_left)
+    request = (f"POST /mcp HTTP/1.1\r\nHost: {h.host}:{h.port}\r\nAuthorization: Bearer {token}\r\n"
+               f"Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+               f"Content-Length: {len(INIT)}\r\n\r\n").encode() + INIT
+    for n in range(3):
+        gate.clear()
+        _, writer = await asyncio.open_connection(h.host, h.port)
+        writer.write(request)
+        await eventually(lambda: h.endpoint.bridge.open_exchanges == 1, what="the initialize to be in flight")
+        writer.close()
+        await eventually(lambda: all(e.gone for e in h.endpoint.bridge._open), what="the server to see it leave")
+        gate.set()  # the SDK answers now, to nobody: the session is established all the same
+        await eventually(lambda: h.endpoint.bridge.open_exchanges == 0, what="the exchange to end")
+        await eventually(lambda: sdk_sessions(h) == min(n + 1, 2), what="the SDK's sessions")
+        assert h.endpoint.pool.sessions_of(attempt) == sdk_sessions(h)
