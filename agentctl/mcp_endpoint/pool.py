@@ -32,7 +32,10 @@ from typing import Any, Final
 
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
+from agentctl.listener_guard import RateLimitedLog
+
 log = logging.getLogger(__name__)
+_ROOM_LOG = RateLimitedLog(log, level=logging.INFO)
 
 PER_ATTEMPT: Final = 32
 TOTAL: Final = 64
@@ -142,7 +145,11 @@ class SessionPool:
 
     def _end_oldest_idle(self, whose: Any) -> bool:
         idle = [(s.last_active, sid) for sid, s in self._sessions.items() if s.in_flight == 0 and whose(s.attempt_id)]
-        return bool(idle) and self._end(min(idle)[1])
+        if not idle or not self._end(min(idle)[1]):
+            return False
+        _ROOM_LOG.note("room", lambda: f"legacy MCP sessions at their bound ({self.per_attempt} per attempt, "
+                                        f"{self.total} in all): idle ones end to make room ({self.ended} so far)")
+        return True
 
     def _end(self, session_id: str) -> bool:
         instances = self._instances()
