@@ -363,6 +363,11 @@ class GuardedSite(web.BaseSite):
         self._server = server
         name_listener(server, self._guard.name)
 
+    async def stop(self) -> None:
+        if self._server is not None:
+            forget_listener(self._server)
+        await super().stop()
+
 
 # ---- failed accepts ------------------------------------------------------------------------------------------
 
@@ -374,6 +379,11 @@ def name_listener(server: asyncio.AbstractServer, name: str) -> None:
     """Name a server's listening sockets in the accept-error line."""
     for sock in server.sockets or ():
         _listener_names[sock.fileno()] = name
+
+
+def forget_listener(server: asyncio.AbstractServer) -> None:
+    for sock in server.sockets or ():
+        _listener_names.pop(sock.fileno(), None)
 
 
 class AcceptErrorLog:

@@ -47,6 +47,7 @@ from agentctl.listener_guard import (
     RateLimitedLog,
     connection_caps,
     fd_limit,
+    forget_listener,
     hold,
     install_accept_error_log,
     name_listener,
@@ -184,6 +185,7 @@ class Hub:
             self._uninstall_accept_log()
             self._uninstall_accept_log = None
         if self._server is not None:
+            forget_listener(self._server)
             self._server.close()
             for conn in list(self._conns):
                 conn.writer.close()
