@@ -14,7 +14,7 @@ A real `agentctl serve` (MCP only). A legacy session is opened by hand the way a
   the same sessions would cost unbounded (the per-session figure times --abandon; the SDK alone keeps up
   to 10,000 for 30 minutes).
 - The current attempt's own client with the pool full of another attempt's idle sessions: its legacy
-  initialize latency (median of 20) against the same with an empty pool, in the same daemon.
+  initialize latency (median of 40) against the same with an empty pool, in the same daemon.
 
 Not a test: numbers depend on the machine.
 """
@@ -93,12 +93,12 @@ def abandoned(n: int) -> dict:
                 asyncio.run(open_sessions(new_attempt(daemon), n // 2))  # a second attempt: the pool is full
             settled = c.settled_rss(daemon.pid)
             # Both abandoning attempts are superseded now; the current one's client connects into the full pool.
-            full = asyncio.run(open_sessions(new_attempt(daemon), 20, concurrency=1))
+            full = asyncio.run(open_sessions(new_attempt(daemon), 40, concurrency=1))
             _, report = daemon.control().get("/v1/report")
             refused = sum(r["count"] for r in report.get("http_refusals", []) if r["status"] == 503)
             for _ in range(3):  # every earlier attempt's token leaves history: their sessions end
                 new_attempt(daemon)
-            empty = asyncio.run(open_sessions(new_attempt(daemon), 20, concurrency=1))
+            empty = asyncio.run(open_sessions(new_attempt(daemon), 40, concurrency=1))
             return {"base": base, "settled_growth": settled - base, "peak_growth": peak.peak - base,
                     "initialize_full_s": statistics.median(full), "initialize_empty_s": statistics.median(empty),
                     "refused_503": refused}
@@ -127,7 +127,8 @@ def main() -> None:
         c.figure(f"daemon RSS per open legacy session ({TOTAL} open)", per_session / 1000, unit="KB"),
         c.figure(f"daemon RSS growth, two attempts abandon {args.abandon + args.abandon // 2} legacy sessions",
                  a["settled_growth"], unbounded, unit="B", reference_name="unbounded: that many x per session",
-                 target=("value", "<=", 10 * c.MB), note=f"bounds: {PER_ATTEMPT} per attempt, {TOTAL} in all"),
+                 target=("value", "<=", 2 * TOTAL * per_session),
+                 note=f"bounds: {PER_ATTEMPT} per attempt, {TOTAL} in all; target: twice what the pool holds"),
         c.figure("the same, peak while they were opened", a["peak_growth"], unit="B"),
         c.figure("current attempt: legacy initialize, pool full of a superseded attempt's sessions",
                  a["initialize_full_s"] * 1000, a["initialize_empty_s"] * 1000, unit="ms",

@@ -37,8 +37,10 @@ from agentctl.listener_guard import RateLimitedLog
 log = logging.getLogger(__name__)
 _ROOM_LOG = RateLimitedLog(log, level=logging.INFO)
 
-PER_ATTEMPT: Final = 32
-TOTAL: Final = 64
+# 100 concurrent clients of one attempt hold about 40 legacy sessions, each busy with its GET stream; at
+# about 60 KB each, the pool holds at most ~8 MB.
+PER_ATTEMPT: Final = 64
+TOTAL: Final = 128
 MCP_SESSION_ID: Final = "Mcp-Session-Id"
 MCP_PROTOCOL_VERSION: Final = "MCP-Protocol-Version"
 

@@ -17,13 +17,13 @@ import httpx2
 import psutil
 
 from agentctl.mcp_endpoint.pool import PER_ATTEMPT
-from tests.conftest import REPO, agentctl_cmd, write_spec
+from tests.conftest import REPO, agentctl_cmd, eventually, write_spec
 from tests.reliability.faults_support import POST_HEADERS, attempt_of, initialize, open_attempt, refusals, rpc, \
     sdk_client
 from tests.upstream.procs import control, start_daemon
 
-ABANDONED = 400  # per attempt; unbounded, two attempts' worth is ~40 MB of daemon memory (~50 KB each)
-MAX_GROWTH_MB = 12  # the bounds hold 64 sessions (~4 MB) plus the garbage of the ended ones
+ABANDONED = 600  # per attempt; unbounded, two attempts' worth is ~55 MB of daemon memory (~46 KB each)
+MAX_GROWTH_MB = 16  # the bounds hold 128 sessions (~8 MB) plus the garbage of the ended ones
 
 
 async def abandon(config: dict[str, Any], n: int, concurrency: int = 8) -> list[int]:
@@ -104,7 +104,12 @@ async def test_the_current_attempt_refused_a_session_is_an_explicit_session_pool
             assert "session_pool_full" in shown and "failed" in shown
             row = json.loads(await asyncio.to_thread(cli, sock, "status", "--json"))["current"]["servers"][0]
             assert (row["status"], row["reason_code"]) == ("failed", "session_pool_full")
-        # The streams are gone: the same attempt's next client is served (and that is evidence too).
+        # The streams are gone: once the daemon has seen them end, the same attempt's next client is served.
+        async def admitted() -> bool:
+            async with httpx2.AsyncClient(timeout=30) as http:
+                return (await http.post(config["url"], content=initialize(), headers=headers)).status_code == 200
+
+        await eventually(admitted, 10, "a session to be admitted again")
         async with sdk_client(config) as client:
             assert (await client.list_tools()).tools
         assert await asyncio.to_thread(daemon.stop) == 0
