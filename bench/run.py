@@ -33,6 +33,8 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "stderr_flood": ([], ["--mb", "100", "--rounds", "2"]),
     "fleet": ([], ["--daemons", "10", "--seconds", "10"]),
     "hub_ingest": ([], ["--publishers", "10", "--events", "500"]),
+    "legacy_sessions": ([], ["--rounds", "1", "--abandon", "300"]),
+    "listener_flood": ([], ["--rounds", "1", "--seconds", "12", "--probes", "60", "--calls", "30"]),
 }
 
 

@@ -4,7 +4,8 @@
   platformdirs user runtime dir; the last three are directories to which `<execution_id>/control.sock`
   is appended.
 - `web.UnixSite` sets no file mode, so the socket is bound here under umask 0o177 (mode 0600 from the
-  first instant, no chmod race) and handed to a UnixSite that serves the already bound socket.
+  first instant, no chmod race) and served, already bound, through a listener guard (a connection cap and
+  an idle deadline: the agent runs as the same user and could otherwise hold every connection).
 - asyncio would silently unlink an existing socket file at bind; `prepare_socket_path` probes it first and
   refuses to start when a live daemon answers. A stale file with nobody listening is removed.
 
@@ -25,12 +26,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     from aiohttp import web
 
+    from agentctl.listener_guard import ListenerGuard
+
 ENV_SOCKET_DIR = "AGENTCTL_SOCKET"
 ENV_RUNTIME_DIRECTORY = "RUNTIME_DIRECTORY"
 SOCKET_NAME = "control.sock"
 # sun_path is 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH_BYTES = 107
 PROBE_TIMEOUT = 1.0
+CONTROL_CONNECTIONS = 64  # one CLI call per connection; same-uid peers only
 
 # Directories prepare_socket_path created (removed again by cleanup when empty), and the inode each
 # start_unix_site bound, so cleanup never removes a socket some other process put there since.
@@ -229,34 +233,15 @@ def bind_unix_socket(path: Path) -> socket.socket:
     return sock
 
 
-async def start_unix_site(runner: web.AppRunner, path: Path) -> web.UnixSite:
-    """Bind `path` (call prepare_socket_path first) and start serving `runner`'s app on it."""
-    from aiohttp import web
-
-    class _BoundUnixSite(web.UnixSite):
-        """A UnixSite serving a socket bound beforehand (so the umask covers the bind and nothing else)."""
-
-        __slots__ = ("_sock",)
-
-        def __init__(self, runner: web.AppRunner, path: Path, sock: socket.socket) -> None:
-            super().__init__(runner, os.fspath(path))
-            self._sock = sock
-
-        async def start(self) -> None:
-            await web.BaseSite.start(self)  # registers the site with the runner
-            import asyncio
-
-            loop = asyncio.get_running_loop()
-            server = self._runner.server
-            assert server is not None
-            self._server = await loop.create_unix_server(
-                server, sock=self._sock, ssl=self._ssl_context, backlog=self._backlog
-            )
+async def start_unix_site(runner: web.AppRunner, path: Path, guard: ListenerGuard | None = None) -> web.BaseSite:
+    """Bind `path` (call prepare_socket_path first) and serve `runner`'s app on it through `guard` (its own
+    listener guard, capped at CONTROL_CONNECTIONS, when none is given)."""
+    from agentctl.listener_guard import HTTP_REFUSAL, GuardedSite, ListenerGuard
 
     path = Path(path)
     check_path_length(path)
     sock = bind_unix_socket(path)
-    site = _BoundUnixSite(runner, path, sock)
+    site = GuardedSite(runner, guard or ListenerGuard("control", CONTROL_CONNECTIONS, refusal=HTTP_REFUSAL), sock=sock)
     try:
         await site.start()
     except BaseException:

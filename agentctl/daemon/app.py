@@ -22,6 +22,7 @@ from agentctl.backend.embedded import EmbeddedBackend, TaskStoreError
 from agentctl.control.agent_routes import install_agent_routes
 from agentctl.control.server import install_control_routes
 from agentctl.control.socket import (
+    CONTROL_CONNECTIONS,
     ControlSocketError,
     cleanup_socket_path,
     prepare_socket_path,
@@ -38,11 +39,24 @@ from agentctl.evidence.ledger import Clock, Ledger, ServerSeed, utcnow
 from agentctl.evidence.sanitize import summarize, target_for_command, target_for_url
 from agentctl.evidence.store import Persister, StateDirError, ensure_state_dir, report_path, resolve_state_dir
 from agentctl.identity import new_execution_id, new_instance_id
+from agentctl.listener_guard import (
+    HTTP_REFUSAL,
+    GuardedSite,
+    ListenerGuard,
+    connection_caps,
+    fd_limit,
+    install_accept_error_log,
+    track_requests,
+)
 from agentctl.mcp_endpoint.server import McpEndpoint
 from agentctl.runtime import freeze_startup_heap
 from agentctl.spec import Spec, listen_address, secret_values
 
 log = logging.getLogger("agentctl.daemon")
+
+# MCP connections when the descriptor limit allows (connection_caps shrinks it under a low one): 100 MCP
+# clients of both eras hold about 200 at once.
+MCP_CONNECTIONS = 512
 
 Stopper = Callable[[], Awaitable[None]]
 
@@ -88,6 +102,7 @@ class Daemon:
         self.notifier = Notifier(self.environ)
         self._stoppers: list[tuple[str, Stopper]] = []
         self._runner: web.AppRunner | None = None
+        self.listeners: dict[str, ListenerGuard] = {}
         self._watchdog: asyncio.Task[None] | None = None
         self.persister: Persister | None = None
         self.endpoint: McpEndpoint | None = None
@@ -230,7 +245,8 @@ class Daemon:
 
     async def _start_http(self) -> None:
         ctx = self.ctx
-        app = web.Application(client_max_size=1024 * 1024)
+        self._guard_listeners()
+        app = web.Application(client_max_size=1024 * 1024, middlewares=[track_requests])
         app[CTX_KEY] = ctx
         install_control_routes(app, CTX_KEY)
         install_agent_routes(app, CTX_KEY)
@@ -245,17 +261,32 @@ class Daemon:
         self._runner = runner
         self._stoppers.append(("http", runner.cleanup))
         host, port = listen_address(self.spec)
-        site = web.TCPSite(runner, host, port, reuse_address=True)
+        site = GuardedSite(runner, self.listeners["mcp"], host=host, port=port)
         try:
             await site.start()
         except OSError as exc:
             raise StartupError(f"cannot listen on {self.spec.mcp.listen}: {exc.strerror or exc}") from None
-        bound = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
+        bound = site.sockets[0].getsockname()
         host_txt = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
         ctx.mcp_base = f"http://{host_txt}:{bound[1]}"
         ctx.mcp_url = f"{ctx.mcp_base}/mcp"
         self.endpoint.set_listen(bound[0], bound[1])
         ctx.readiness.set("mcp_listener", True)
+
+    def _guard_listeners(self) -> None:
+        """Connection caps from the descriptor limit, and failed accepts logged once per interval."""
+        nofile = fd_limit()
+        caps = connection_caps(nofile, {"mcp": MCP_CONNECTIONS, "control": CONTROL_CONNECTIONS})
+        if caps["mcp"] < MCP_CONNECTIONS:
+            log.warning("the file descriptor limit is %d: at most %d MCP and %d control connections at once "
+                        "(raise LimitNOFILE= or ulimit -n for more)", nofile, caps["mcp"], caps["control"])
+        self.listeners = {name: ListenerGuard(name, cap, refusal=HTTP_REFUSAL) for name, cap in caps.items()}
+        uninstall = install_accept_error_log()
+
+        async def restore_exception_handler() -> None:
+            uninstall()
+
+        self._stoppers.append(("accept error log", restore_exception_handler))
 
     def _build_endpoint(self) -> McpEndpoint:
         spec, ctx = self.spec, self.ctx
@@ -308,7 +339,7 @@ class Daemon:
     async def _start_control(self) -> None:
         ctx = self.ctx
         assert self._runner is not None
-        await start_unix_site(self._runner, ctx.control_socket)
+        await start_unix_site(self._runner, ctx.control_socket, self.listeners["control"])
         path = ctx.control_socket
 
         async def remove_socket() -> None:

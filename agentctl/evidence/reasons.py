@@ -26,6 +26,7 @@ TABLE: tuple[Reason, ...] = tuple(Reason(*row) for row in (
     # ---- server rows: failed (an explicit, attributable attachment error) ------------------------------------
     ("attachment_error", "row", "an attachment error was reported for this server without a reason", "Read the summary beside the code and the agent's output (`agentctl stderr`)."),
     ("initialize_failed", "row", "an MCP initialize request failed", "On the built-in row: a client sent an initialize the endpoint refused; a later successful initialize or tools/list of the attempt clears it. In an endpoint test: the server refused the test's initialize."),
+    ("session_pool_full", "row", "the built-in endpoint refused the agent a legacy MCP session (503): every session within the bound was busy", "Look at the agent's output (`agentctl stderr`) for a client that opens sessions and keeps a stream open on each; the row recovers once a session is free."),
     ("session_rejected", "row", "the agent refused the session", "Read the agent's message in the summary; when it names a server, only that row is failed. `agentctl stderr` often has the cause."),
     ("tools_list_failed", "row", "an MCP tools/list request failed", "On the built-in row: a client's tools/list was refused (for example a malformed cursor); a later successful tools/list clears it. In an endpoint test: the server failed to list its tools."),
     # ---- server rows: filtered (deliberately not sent) and unavailable ---------------------------------------

@@ -95,6 +95,7 @@ class _Exchange:
 
     __slots__ = (
         "request",
+        "owner",
         "status",
         "_headers",
         "response",
@@ -104,8 +105,9 @@ class _Exchange:
         "_finished",
     )
 
-    def __init__(self, request: web.BaseRequest) -> None:
+    def __init__(self, request: web.BaseRequest, owner: str | None = None) -> None:
         self.request = request
+        self.owner = owner
         self.status: int | None = None
         self._headers: list[tuple[bytes, bytes]] = []
         self.response: web.StreamResponse | None = None
@@ -245,6 +247,13 @@ class AsgiBridge:
         for exchange in list(self._open):
             exchange.client_gone()
 
+    def disconnect_owners_except(self, kept: set[str]) -> int:
+        """End every open exchange whose owner (the attempt `serve` was given) is not in `kept`."""
+        gone = [e for e in self._open if e.owner is not None and e.owner not in kept]
+        for exchange in gone:
+            exchange.client_gone()
+        return len(gone)
+
     async def stop(self, timeout: float) -> None:
         """Disconnect every exchange, wait up to `timeout` for the apps to return, then cancel the rest."""
         self.disconnect_all()
@@ -262,9 +271,11 @@ class AsgiBridge:
                 await self._ticker
             self._ticker = None
 
-    async def serve(self, request: web.BaseRequest, app: ASGIApp, scope: Scope) -> tuple[web.StreamResponse, int]:
-        """Run `app` for `request`; returns the (finished) aiohttp response and the status sent."""
-        exchange = _Exchange(request)
+    async def serve(
+        self, request: web.BaseRequest, app: ASGIApp, scope: Scope, owner: str | None = None
+    ) -> tuple[web.StreamResponse, int]:
+        """Run `app` for `request` on behalf of `owner`; returns the (finished) aiohttp response and the status sent."""
+        exchange = _Exchange(request, owner)
         self._open.add(exchange)
         self._busy.set()
         task = asyncio.get_running_loop().create_task(_run_app(app, scope, exchange))

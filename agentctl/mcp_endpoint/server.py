@@ -10,10 +10,15 @@ bridge (asgi.py, where the measured reasons are). Each MCP route handler, in ord
 1. refuses anything not on the TCP loopback listener (404; the control socket serves /v1/ only);
 2. authorizes the bearer token (auth.py): none, malformed or unknown -> 401, before the SDK sees it;
 3. refuses while not running (503);
-4. hands the request to the SDK with the token's attempt in the scope (observe.py reads it back);
-5. counts a refusal (route, method, status; never a body) when the SDK answered >= 400 without the
+4. admits a request that opens a legacy session through the session pool (pool.py: bounds per attempt
+   and in all); a refusal is 503 and an explicit `session_pool_full` error of the token's attempt;
+5. hands the request to the SDK with the token's attempt in the scope (observe.py reads it back);
+6. counts a refusal (route, method, status; never a body) when the SDK answered >= 400 without the
    request ever reaching the MCP middleware: 406, 413, 421 (DNS rebinding), unsupported version,
    unknown session 404, ...
+
+When an attempt's token leaves history, its legacy sessions and every open exchange it owns (SSE streams,
+GET streams) are ended.
 
 Lifecycle (the composition root calls these):
     endpoint = McpEndpoint(ledger, builtin_name=..., profile=..., backend_getter=..., estimator_loader=...)
@@ -50,9 +55,12 @@ from sse_starlette.sse import AppStatus
 
 from agentctl.evidence.catalog import EstimatorLoader
 from agentctl.evidence.ledger import Ledger
+from agentctl.listener_guard import trust
 from agentctl.mcp_endpoint import auth
 from agentctl.mcp_endpoint.asgi import ASGIApp, AsgiBridge, build_scope
+from agentctl.mcp_endpoint.capabilities import advertise_capabilities
 from agentctl.mcp_endpoint.observe import SCOPE_ATTEMPT, SCOPE_REACHED, Observer
+from agentctl.mcp_endpoint.pool import MCP_SESSION_ID, PER_ATTEMPT, TOTAL, SessionPool, legacy_session_of
 from agentctl.mcp_endpoint.sdk import install_sdk_log_redaction, new_mcp_server
 
 log = logging.getLogger(__name__)
@@ -85,6 +93,7 @@ class McpEndpoint:
         backend_getter: Callable[[], Any],
         estimator_loader: EstimatorLoader | None,
         session_idle_timeout: float | None = DEFAULT_SESSION_IDLE_TIMEOUT,
+        session_bounds: tuple[int, int] = (PER_ATTEMPT, TOTAL),
         stop_timeout: float = DEFAULT_STOP_TIMEOUT,
         bridge_tick: float = 0.1,
     ) -> None:
@@ -95,10 +104,11 @@ class McpEndpoint:
         self.estimator_loader = estimator_loader
         self.stop_timeout = stop_timeout
         self._apply_profile = apply_profile
-        self.observer = Observer(ledger, builtin_name, estimator_loader)
+        # The capabilities both eras advertise are capabilities.py's: the observer leaves them alone.
+        self.observer = Observer(ledger, builtin_name, estimator_loader, advertise_list_changed=False)
         self._bus = InMemorySubscriptionBus()
         self.server: MCPServer[Any] = new_mcp_server(
-            builtin_name, middleware=[self.observer], subscriptions=self._bus
+            builtin_name, middleware=[advertise_capabilities, self.observer], subscriptions=self._bus
         )
         register_tools(self.server, backend_getter, ledger.identity)
         self.profile = profile
@@ -116,8 +126,13 @@ class McpEndpoint:
             streamable_http_path=MCP_PATH,
             transport_security=self.security,
             session_idle_timeout=session_idle_timeout,
+            # The pool's bounds come first (pool.py); this is the SDK's own backstop, with room for
+            # sessions ended to make room whose discard has not run yet.
+            max_sessions=2 * session_bounds[1],
         )
         self.session_manager = self.server.session_manager
+        self.pool = SessionPool(self.session_manager, lambda: ledger.current_attempt_id, ledger.tokens.attempt_ids,
+                                per_attempt=session_bounds[0], total=session_bounds[1])
         self._sse_app: ASGIApp = self.server.sse_app(
             sse_path=SSE_PATH, message_path=MESSAGES_PATH, transport_security=self.security
         )
@@ -127,6 +142,7 @@ class McpEndpoint:
         self._manager_task: asyncio.Task[None] | None = None
         self._manager_stop: asyncio.Event | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        self._live_attempts: set[str] = set()
 
     # ---- wiring --------------------------------------------------------------------------------
 
@@ -186,6 +202,7 @@ class McpEndpoint:
         if self.estimator_loader is not None:
             self.estimator_loader.start()
         self.bridge.start()
+        self.ledger.subscribe(self._on_ledger_change)
         started = asyncio.Event()
         self._manager_stop = asyncio.Event()
         self._manager_task = asyncio.create_task(self._run_manager(started), name="agentctl-mcp-sessions")
@@ -212,6 +229,7 @@ class McpEndpoint:
             self._state = "stopped"
             return
         self._state = "stopping"
+        self.ledger.unsubscribe(self._on_ledger_change)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (self.stop_timeout if timeout is None else timeout)
 
@@ -295,19 +313,90 @@ class McpEndpoint:
         if attempt_id is None:
             self._refused(route, method, 401)
             return auth.unauthorized()
+        trust(request.transport)  # a token holder's connection: displaced last when the listener is full
         if self._state != "running":
             self._refused(route, method, 503)
             return web.Response(status=503, text="the MCP endpoint is not running\n", headers={"Retry-After": "1"})
         scope = build_scope(request)
         scope[SCOPE_ATTEMPT] = attempt_id
         scope["user"] = auth.principal(attempt_id)
-        response, status = await self.bridge.serve(request, app, scope)
+        legacy, session_id = legacy_session_of(request.headers) if route == MCP_PATH else (False, None)
+        if not legacy:
+            return await self._serve(request, route, method, app, scope)
+        if session_id is not None:
+            self.pool.enter(session_id)
+            try:
+                return await self._serve(request, route, method, app, scope)
+            finally:
+                self.pool.leave(session_id)
+        # This request opens a legacy session: the pool admits it first (pool.py).
+        if not self.pool.admit(attempt_id):
+            self._refused(route, method, 503)
+            self._pool_full(attempt_id)
+            return web.json_response(
+                {"jsonrpc": "2.0", "id": None, "error": {"code": -32603, "message": "Too many open sessions"}},
+                status=503, headers={"Retry-After": "1"},
+            )
+        opened: list[str] = []
+        try:
+            return await self._serve(request, route, method, _session_opened_by(app, opened), scope)
+        finally:
+            self.pool.opened(attempt_id, opened[0] if opened else None)
+
+    async def _serve(
+        self, request: web.Request, route: str, method: str, app: ASGIApp, scope: dict[str, Any]
+    ) -> web.StreamResponse:
+        attempt_id = scope[SCOPE_ATTEMPT]
+        response, status = await self.bridge.serve(request, app, scope, owner=attempt_id)
         if status >= 400 and not scope.get(SCOPE_REACHED):
             self._refused(route, method, status)
+            if status == 503 and route == MCP_PATH:
+                self._pool_full(attempt_id)  # the SDK's own session limit: its only 503
         return response
+
+    def _pool_full(self, attempt_id: str) -> None:
+        """An explicit attachment error of the attempt whose token was refused a session (never by time)."""
+        pool = self.pool
+        self.observer.record(
+            "explicit_error",
+            attempt_id,
+            reason_code="session_pool_full",
+            summary=(
+                f"the endpoint refused to open a legacy session (HTTP 503): {pool.sessions_of(attempt_id)} of this "
+                f"attempt's sessions are open, none idle (at most {pool.per_attempt} per attempt and {pool.total} in "
+                "all); a session ends when its client deletes it or it is left idle"
+            ),
+            era="legacy",
+        )
+
+    def _on_ledger_change(self, event: Any) -> None:
+        # Only an attempt change (event None) can retire a token; evidence events cannot.
+        if event is not None or self._state != "running":
+            return
+        live = self.ledger.tokens.attempt_ids()
+        if live != self._live_attempts:
+            self._live_attempts = live
+            self.pool.end_gone_attempts()
+            self.bridge.disconnect_owners_except(live)
 
     def _refused(self, route: str, method: str, status: int) -> None:
         self.observer._defer(self.ledger.count_refusal, route, method, status)
+
+
+def _session_opened_by(app: ASGIApp, opened: list[str]) -> ASGIApp:
+    """`app`, noting the session id its answer opens. Read from the response start the SDK sends (the
+    status it decides on), so a session is known even when its client left before the answer arrived."""
+    header = MCP_SESSION_ID.lower().encode()
+
+    async def noting(scope: Any, receive: Any, send: Any) -> None:
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.start" and int(message["status"]) < 400:
+                opened.extend(v.decode("latin-1") for k, v in message.get("headers") or () if k.lower() == header)
+            await send(message)
+
+        await app(scope, receive, sending)
+
+    return noting
 
 
 async def _wait_until(predicate: Callable[[], bool], timeout: float) -> bool:

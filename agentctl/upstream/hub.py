@@ -45,6 +45,16 @@ from agentctl.evidence.contract import (
     encode,
 )
 from agentctl.evidence.ledger import utcnow
+from agentctl.listener_guard import (
+    ListenerGuard,
+    RateLimitedLog,
+    connection_caps,
+    fd_limit,
+    forget_listener,
+    hold,
+    install_accept_error_log,
+    name_listener,
+)
 from agentctl.upstream import protocol as P
 from agentctl.upstream.hub_conn import Refused, HubConnection
 from agentctl.upstream.hub_store import (
@@ -63,6 +73,20 @@ log = logging.getLogger("agentctl.hub")
 
 FLUSH_INTERVAL = 0.1
 SWEEP_INTERVAL = 1.0
+# Connections when the descriptor limit allows (connection_caps shrinks them under a low one): daemons on
+# the socket, browsers on the page. A daemon says hello as it connects; one that has not within
+# HELLO_TIMEOUT seconds is closed, and at the cap a newcomer takes the place of the oldest such connection.
+DAEMON_CONNECTIONS = 4096
+PAGE_CONNECTIONS = 128
+HELLO_TIMEOUT = 10.0
+
+
+_UNIDENTIFIED_LOG = RateLimitedLog(log)
+
+
+def listener_caps() -> dict[str, int]:
+    """The hub's connection caps (its daemon socket and its page) under this process's descriptor limit."""
+    return connection_caps(fd_limit(), {"hub": DAEMON_CONNECTIONS, "page": PAGE_CONNECTIONS})
 
 
 class HubRequestError(Exception):
@@ -96,6 +120,8 @@ class Hub:
         self.store: HubStore | None = None
         self.backend: EmbeddedBackend | None = None
         self._server: asyncio.AbstractServer | None = None
+        self.guard: ListenerGuard | None = None
+        self._uninstall_accept_log: Callable[[], None] | None = None
         self._conns: set[HubConnection] = set()
         self._handlers: set[asyncio.Task[Any]] = set()
         self._tool_tasks: set[asyncio.Task[Any]] = set()
@@ -125,7 +151,7 @@ class Hub:
             prepare_socket_path(self.socket_path)
             sock = bind_unix_socket(self.socket_path)
             try:
-                self._server = await asyncio.start_unix_server(self._handle, sock=sock, limit=P.STREAM_LIMIT)
+                self._server = await self._serve(sock)
             except BaseException:
                 sock.close()
                 cleanup_socket_path(self.socket_path)
@@ -142,9 +168,29 @@ class Hub:
         ]
         log.info("hub serving %s (database %s, %d sessions)", self.socket_path, self.db_path, len(self.sessions))
 
+    async def _serve(self, sock: Any) -> asyncio.AbstractServer:
+        """`asyncio.start_unix_server`, with every connection through the listener guard."""
+        loop = asyncio.get_running_loop()
+        caps = listener_caps()
+        self.guard = ListenerGuard("hub", caps["hub"], head_timeout=HELLO_TIMEOUT,
+                                   refusal=P.encode_frame(P.frame(P.ErrorFrame, code="unavailable", fatal=True,
+                                                                  message="the hub is at its connection cap")))
+
+        def connection() -> asyncio.StreamReaderProtocol:
+            return asyncio.StreamReaderProtocol(asyncio.StreamReader(limit=P.STREAM_LIMIT), self._handle)
+
+        server = await loop.create_unix_server(self.guard.wrap(connection), sock=sock)
+        name_listener(server, "hub")
+        self._uninstall_accept_log = install_accept_error_log(loop)
+        return server
+
     async def stop(self) -> None:
         self._stopping = True  # connections closing now are the hub's doing: nobody is asked to reconnect
+        if self._uninstall_accept_log is not None:
+            self._uninstall_accept_log()
+            self._uninstall_accept_log = None
         if self._server is not None:
+            forget_listener(self._server)
             self._server.close()
             for conn in list(self._conns):
                 conn.writer.close()
@@ -251,6 +297,7 @@ class Hub:
         if current is not None:
             self._handlers.add(current)
             current.add_done_callback(self._handlers.discard)
+        held = False
         try:
             if not peer_allowed(conn.peer_uid):
                 self._refuse(conn, "forbidden_peer", "the hub serves only its own user and root")
@@ -260,6 +307,9 @@ class Hub:
                     raw = await P.read_frame_line(reader)
                     if raw is None:
                         return
+                    if not held:
+                        held = True
+                        hold(writer.transport)  # a daemon's link from its first frame: never timed or displaced
                     conn.last_rx = time.monotonic()
                     self.frames_in += 1
                     self._dispatch(conn, P.decode_from_daemon(raw))
@@ -278,10 +328,17 @@ class Hub:
             self._closed(conn)
 
     def _refuse(self, conn: HubConnection, code: str, message: str) -> None:
-        """The error frame, one log line, close this connection (the close flushes the frame). Nothing else is touched."""
+        """The error frame, one log line, close this connection (the close flushes the frame). Nothing else is touched.
+
+        A peer that never said hello gets no line of its own: a process reconnecting as fast as it can would
+        write one per connection, so those are one line per code per interval, with a count.
+        """
         self.protocol_errors += 1
         conn.refused = True
-        log.warning("closed connection from %s: %s", conn.label, code)
+        if conn.identity is None:
+            _UNIDENTIFIED_LOG.note(code, lambda: f"closed a connection from an unidentified peer: {code}")
+        else:
+            log.warning("closed connection from %s: %s", conn.label, code)
         transport = conn.writer.transport
         if not transport.is_closing():
             try:

@@ -34,7 +34,15 @@ import msgspec
 from aiohttp import web
 
 from agentctl.evidence.contract import encode
-from agentctl.upstream.hub import Hub, HubRequestError
+from agentctl.listener_guard import (
+    HTTP_REFUSAL,
+    GuardedSite,
+    ListenerGuard,
+    install_accept_error_log,
+    track_requests,
+    trust,
+)
+from agentctl.upstream.hub import Hub, HubRequestError, listener_caps
 from agentctl.upstream.web_view import (
     diagnostics_text,
     endpoint_test_view,
@@ -155,6 +163,8 @@ class HubWeb:
         self._closing = False
         self._runner: web.AppRunner | None = None
         self._allowed_hosts: set[str] | None = None
+        self.guard = ListenerGuard("page", listener_caps()["page"], refusal=HTTP_REFUSAL)
+        self._uninstall_accept_log: Any = None
 
     @property
     def url(self) -> str:
@@ -162,7 +172,7 @@ class HubWeb:
         return f"http://{host}:{self.port}/"
 
     async def start(self) -> None:
-        app = web.Application(middlewares=[self._guard], client_max_size=MAX_BODY_BYTES)
+        app = web.Application(middlewares=[track_requests, self._guard], client_max_size=MAX_BODY_BYTES)
         for route, (name, kind) in ASSETS.items():
             app.router.add_get(route, self._asset(name, kind), allow_head=False)
         app.router.add_get("/favicon.ico", self._no_icon, allow_head=False)
@@ -178,15 +188,15 @@ class HubWeb:
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await runner.setup()
         try:
-            site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+            site = GuardedSite(runner, self.guard, host=self.host, port=self.port)
             await site.start()
         except OSError as exc:
             await runner.cleanup()
             raise WebConfigError(f"--http: cannot listen on {self.host}:{self.port}: {exc.strerror}") from None
         self._runner = runner
-        server = getattr(site, "_server", None)
-        if server is not None and server.sockets:
-            self.port = server.sockets[0].getsockname()[1]
+        self._uninstall_accept_log = install_accept_error_log()
+        if site.sockets:
+            self.port = site.sockets[0].getsockname()[1]
         if is_loopback(self.host):
             names = {"127.0.0.1", "localhost", "[::1]", f"[{self.host}]" if ":" in self.host else self.host}
             self._allowed_hosts = {f"{name}:{self.port}" for name in names}
@@ -197,6 +207,9 @@ class HubWeb:
         log.info("hub page at %s", self.url)
 
     async def stop(self) -> None:
+        if self._uninstall_accept_log is not None:
+            self._uninstall_accept_log()
+            self._uninstall_accept_log = None
         self.hub.unsubscribe(self._changed)
         self._closing = True
         for stream in self._streams:
@@ -231,6 +244,8 @@ class HubWeb:
                                    "its token when it started)")
             response.headers["WWW-Authenticate"] = 'Bearer realm="agentctl-hub"'
         else:
+            if request.path.startswith("/api/"):
+                trust(request.transport)
             try:
                 response = await handler(request)
             except web.HTTPException as exc:

@@ -4,6 +4,7 @@ McpEndpoint.mount(), a real Ledger, the embedded SQLite backend, and the SDK's o
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -137,6 +138,47 @@ class Harness:
         async with aiohttp.ClientSession() as session:
             async with session.request(method, self.base + path, headers=all_headers, data=body) as resp:
                 return resp.status, dict(resp.headers), await resp.read()
+
+
+# ---- legacy sessions by hand ----------------------------------------------------------------
+
+LEGACY_VERSION = "2025-11-25"
+POST_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
+def rpc(method: str, id_: int | None = 1, params: dict | None = None) -> bytes:
+    body: dict = {"jsonrpc": "2.0", "method": method}
+    if id_ is not None:
+        body["id"] = id_
+    if params is not None:
+        body["params"] = params
+    return json.dumps(body).encode()
+
+
+INIT = rpc("initialize", params={"protocolVersion": LEGACY_VERSION, "capabilities": {},
+                                 "clientInfo": {"name": "by-hand", "version": "1"}})
+
+
+def session_headers(token: str, sid: str) -> dict[str, str]:
+    return {**POST_HEADERS, "Authorization": f"Bearer {token}", "Mcp-Session-Id": sid,
+            "MCP-Protocol-Version": LEGACY_VERSION}
+
+
+async def open_legacy_session(h: Harness, token: str) -> str:
+    """A legacy session opened by hand (initialize + notifications/initialized) and left open; its id."""
+    status, headers, _ = await h.http("POST", "/mcp", token=token, headers=POST_HEADERS, body=INIT)
+    assert status == 200
+    sid = headers["mcp-session-id"]
+    status, _, _ = await h.http("POST", "/mcp", headers=session_headers(token, sid),
+                                body=rpc("notifications/initialized", None))
+    assert status == 202
+    return sid
+
+
+async def legacy_session_alive(h: Harness, token: str, sid: str) -> bool:
+    status, _, _ = await h.http("POST", "/mcp", headers=session_headers(token, sid), body=rpc("ping", 7))
+    assert status in (200, 404), status
+    return status == 200
 
 
 @pytest.fixture

@@ -210,3 +210,75 @@ async def test_a_failed_tools_list_is_an_explicit_attachment_error(harness: Harn
     assert error.reason_code == "tools_list_failed" and error.era == "modern"
     assert "listing broke" not in (error.summary or "")
     assert harness.row(attempt).status == "failed"
+
+
+# ---- the same server in every era ---------------------------------------------------------------
+
+SAME_CAPABILITIES = {
+    "tools": {"listChanged": True},
+    "prompts": {"listChanged": False},
+    "resources": {"subscribe": False, "listChanged": False},
+}
+
+
+async def _what_each_era_sees(harness: Harness, token: str) -> dict[str, tuple]:
+    """Per era and transport, through the SDK's own client: advertised capabilities, tools, prompts,
+    resources, and whether a tool call works."""
+    openers = {
+        "legacy initialize on /mcp": lambda: harness.client(token, mode="legacy"),
+        "modern discover on /mcp": lambda: harness.client(token, mode="auto"),
+        "legacy initialize on /sse": lambda: harness.sse(token, mode="legacy"),
+        "modern discover on /sse": lambda: harness.sse(token, mode="auto"),
+    }
+    seen = {}
+    for name, opener in openers.items():
+        async with opener() as client:
+            assert (client.protocol_version == MODERN) == ("modern" in name), name
+            capabilities = client.server_capabilities.model_dump(by_alias=True, exclude_none=True, mode="json")
+            tools = sorted(t.name for t in (await client.list_tools()).tools)
+            prompts = [p.name for p in (await client.list_prompts()).prompts]
+            resources = [r.uri for r in (await client.list_resources()).resources]
+            called = (await client.call_tool("get_task", {})).is_error
+            seen[name] = (capabilities, tools, prompts, resources, called)
+    return seen
+
+
+async def test_discover_and_initialize_advertise_the_same_capabilities_and_serve_the_same_tools_in_every_era(
+    harness: Harness,
+):
+    _, token = harness.new_attempt()
+    seen = await _what_each_era_sees(harness, token)
+    first = next(iter(seen.values()))
+    assert all(view == first for view in seen.values()), seen
+    capabilities, tools, _, _, call_failed = first
+    # What the endpoint does: it announces tool-list changes in both eras and never prompt or resource ones.
+    assert capabilities == SAME_CAPABILITIES and len(tools) == TASK_TOOL_COUNT and call_failed is False
+    # A profile switch changes the tool set for every era alike, and they still advertise the same.
+    harness.endpoint.set_profile("task-title")
+    switched = await _what_each_era_sees(harness, token)
+    assert all(view == next(iter(switched.values())) for view in switched.values())
+    assert len(next(iter(switched.values()))[1]) == TASK_TOOL_COUNT + 1
+
+
+@pytest.mark.parametrize(
+    ("route", "method", "headers", "body"),
+    [
+        ("/mcp", "POST", {"Content-Type": "application/json", "Accept": ACCEPT},
+         b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",'
+         b'"capabilities":{},"clientInfo":{"name":"x","version":"1"}}}'),
+        ("/mcp", "POST", {"Content-Type": "application/json", "Accept": ACCEPT, "MCP-Protocol-Version": MODERN,
+                          "Mcp-Method": "server/discover"},
+         b'{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{}}'),
+        ("/sse", "GET", {"Accept": "text/event-stream"}, None),
+    ],
+    ids=["legacy initialize", "modern discover", "sse stream"],
+)
+@pytest.mark.parametrize("credential", ["none", "wrong"])
+async def test_every_era_asks_for_the_same_credential_before_anything_is_advertised(
+    harness: Harness, route: str, method: str, headers: dict, body: bytes | None, credential: str
+):
+    harness.new_attempt()
+    token = "not-a-token-of-this-execution" if credential == "wrong" else None
+    status, answer_headers, answer = await harness.http(method, route, token=token, headers=headers, body=body)
+    assert status == 401 and answer_headers["WWW-Authenticate"] == 'Bearer realm="agentctl"'
+    assert b"capabilities" not in answer

@@ -1,8 +1,10 @@
 """The SDK details the endpoint relies on. These fail loudly when an `mcp` upgrade changes them.
 
 Connection identity for legacy sessions uses one private attribute, `ServerSession._connection`
-(observe.legacy_connection). If a test here fails after an upgrade, do not paper over it: find the
-SDK's new handle on the per-connection object (or a public one), update observe.py, and pin again.
+(observe.legacy_connection); the session pool's bounds (pool.py) read
+`StreamableHTTPSessionManager._server_instances` to end a session. If a test here fails after an upgrade,
+do not paper over it: find the SDK's new handle (or a public one), update observe.py / pool.py, and pin
+again.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ import logging
 from contextlib import AsyncExitStack
 from typing import Any
 
+import anyio
 from mcp.server.connection import Connection
+from mcp.server.streamable_http import StreamableHTTPServerTransport
 
 from agentctl.mcp_endpoint.observe import SCOPE_ATTEMPT, legacy_connection
 from agentctl.mcp_endpoint.sdk import new_mcp_server
-from tests.mcp_endpoint.conftest import MODERN, Harness
+from tests.mcp_endpoint.conftest import MODERN, Harness, eventually, legacy_session_alive, open_legacy_session
 
 PINNED_MCP = "2.3.0"
 
@@ -101,3 +105,34 @@ def test_dns_rebinding_protection_is_on_for_every_transport(harness: Harness):
     assert endpoint.security.enable_dns_rebinding_protection
     assert endpoint.session_manager.security_settings is endpoint.security
     assert endpoint.security.allowed_hosts == [f"127.0.0.1:{harness.port}", f"localhost:{harness.port}"]
+
+
+async def test_legacy_sessions_are_a_dict_of_session_id_to_transport_whose_idle_scope_ends_the_session(
+    harness: Harness,
+):
+    attempt, token = harness.new_attempt()
+    sid = await open_legacy_session(harness, token)
+    instances = harness.endpoint.session_manager._server_instances
+    assert isinstance(instances, dict), "StreamableHTTPSessionManager._server_instances is gone (mcp upgrade?)"
+    transport = instances[sid]
+    assert isinstance(transport, StreamableHTTPServerTransport) and transport.mcp_session_id == sid
+    assert isinstance(transport.idle_scope, anyio.CancelScope), "the transport no longer has an idle_scope"
+    transport.idle_scope.cancel()  # what the pool does to end a session
+    await eventually(lambda: sid not in instances, what="the SDK to discard the ended session")
+    assert not await legacy_session_alive(harness, token, sid)
+    (closed,) = await harness.wait_events(attempt, "connection_closed")
+    assert closed.connection_id is not None
+
+
+def test_the_session_limit_is_the_managers_public_max_sessions_and_its_only_503(harness: Harness):
+    import inspect
+
+    from mcp.server import streamable_http, streamable_http_manager
+
+    assert harness.endpoint.session_manager.max_sessions == 2 * harness.endpoint.pool.total
+    sources = inspect.getsource(streamable_http_manager) + inspect.getsource(streamable_http)
+    only = sources.count("503") == 2 and "SERVICE_UNAVAILABLE" not in sources
+    assert only and "Too many open sessions\", 503" in sources, (
+        "the SDK answers 503 for something else now: pool.py and server.py read every SDK 503 on /mcp as the "
+        "session limit"
+    )

@@ -153,6 +153,22 @@ def test_the_documented_offline_report_command_reads_where_the_unit_writes():
         assert not re.search(r"/var/lib/agentctl/([^/\s`]+)/\1/", text), f"{path.name} repeats the execution id"
 
 
+def test_each_unit_sets_a_descriptor_limit_its_full_connection_caps_fit_under():
+    from agentctl.control.socket import CONTROL_CONNECTIONS
+    from agentctl.daemon.app import MCP_CONNECTIONS
+    from agentctl.listener_guard import connection_caps
+    from agentctl.upstream.hub import DAEMON_CONNECTIONS, PAGE_CONNECTIONS
+
+    wanted = {
+        "agentctl@.service": {"mcp": MCP_CONNECTIONS, "control": CONTROL_CONNECTIONS},
+        "agentctl-hub.service": {"hub": DAEMON_CONNECTIONS, "page": PAGE_CONNECTIONS},
+    }
+    for unit in UNITS:
+        (limit,) = directives(unit)["LimitNOFILE"]
+        assert limit.isdigit(), f"{unit.name}: one number, soft and hard alike"
+        assert connection_caps(int(limit), wanted[unit.name]) == wanted[unit.name], unit.name
+
+
 def _expand(value: str, specifiers: dict[str, str]) -> str:
     return re.sub(r"%(.)", lambda m: specifiers[m.group(1)], value)
 

@@ -1,0 +1,437 @@
+"""Bounds on every listener (the daemon's MCP port and control socket, the hub's daemon socket and page):
+a cap on open connections, a deadline for a connection's first complete request, file-descriptor headroom,
+and failed accepts logged as one line per interval.
+
+Opening a connection needs no credential, so whoever can reach a listener can hold connections open. Each
+listener is served through a `ListenerGuard`, which wraps the server's protocol factory (asyncio's
+`loop.create_server` takes any factory; aiohttp's `web.Server` is one) and tracks every connection:
+
+- A connection is *idle* until a complete request head has been parsed and a handler runs (aiohttp), or until
+  its first frame arrived (the hub's daemon socket), and again once a request's response has been written.
+  In between it is *busy*. Only idle time is bounded: a connection idle for `head_timeout` seconds is closed
+  however many bytes it dribbled (slowloris). A busy connection (an SSE stream, a legacy GET stream, a long
+  tool call, a daemon's upstream link) is never timed out here.
+- At the cap, a newcomer takes the place of the oldest idle connection, so a health probe or a real client
+  still gets in while someone holds the listener full of idle connections. A connection that carried a
+  credential-holder's request (`trust`) is displaced only when no other idle one is left, so a flood of
+  newcomers cycles through the flooder's own connections first. Only when every connection is busy is the
+  newcomer refused (HTTP listeners answer 503 first), and being busy takes real requests.
+- The caps come from the process's RLIMIT_NOFILE less a reserve (`connection_caps`): descriptors for the
+  agent's pipes, the stores, the upstream link and endpoint tests, and for connections accepted in the same
+  loop iteration before the ones they displaced are closed.
+- asyncio logs a failed accept() (EMFILE) with a traceback, once per pending connection per loop iteration.
+  `AcceptErrorLog` turns that into one line per interval with a count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import resource
+import socket
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from aiohttp import web
+
+log = logging.getLogger("agentctl.listener")
+
+HEAD_TIMEOUT: Final = 10.0
+LOG_INTERVAL: Final = 10.0
+# Descriptors kept out of every connection cap: one loop iteration accepts up to a listener's backlog (128)
+# before the connections it displaced are closed, plus what the process itself holds open.
+RESERVED_FDS: Final = 256
+MIN_CAP: Final = 8
+# Looked at from the oldest idle connection on: one whose response is still being written is passed over.
+_EVICTION_SCAN: Final = 32
+HTTP_REFUSAL: Final = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 44\r\n"
+    b"Retry-After: 1\r\nConnection: close\r\n\r\ntoo many connections in use; retry shortly\r\n"
+)
+
+ProtocolFactory = Callable[[], asyncio.BaseProtocol]
+
+
+def fd_limit() -> int:
+    """The soft RLIMIT_NOFILE of this process (what accept() runs into)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
+def connection_caps(nofile: int, wanted: Mapping[str, int], reserve: int = RESERVED_FDS) -> dict[str, int]:
+    """Each listener's cap: as wanted when they all fit under `nofile - reserve`, else shrunk in proportion
+    (never below MIN_CAP)."""
+    room = max(0, nofile - reserve)
+    total = sum(wanted.values())
+    if total <= room:
+        return dict(wanted)
+    return {name: max(MIN_CAP, want * room // total) for name, want in wanted.items()}
+
+
+class RateLimitedLog:
+    """At most one line per key per `interval`: the first at once, the rest of the window as one count.
+
+    `render` is called when the line is written, so the text it returns can say how things stand then.
+    """
+
+    def __init__(self, logger: logging.Logger, interval: float = LOG_INTERVAL, level: int = logging.WARNING) -> None:
+        self._log = logger
+        self._interval = interval
+        self._level = level
+        self._last: dict[str, float] = {}
+        self._pending: dict[str, tuple[int, Callable[[], str]]] = {}
+
+    def note(self, key: str, render: Callable[[], str]) -> None:
+        now = time.monotonic()
+        last = self._last.get(key)
+        if last is None or now - last >= self._interval:
+            self._last[key] = now
+            self._log.log(self._level, "%s", render())
+            return
+        count, _ = self._pending.get(key, (0, render))
+        self._pending[key] = (count + 1, render)
+        if count == 0:
+            asyncio.get_running_loop().call_later(self._interval - (now - last), self._flush, key)
+
+    def _flush(self, key: str) -> None:
+        count, render = self._pending.pop(key, (0, str))
+        if count:
+            self._last[key] = time.monotonic()
+            self._log.log(self._level, "%s (%d more times in the last %g s)", render(), count, self._interval)
+
+
+_PRESSURE_LOG = RateLimitedLog(log)
+
+
+class GuardedProtocol(asyncio.Protocol):
+    """One connection of a guarded listener: admitted (or refused) when it is made, then the real protocol."""
+
+    def __init__(self, guard: ListenerGuard, factory: ProtocolFactory) -> None:
+        self._guard = guard
+        self._factory = factory
+        self._inner: Any = None
+        self.transport: asyncio.Transport | None = None
+        self._busy = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self.closed = False
+        self.trusted = False
+
+    # ---- what the guard and the servers call -------------------------------------------------------
+
+    def request_started(self) -> None:
+        """A complete request head (or a first frame): the connection is busy and no longer timed."""
+        if self.closed:
+            return
+        self._busy += 1
+        if self._busy == 1:
+            self._guard._not_idle(self)
+
+    def request_finished(self) -> None:
+        """The request's response is written: idle again, so timed and displaceable."""
+        if self.closed or self._busy == 0:
+            return
+        self._busy -= 1
+        if self._busy == 0:
+            self._guard._became_idle(self)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _close_now(self) -> None:
+        # abort(), not close(): close() would wait for a reader that never reads.
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.abort()
+
+    # ---- asyncio.Protocol ---------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        if not self._guard._admit(self):
+            self.closed = True
+            if self._guard.refusal:
+                transport.write(self._guard.refusal)  # type: ignore[attr-defined]
+            transport.close()
+            return
+        self._inner = self._factory()
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self._inner is not None:
+            self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received() if self._inner is not None else None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed:
+            self.closed = True
+            self._cancel_timer()
+            self._guard._release(self)
+        if self._inner is not None:
+            self._inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.resume_writing()
+
+
+class ListenerGuard:
+    """The connections of one listener: at most `limit`, idle ones closed after `head_timeout` seconds,
+    the oldest idle one displaced by a newcomer at the cap; `refusal` is written to a refused newcomer."""
+
+    def __init__(self, name: str, limit: int, *, head_timeout: float = HEAD_TIMEOUT, refusal: bytes = b"") -> None:
+        if limit < 1:
+            raise ValueError("a listener's connection cap must be at least 1")
+        self.name = name
+        self.limit = limit
+        self.head_timeout = head_timeout
+        self.refusal = refusal
+        self._open: set[GuardedProtocol] = set()
+        # Idle connections in the order they became idle (the oldest first); trusted ones apart.
+        self._idle: dict[GuardedProtocol, None] = {}
+        self._idle_trusted: dict[GuardedProtocol, None] = {}
+        self.counts = {"accepted": 0, "displaced": 0, "refused": 0, "timed_out": 0}
+
+    def wrap(self, factory: ProtocolFactory) -> Callable[[], GuardedProtocol]:
+        """The protocol factory to hand to `loop.create_server` / `create_unix_server`."""
+        return lambda: GuardedProtocol(self, factory)
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._open)
+
+    @property
+    def idle_connections(self) -> int:
+        return len(self._idle) + len(self._idle_trusted)
+
+    def _admit(self, conn: GuardedProtocol) -> bool:
+        if len(self._open) >= self.limit:
+            victim = self._oldest_idle()
+            if victim is None:
+                self.counts["refused"] += 1
+                self._pressure()
+                return False
+            self.counts["displaced"] += 1
+            self._forget(victim)
+            victim._close_now()
+            self._pressure()
+        self.counts["accepted"] += 1
+        self._open.add(conn)
+        self._became_idle(conn)
+        return True
+
+    def _oldest_idle(self) -> GuardedProtocol | None:
+        for idle in (self._idle, self._idle_trusted):
+            first = None
+            for n, conn in enumerate(idle):
+                first = first or conn
+                transport = conn.transport
+                if transport is None or not transport.get_write_buffer_size():
+                    return conn
+                if n >= _EVICTION_SCAN:
+                    break
+            if first is not None:
+                return first
+        return None
+
+    def _became_idle(self, conn: GuardedProtocol) -> None:
+        (self._idle_trusted if conn.trusted else self._idle)[conn] = None
+        conn._cancel_timer()
+        conn._timer = asyncio.get_running_loop().call_later(self.head_timeout, self._expire, conn)
+
+    def _not_idle(self, conn: GuardedProtocol) -> None:
+        conn._cancel_timer()
+        self._idle.pop(conn, None)
+        self._idle_trusted.pop(conn, None)
+
+    def _expire(self, conn: GuardedProtocol) -> None:
+        conn._timer = None
+        if conn in self._idle or conn in self._idle_trusted:
+            self.counts["timed_out"] += 1
+            self._forget(conn)
+            conn._close_now()
+
+    def _forget(self, conn: GuardedProtocol) -> None:
+        conn.closed = True
+        self._release(conn)
+
+    def _release(self, conn: GuardedProtocol) -> None:
+        self._not_idle(conn)
+        self._open.discard(conn)
+
+    def _pressure(self) -> None:
+        _PRESSURE_LOG.note(f"full:{self.name}", self._pressure_line)
+
+    def _pressure_line(self) -> str:
+        counts = self.counts
+        return (f"{self.name} listener is at its cap of {self.limit} connections: newcomers take the place of the "
+                f"oldest idle connection, or are refused when none is idle ({counts['displaced']} displaced, "
+                f"{counts['refused']} refused since start)")
+
+
+def _guarded(transport: asyncio.BaseTransport | None) -> GuardedProtocol | None:
+    protocol = transport.get_protocol() if transport is not None else None
+    return protocol if isinstance(protocol, GuardedProtocol) else None
+
+
+def hold(transport: asyncio.BaseTransport | None) -> None:
+    """Mark a guarded connection busy for good (the hub's daemon link, once its first frame arrived)."""
+    protocol = _guarded(transport)
+    if protocol is not None:
+        protocol.trusted = True
+        protocol.request_started()
+
+
+def trust(transport: asyncio.BaseTransport | None) -> None:
+    """The connection carried a request with a valid credential: displace it only after every other idle one."""
+    protocol = _guarded(transport)
+    if protocol is not None:
+        protocol.trusted = True
+
+
+@web.middleware
+async def track_requests(request: web.Request, handler: Any) -> web.StreamResponse:
+    """aiohttp middleware (the outermost): a request's connection is busy until its response is written.
+
+    The handler runs in the task aiohttp made for this request, which ends once the response is written;
+    its done-callback marks the connection idle again.
+    """
+    protocol = _guarded(request.transport)
+    if protocol is not None:
+        protocol.request_started()
+        task = asyncio.current_task()
+        if task is not None:
+            task.add_done_callback(lambda _: protocol.request_finished())
+        else:  # pragma: no cover - aiohttp always runs handlers in a task
+            try:
+                return await handler(request)
+            finally:
+                protocol.request_finished()
+    return await handler(request)
+
+
+class GuardedSite(web.BaseSite):
+    """An aiohttp site served through a ListenerGuard: a pre-bound socket (`sock`, TCP or Unix) or a
+    loopback `host` and `port` to bind."""
+
+    __slots__ = ("_guard", "_sock", "_host", "_port")
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        guard: ListenerGuard,
+        *,
+        sock: socket.socket | None = None,
+        host: str | None = None,
+        port: int = 0,
+        backlog: int = 128,
+    ) -> None:
+        super().__init__(runner, backlog=backlog)
+        self._guard = guard
+        self._sock = sock
+        self._host = host
+        self._port = port
+
+    @property
+    def name(self) -> str:
+        return f"{self._guard.name} listener"
+
+    @property
+    def sockets(self) -> tuple[socket.socket, ...]:
+        return tuple(self._server.sockets) if self._server is not None else ()
+
+    async def start(self) -> None:
+        await super().start()
+        loop = asyncio.get_running_loop()
+        assert self._runner.server is not None
+        factory = self._guard.wrap(self._runner.server)
+        if self._sock is not None and self._sock.family == socket.AF_UNIX:
+            server = await loop.create_unix_server(factory, sock=self._sock, backlog=self._backlog)
+        elif self._sock is not None:
+            server = await loop.create_server(factory, sock=self._sock, backlog=self._backlog)
+        else:
+            server = await loop.create_server(factory, self._host, self._port, backlog=self._backlog,
+                                              reuse_address=True)
+        self._server = server
+        name_listener(server, self._guard.name)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            forget_listener(self._server)
+        await super().stop()
+
+
+# ---- failed accepts ------------------------------------------------------------------------------------------
+
+_ACCEPT_MESSAGE: Final = "socket.accept() out of system resource"
+_listener_names: dict[int, str] = {}
+
+
+def name_listener(server: asyncio.AbstractServer, name: str) -> None:
+    """Name a server's listening sockets in the accept-error line."""
+    for sock in server.sockets or ():
+        _listener_names[sock.fileno()] = name
+
+
+def forget_listener(server: asyncio.AbstractServer) -> None:
+    for sock in server.sockets or ():
+        _listener_names.pop(sock.fileno(), None)
+
+
+class AcceptErrorLog:
+    """The loop's exception handler while installed: a failed accept() (out of descriptors or memory)
+    becomes one line per listener per interval with a count; anything else goes to the previous handler."""
+
+    def __init__(self, previous: Any, interval: float = LOG_INTERVAL) -> None:
+        self.previous = previous
+        self.users = 0
+        self.failures = 0
+        self._log = RateLimitedLog(log, interval, logging.ERROR)
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if context.get("message") != _ACCEPT_MESSAGE:
+            if self.previous is not None:
+                self.previous(loop, context)
+            else:
+                loop.default_exception_handler(context)
+            return
+        self.failures += 1
+        exc = context.get("exception")
+        code = errno.errorcode.get(getattr(exc, "errno", None) or 0, type(exc).__name__)
+        sock = context.get("socket")
+        try:
+            name = _listener_names.get(sock.fileno(), "a") if sock is not None else "a"
+        except Exception:
+            name = "a"
+        self._log.note(f"accept:{name}", lambda: f"{name} listener cannot accept connections ({code}): the process "
+                                                 "is out of file descriptors or memory; newcomers wait in the backlog")
+
+
+def install_accept_error_log(loop: asyncio.AbstractEventLoop | None = None) -> Callable[[], None]:
+    """Install (or share) the loop's AcceptErrorLog; returns the call that uninstalls it."""
+    loop = loop or asyncio.get_running_loop()
+    handler = loop.get_exception_handler()
+    if not isinstance(handler, AcceptErrorLog):
+        handler = AcceptErrorLog(handler)
+        loop.set_exception_handler(handler)
+    handler.users += 1
+    done = False
+
+    def uninstall() -> None:
+        nonlocal done
+        if done:
+            return
+        done = True
+        handler.users -= 1
+        if handler.users == 0 and loop.get_exception_handler() is handler:
+            loop.set_exception_handler(handler.previous)
+
+    return uninstall
