@@ -16,6 +16,11 @@ def main(argv: list[str] | None = None) -> int:
         from agentctl.testing.reference_agent import main as reference_agent
 
         return int(reference_agent(argv[1:]) or 0)
+    if argv[:1] == ["agent-shim"]:
+        # Hidden: the agent's shim (agentctl.agent.shim), for a frozen build that has no shim.py file to run.
+        from agentctl.agent.shim import main as shim
+
+        return shim(["agent-shim", *argv[1:]])
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -159,6 +159,8 @@ class ReferenceAgent:
     ) -> InitializeResponse:
         who = f"{client_info.name} {client_info.version}" if client_info else "unnamed client"
         log.info("initialize from %s (protocol %s)", who, protocol_version)
+        if self._opts.initialize_delay:
+            await asyncio.sleep(self._opts.initialize_delay)  # the mode itself: a slow agent start
         self.garbage()
         return InitializeResponse(
             protocol_version=acp.PROTOCOL_VERSION,
