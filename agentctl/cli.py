@@ -66,6 +66,20 @@ def build_parser() -> argparse.ArgumentParser:
     from agentctl.upstream.commands import add_hub_commands
 
     add_hub_commands(sub)
+    recover = sub.add_parser(
+        "recover",
+        help="undo what killed daemons left: merged workspace files, private config directories",
+        description="Put back the workspace files (cursor's .cursor/mcp.json, gemini's .gemini/settings.json) "
+        "that a daemon killed with SIGKILL left holding its configuration, from the journal in the state "
+        "directory, and remove the private config directories of dead daemons. A file the user edited since "
+        "keeps the edits; only agentctl's entries are taken out. A running daemon's files are left alone. "
+        "Every daemon does this at start too. Exit codes: 0 nothing left to do, 1 something could not be "
+        "recovered (its journal entry keeps the user's original).",
+    )
+    recover.add_argument("--state-dir", metavar="DIR", help="the state directory (default: $STATE_DIRECTORY, else "
+                         "the platform state dir; give the spec's [state] dir when it sets one)")
+    recover.add_argument("--json", action="store_true", help="print what was done as JSON")
+    recover.set_defaults(func=cmd_recover)
     return parser
 
 
@@ -81,6 +95,26 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
     print(json.dumps(history_schema(), indent=2, sort_keys=True))
     return 0
+
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    import json
+
+    from agentctl.agent.passthrough.recovery import recover
+    from agentctl.evidence.store import resolve_state_dir
+
+    state_dir = resolve_state_dir(args.state_dir)
+    outcomes = recover(state_dir)
+    if args.json:
+        done = [vars(o) for o in outcomes if o.done]
+        left = [vars(o) for o in outcomes if not o.done]
+        print(json.dumps({"state_dir": str(state_dir), "recovered": done, "left": left}, indent=2))
+    elif not outcomes:
+        print(f"nothing to recover (state directory {state_dir})")
+    else:
+        for outcome in outcomes:
+            print(f"{'recovered' if outcome.done else 'left'}  {outcome.file}: {outcome.detail}")
+    return 0 if all(o.done for o in outcomes) else 1
 
 
 def _load(spec_path: str):

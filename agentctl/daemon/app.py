@@ -111,6 +111,9 @@ class Daemon:
             # it touches that execution's report.
             ("control socket", probe_socket),
             ("state directory and task store", self._start_state),
+            # What a daemon killed with SIGKILL left (a merged workspace file holding its token, private
+            # config files) is put right before anything new is written.
+            ("recovery of killed daemons' leftovers", self._recover_leftovers),
             ("HTTP listener", self._start_http),
             # Upstream before MCP: it stops after the endpoint, so the endpoint's last evidence (closed
             # connections) still goes out in the publisher's final snapshot, and the tunnel exists before
@@ -203,6 +206,11 @@ class Daemon:
         self.persister.start()
         self._stoppers.append(("persistence", self.persister.stop))
         self._open_task_store()
+
+    async def _recover_leftovers(self) -> None:
+        from agentctl.agent.passthrough.recovery import log_outcomes, recover
+
+        log_outcomes(await asyncio.to_thread(recover, self.ctx.state_dir))
 
     def _open_task_store(self) -> None:
         spec, ctx = self.spec, self.ctx
