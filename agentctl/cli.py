@@ -126,21 +126,32 @@ def _load(spec_path: str):
         return None, str(exc)
 
 
+def _daemon_command(args: argparse.Namespace, body) -> int:
+    """`serve` and `run`: SIGTERM/SIGINT captured first, before the heavy imports (a stop during start-up is
+    a drain, not a kill), then logging, the spec, and `body(daemon, signals)` in a fresh loop."""
+    from agentctl.lifecycle import Signals
+
+    signals = Signals().install()
+    try:
+        from agentctl.logs import configure_logging
+
+        configure_logging(args.log_level)
+        spec, error = _load(args.spec)
+        if error:
+            return _fail(error)
+        return _run_daemon(spec, args.socket, lambda daemon: body(daemon, signals))
+    finally:
+        signals.uninstall()
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import json
-
-    from agentctl.logs import configure_logging
-
-    configure_logging(args.log_level)
-    spec, error = _load(args.spec)
-    if error:
-        return _fail(error)
 
     def on_ready(info: dict) -> None:
         sys.stdout.write(json.dumps(info) + "\n")
         sys.stdout.flush()
 
-    return _run_daemon(spec, args.socket, lambda daemon: daemon.serve(on_ready))
+    return _daemon_command(args, lambda daemon, signals: daemon.serve(on_ready, signals=signals))
 
 
 def _run_daemon(spec, socket_path, body) -> int:
@@ -172,14 +183,12 @@ def _run_daemon(spec, socket_path, body) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from agentctl.daemon.run import run_main_job
-    from agentctl.logs import configure_logging
+    def job(daemon, signals):
+        from agentctl.daemon.run import run_main_job
 
-    configure_logging(args.log_level)
-    spec, error = _load(args.spec)
-    if error:
-        return _fail(error)
-    return _run_daemon(spec, args.socket, lambda daemon: run_main_job(daemon, prompt=args.prompt, as_json=args.json))
+        return run_main_job(daemon, prompt=args.prompt, as_json=args.json, signals=signals)
+
+    return _daemon_command(args, job)
 
 
 if __name__ == "__main__":

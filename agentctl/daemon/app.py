@@ -8,9 +8,9 @@ control Unix socket (/v1/...; the control guard refuses those paths over TCP). T
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
-import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from agentctl.evidence.ledger import Clock, Ledger, ServerSeed, utcnow
 from agentctl.evidence.sanitize import summarize, target_for_command, target_for_url
 from agentctl.evidence.store import Persister, StateDirError, ensure_state_dir, report_path, resolve_state_dir
 from agentctl.identity import new_execution_id, new_instance_id
+from agentctl.lifecycle import Signals, serve_until_signalled
 from agentctl.mcp_endpoint.server import McpEndpoint
 from agentctl.runtime import freeze_startup_heap
 from agentctl.spec import Spec, listen_address, secret_values
@@ -45,6 +46,9 @@ from agentctl.spec import Spec, listen_address, secret_values
 log = logging.getLogger("agentctl.daemon")
 
 Stopper = Callable[[], Awaitable[None]]
+# A forced exit's bounds (abort()): the killed agent's exit status, then the last report write.
+ABORT_EXIT_WAIT = 0.5
+ABORT_PERSIST_WAIT = 1.0
 
 
 class StartupError(Exception):
@@ -173,28 +177,46 @@ class Daemon:
         on_ready: Callable[[dict[str, Any]], None] | None = None,
         *,
         install_signals: bool = True,
+        signals: Signals | None = None,
     ) -> int:
-        """Run until the shutdown trigger fires (SIGTERM/SIGINT, `agentctl stop`, or a test), then drain."""
-        loop = asyncio.get_running_loop()
-        info = await self.start()
-        if install_signals:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, self.ctx.request_stop)
-        try:
+        """Run until the shutdown trigger fires (SIGTERM/SIGINT, `agentctl stop`, or a test), then drain.
+
+        Signals are captured before start-up too (`signals`, installed by the CLI before its imports): a
+        stop during start-up drains from wherever the start was. Exit status 0 after a drain, also one cut
+        short by `shutdown_timeout`; 128 + N when a second signal N forced the exit."""
+        async def main(info: dict[str, Any]) -> None:
             if on_ready is not None:
                 on_ready(info)
             await self.ctx.stop_event.wait()
             log.info("stopping")
-            try:
-                await asyncio.wait_for(self.stop(), timeout=self.spec.daemon.shutdown_timeout)
-            except TimeoutError:
-                log.warning("shutdown exceeded %.1f s; exiting anyway", self.spec.daemon.shutdown_timeout)
-        finally:
-            if install_signals:
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.remove_signal_handler(sig)
-            await self.stop()
-        return 0
+
+        outcome = await serve_until_signalled(
+            start=self.start,
+            main=main,
+            stop=self.stop,
+            abort=self.abort,
+            shutdown_timeout=self.spec.daemon.shutdown_timeout,
+            signals=signals if install_signals else Signals(),
+        )
+        return 128 + outcome.forced_by if outcome.forced_by is not None else 0
+
+    async def abort(self) -> None:
+        """The fast end of a drain cut short: the agent's tree SIGKILLed (its shim finishes the job after
+        us), the report written once as it stands, the control socket file removed. A merged workspace
+        file is left to its journal: the next start, or `agentctl recover`, puts it back."""
+        ctx = self.ctx
+        ctx.readiness.stopping = True
+        supervisor = getattr(self.agent, "supervisor", None)
+        if supervisor is not None:
+            supervisor.kill_now()
+            if supervisor.running:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(supervisor.wait_exit(), ABORT_EXIT_WAIT)  # so the report says how it ended
+        if self.persister is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.persister.flush(), ABORT_PERSIST_WAIT)
+        if ctx.readiness.checks.get("control_socket"):
+            cleanup_socket_path(ctx.control_socket)
 
     # -- components --------------------------------------------------------------------------------
 
