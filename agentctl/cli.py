@@ -156,8 +156,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def _run_daemon(spec, socket_path, body) -> int:
     """Build the daemon and run `body(daemon)` in a fresh loop, turning start-up failures into one line."""
-    import asyncio
-
     from agentctl.control.socket import ControlSocketError
     from agentctl.daemon.app import Daemon, StartupError
     from agentctl.evidence.store import StateDirError
@@ -171,8 +169,10 @@ def _run_daemon(spec, socket_path, body) -> int:
         daemon = Daemon(spec, socket_path=socket_path)
     except (ControlSocketError, StateDirError, ValueError) as exc:
         return _fail(str(exc))
+    from agentctl.lifecycle import run
+
     try:
-        return asyncio.run(body(daemon))
+        return run(body(daemon))
     except (ControlSocketError, StateDirError, StartupError, TaskStoreError) as exc:
         return _fail(str(exc))
     except Exception as exc:

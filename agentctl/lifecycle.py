@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import sys
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -31,6 +33,8 @@ log = logging.getLogger("agentctl.lifecycle")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # How long abort() may take after a drain was cut short (it is written to be fast; this bounds it anyway).
 ABORT_TIMEOUT = 3.0
+# After the service's coroutine: how long worker threads (file writes, store closes) may take to finish.
+THREADS_TIMEOUT = 5.0
 
 T = TypeVar("T")
 
@@ -223,3 +227,41 @@ async def _drain(
             await asyncio.wait_for(abort(), ABORT_TIMEOUT)
         except (TimeoutError, Exception) as exc:  # noqa: BLE001 - the exit goes ahead regardless
             log.warning("the fast exit's clean-up did not finish: %s", type(exc).__name__)
+
+
+def run(main: Coroutine[Any, Any, int], *, threads_timeout: float = THREADS_TIMEOUT) -> int:
+    """asyncio.run for a command's exit status, except that a worker thread stuck after the coroutine ended
+    (a write to a hung disk) cannot hold the process: after `threads_timeout` the process exits without it
+    (os._exit, once stdout and stderr are flushed). asyncio.run would wait for such a thread for ever."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    loop = asyncio.new_event_loop()
+    executor = ThreadPoolExecutor(thread_name_prefix="agentctl-worker")
+    loop.set_default_executor(executor)
+    try:
+        code = loop.run_until_complete(main)
+    finally:
+        try:
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.wait(pending, timeout=threads_timeout))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+    # The workers' end, waited for from a helper thread so the wait itself is bounded.
+    executor.shutdown(wait=False, cancel_futures=True)
+    waiter = threading.Thread(target=executor.shutdown, name="agentctl-worker-join", daemon=True)
+    waiter.start()
+    waiter.join(threads_timeout)
+    if waiter.is_alive():
+        log.warning("a worker thread did not finish within %.0f s of the stop; exiting without it", threads_timeout)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        logging.shutdown()
+        os._exit(code)
+    return code

@@ -248,6 +248,8 @@ class Shim:
                     continue
                 try:
                     data = os.read(self.ctl, 512)
+                except BlockingIOError:
+                    continue  # woken for nothing: not the daemon's end
                 except OSError:
                     data = b""
                 if not data:
@@ -264,6 +266,7 @@ def main(argv: list[str]) -> int:
         return 2
     ctl = int(argv[1])
     os.set_inheritable(ctl, False)  # the agent must not hold the daemon's channel
+    os.set_blocking(ctl, True)  # whatever the daemon's socket was: a report must never fail with EAGAIN
     shim = Shim(ctl, argv[3:])
     if not shim.start():
         return EXEC_FAILED

@@ -231,6 +231,8 @@ async def spawn_agent(
     shim_pid = transport.get_pid()
     # No await between the spawn and this: another agent's tree scan must never take the shim for an orphan.
     register_own_child(shim_pid)
+    kind = ""
+    control: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
     try:
         control = await asyncio.open_unix_connection(sock=ours)
         try:
@@ -240,13 +242,19 @@ async def spawn_agent(
         kind, _, value = line.decode("ascii", "replace").strip().partition(" ")
         if kind == "P" and value.isdigit():
             return Spawned(transport, protocol, int(value), shim_pid, control)  # type: ignore[arg-type]
-        control[1].close()
         if kind == "E":
             raise _exec_error(int(value) if value.isdigit() else 0)
         if kind == "T":
             raise AgentStartError(f"cannot start agent: its shim did not start it within {SHIM_START_TIMEOUT:g} s")
         raise AgentStartError("cannot start agent: its shim exited before starting it")
     except BaseException:
-        ours.close()
-        transport.close()  # kills the shim if it still runs; its pipes close
+        # Closing our end is the shim's cue to end whatever it started and exit (also when this start was
+        # cancelled midway); SIGKILL would leave the agent's tree to us with nobody tracking it. Only a shim
+        # that never reported is killed: it may be stuck before it reads anything.
+        if control is not None:
+            control[1].close()  # the transport owns the socket now
+        else:
+            ours.close()
+        if kind == "T":
+            transport.close()
         raise

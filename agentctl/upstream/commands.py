@@ -86,8 +86,6 @@ def cmd_hub_serve(args: argparse.Namespace) -> int:
 
 
 def _hub_serve(args: argparse.Namespace, signals: Any) -> int:
-    import asyncio
-
     from agentctl.backend.embedded import TaskStoreError
     from agentctl.control.socket import ControlSocketError
     from agentctl.logs import configure_logging
@@ -110,8 +108,10 @@ def _hub_serve(args: argparse.Namespace, signals: Any) -> int:
             return _err("--token-file needs --http HOST:PORT", 1)
     except WebConfigError as exc:
         return _err(str(exc), 1)
+    from agentctl.lifecycle import run
+
     try:
-        return asyncio.run(_serve(socket_path, db, args.tasks_db, web_args, signals))
+        return run(_serve(socket_path, db, args.tasks_db, web_args, signals))
     except ControlSocketError as exc:
         return _err(f"hub socket: {exc}", 2)
     except (HubStoreError, TaskStoreError) as exc:

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -270,3 +271,24 @@ def test_a_dead_daemons_private_config_directory_is_removed_and_a_live_ones_kept
     assert private.exists(), "SIGKILL left it behind"
     body = assert_recovered(world, world.recover(), None)
     assert [o["file"] for o in body["recovered"]] == [str(private)]
+
+
+def test_a_sigterm_while_the_merge_hangs_is_still_a_bounded_stop_and_the_journal_undoes_the_merge(world):
+    # The writer is stuck for good after replacing the file (as on a hung disk): the stop cannot wait for it.
+    user_file(world)
+    spec = world.spec()
+    spec.write_text(spec.read_text() + "\n[daemon]\nshutdown_timeout = 2\n")
+    marker = world.root / "paused"
+    proc = world.serve(spec, AGENTCTL_TEST_PAUSE_AT="merge", AGENTCTL_TEST_PAUSE_FILE=str(marker))
+    try:
+        poll(marker.exists, timeout=60, what="the merge to hang")
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            kill(proc)
+    assert time.monotonic() - started < 2 + 3 + 5 + 5, "shutdown_timeout, abort and the worker-thread bound"
+    assert proc.stdout.read() == b"", "it never became ready"
+    assert secrets_in([str(world.target)]), "the stuck writer's merge is in the file: the journal has it"
+    assert_recovered(world, world.recover(), ORIGINAL)

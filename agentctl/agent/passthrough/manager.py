@@ -130,7 +130,7 @@ class PassthroughManager:
             # The previous run's files (a merged workspace file above all) must be back before we write.
             await self._settle_cleanups()
             try:
-                self._tmpdir, mat = await asyncio.to_thread(self._materialize, builtin, workdir)
+                self._tmpdir, mat = await self._materialize_off_loop(builtin, workdir)
             except MaterializeError as exc:
                 self._materialize_failed(attempt_id, builtin, workdir, exc.summary)
                 return
@@ -161,6 +161,19 @@ class PassthroughManager:
             ledger.update_agent(state="running")
             ctx.readiness.set("agent", True)
         log.info("passthrough agent started (%s, %d servers delivered)", self.agent_spec.strategy, len(mat.delivered))
+
+    async def _materialize_off_loop(self, builtin: BuiltinEndpoint, workdir: Path) -> tuple[PrivateDir, Materialization]:
+        """`_materialize` in a worker thread. A stop that cancels this (a signal during start-up) cannot stop
+        the thread: what it writes is taken once it is done, so the stop undoes it like any attempt's files."""
+        work = asyncio.ensure_future(asyncio.to_thread(self._materialize, builtin, workdir))
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            try:
+                self._tmpdir, self._mat = await work
+            except Exception:
+                pass  # nothing was written, or it was undone already
+            raise
 
     def _materialize(self, builtin: BuiltinEndpoint, workdir: Path) -> tuple[PrivateDir, Materialization]:
         """In a worker thread: the private directory (0700, ours alone, locked while we live) and the strategy's
