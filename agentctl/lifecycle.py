@@ -43,7 +43,8 @@ class Signals:
     """SIGTERM and SIGINT as they arrive, counted: before the event loop through signal.signal, inside it
     through the loop's own handlers (so a signal wakes the loop at once), after it recorded again."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, capture: bool = True) -> None:
+        self.capture = capture  # False: leave the process's signals alone (a service embedded in a test)
         self.received: list[int] = []
         self._saved: dict[int, Any] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -51,7 +52,7 @@ class Signals:
 
     def install(self) -> Signals:
         """Start recording (main thread only; elsewhere this captures nothing). Idempotent."""
-        if self._saved or threading.current_thread() is not threading.main_thread():
+        if not self.capture or self._saved or threading.current_thread() is not threading.main_thread():
             return self
         for sig in STOP_SIGNALS:
             self._saved[sig] = signal.signal(sig, self._record)

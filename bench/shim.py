@@ -10,7 +10,8 @@ In one process, interleaved rounds (medians), after one unmeasured warm-up of ea
                     before the shim), until it returns.
 Both to the first byte of output as well (`echo ready` as the agent, until its line is read).
 The shim's memory (RSS, PSS, USS) is sampled once it holds still, with a `sleep` agent running, against a
-bare `python -I -S -c` interpreter of the same build (the floor of any Python shim).
+bare `python -I -S -c` interpreter of the same build (the floor of any Python shim); then its CPU over
+--idle seconds of an idle agent (it waits in poll(): nothing).
 
 Not a test: numbers depend on the machine. Targets: none in the issue ("cheap: measure"); reported as measured.
 """
@@ -55,13 +56,15 @@ async def once(kind: str) -> float:
     return seconds
 
 
-async def shim_memory() -> dict[str, int]:
+async def shim_memory(idle_seconds: float) -> dict[str, float]:
     supervisor = Supervisor()
     await supervisor.start([SLEEP, "60"], cwd=None, env={})
     try:
         shim = supervisor.process.shim_pid
-        c.settled_rss(shim, window=0.5)
-        return c.memory(shim)
+        await asyncio.to_thread(c.settled_rss, shim, window=0.5)
+        cpu0 = c.cpu_seconds(shim)
+        await asyncio.sleep(idle_seconds)  # the measurement window: an idle agent, nothing asked of the shim
+        return {**c.memory(shim), "idle_cpu": c.cpu_seconds(shim) - cpu0}
     finally:
         await supervisor.stop(grace=0.0, term_timeout=1.0)
 
@@ -75,21 +78,22 @@ def bare_interpreter_memory() -> dict[str, int]:
         c.end(proc)
 
 
-async def measure(rounds: int) -> dict:
+async def measure(rounds: int, idle_seconds: float) -> dict:
     for kind in KINDS:
         await once(kind)  # warm-up: page cache, .pyc files
     runs: dict[str, list[float]] = {k: [] for k in KINDS}
     for _, kind in c.interleaved(rounds, KINDS):
         runs[kind].append(await once(kind))
-    return {"runs": runs, "shim": await shim_memory()}
+    return {"runs": runs, "shim": await shim_memory(idle_seconds)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--idle", type=float, default=10.0, help="seconds of idle CPU measured on the shim")
     parser.add_argument("--json", metavar="PATH", help="also write the results here")
     args = parser.parse_args()
-    r = asyncio.run(measure(args.rounds))
+    r = asyncio.run(measure(args.rounds, args.idle))
     bare = bare_interpreter_memory()
     med = {k: c.median(v) for k, v in r["runs"].items()}
     print(f"# agent start through the shim vs direct, {args.rounds} interleaved rounds, medians (seconds)")
@@ -106,6 +110,7 @@ def main() -> None:
         c.figure("agent shim PSS while the agent runs", shim["pss"], bare["pss"], unit="B",
                  reference_name="bare python -I -S"),
         c.figure("agent shim RSS / USS", shim["rss"], None, unit="B", note=f"USS {shim['uss'] / c.MB:.1f} MB"),
+        c.figure(f"agent shim CPU while the agent idles ({args.idle:g} s)", shim["idle_cpu"], unit="s"),
     ]
     c.emit({"bench": "shim", "params": {"rounds": args.rounds}, "runs": r["runs"], "medians": med,
             "memory": {"shim": shim, "bare": bare}, "figures": figures}, args.json)

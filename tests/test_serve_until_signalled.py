@@ -155,3 +155,20 @@ async def test_a_start_up_failure_propagates_and_gives_the_signals_back():
     with pytest.raises(RuntimeError, match="cannot start"):
         await serve_until_signalled(start=start, stop=Service().stop, shutdown_timeout=1)
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+async def test_a_service_embedded_without_capture_leaves_the_process_signals_alone():
+    before = signal.getsignal(signal.SIGTERM)
+    service = Service()
+    stop = asyncio.Event()
+
+    async def main(info: str) -> None:
+        assert signal.getsignal(signal.SIGTERM) == before
+        await stop.wait()
+
+    task = asyncio.ensure_future(serve_until_signalled(start=service.start, main=main, stop=service.stop,
+                                                       shutdown_timeout=5, signals=Signals(capture=False)))
+    await asyncio.wait_for(service.in_start.wait(), 10)
+    stop.set()  # the service's own trigger is the only way out
+    outcome = await asyncio.wait_for(task, 10)
+    assert outcome.signum is None and service.calls == ["start", "stop", "stopped"]

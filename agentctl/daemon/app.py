@@ -196,7 +196,7 @@ class Daemon:
             stop=self.stop,
             abort=self.abort,
             shutdown_timeout=self.spec.daemon.shutdown_timeout,
-            signals=signals if install_signals else Signals(),
+            signals=signals if install_signals else Signals(capture=False),
         )
         return 128 + outcome.forced_by if outcome.forced_by is not None else 0
 

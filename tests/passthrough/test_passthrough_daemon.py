@@ -285,6 +285,7 @@ async def test_a_cli_that_fails_is_a_report_level_diagnostic(tmp_path, short_tmp
         error = await until(lambda: d.ledger.history.current.session_error, what="the exit diagnostic")
         assert error.reason_code == "agent_exited" and error.summary == "exited with code 3"
         assert rows(d.ledger.history)["kandev"].status != "failed"  # an exit names no server
-        assert not list(private_tmp.iterdir())
+        # Removed off the event loop, in a worker thread, once the exit is known: a deadline, not a race.
+        await until(lambda: not list(private_tmp.iterdir()), what="the private directory to be removed")
     finally:
         await d.stop()

@@ -33,13 +33,31 @@ class PrivateDir:
     """A private (0700) temp directory for one attempt's config files, locked by this process while it lives."""
 
     def __init__(self) -> None:
-        self.path = Path(tempfile.mkdtemp(prefix=PRIVATE_PREFIX))
+        for attempt in range(3):
+            self.path = Path(tempfile.mkdtemp(prefix=PRIVATE_PREFIX))
+            try:
+                self._fd = self._lock(self.path)
+                return
+            except FileNotFoundError:
+                # Another daemon's sweep took the new, still empty directory for a dead one: make another.
+                if attempt == 2:
+                    raise
+            except BaseException:
+                shutil.rmtree(self.path, ignore_errors=True)
+                raise
+
+    @staticmethod
+    def _lock(path: Path) -> int:
+        # Locked under a temporary name, then renamed: a sweep never finds the owner file unlocked.
+        pending = path / (OWNER_FILE + ".new")
+        fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            self._fd = os.open(self.path / OWNER_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.rename(pending, path / OWNER_FILE)
         except BaseException:
-            shutil.rmtree(self.path, ignore_errors=True)
+            os.close(fd)
             raise
+        return fd
 
     def remove(self) -> None:
         """Remove the directory and everything in it, then let go of the lock. Idempotent."""
