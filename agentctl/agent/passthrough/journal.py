@@ -67,7 +67,8 @@ class Outcome:
     detail: str
 
 
-def _entry_name(workdir: Path, parts: tuple[str, ...]) -> str:
+def entry_name(workdir: Path, parts: tuple[str, ...]) -> str:
+    """The journal entry's file name for one workspace file: a digest, so no path is ever built from it."""
     key = hashlib.sha256(f"{workdir}\0{'/'.join(parts)}".encode("utf-8", "surrogateescape")).hexdigest()[:32]
     return f"{_PREFIX}{key}{_SUFFIX}"
 
@@ -160,7 +161,7 @@ class Journal:
         if dir_fd is None:
             return
         try:
-            name = _entry_name(workdir, parts)
+            name = entry_name(workdir, parts)
             outcome = self._recover_entry(dir_fd, name)
         finally:
             os.close(dir_fd)
@@ -179,7 +180,7 @@ class Journal:
         """Write the entry durably and hold its lock; nothing in the workspace has changed yet."""
         dir_fd = self._open_dir(create=True)
         assert dir_fd is not None
-        name = _entry_name(restore.workdir, restore.parts)
+        name = entry_name(restore.workdir, restore.parts)
         data = msgspec.json.encode(MergeRecord(
             workdir=str(restore.workdir),
             parts=list(restore.parts),
