@@ -247,7 +247,7 @@ async def spawn_agent(
         if kind == "T":
             raise AgentStartError(f"cannot start agent: its shim did not start it within {SHIM_START_TIMEOUT:g} s")
         raise AgentStartError("cannot start agent: its shim exited before starting it")
-    except BaseException:
+    except BaseException as exc:
         # Closing our end is the shim's cue to end whatever it started and exit (also when this start was
         # cancelled midway); SIGKILL would leave the agent's tree to us with nobody tracking it. Only a shim
         # that never reported is killed: it may be stuck before it reads anything.
@@ -257,4 +257,24 @@ async def spawn_agent(
             ours.close()
         if kind == "T":
             transport.close()
+        elif isinstance(exc, AgentStartError):
+            await _close_after_exit(transport, protocol)  # it is exiting on its own (127): a moment
+        else:
+            closer = asyncio.ensure_future(_close_after_exit(transport, protocol))  # cancelled: not ours to wait
+            _closers.add(closer)
+            closer.add_done_callback(_closers.discard)
         raise
+
+
+# Transports of shims that did not start an agent, closed once their shim has exited (kept referenced until then).
+_closers: set[asyncio.Future[None]] = set()
+SHIM_EXIT_BOUND = 15.0
+
+
+async def _close_after_exit(transport: asyncio.SubprocessTransport, protocol: AgentProtocol) -> None:
+    process = asyncio.subprocess.Process(transport, protocol, asyncio.get_running_loop())
+    try:
+        await asyncio.wait_for(process.wait(), SHIM_EXIT_BOUND)
+    except TimeoutError:
+        pass  # still running after ending its tree: the close below kills it
+    transport.close()
