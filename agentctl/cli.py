@@ -16,6 +16,11 @@ def main(argv: list[str] | None = None) -> int:
         from agentctl.testing.reference_agent import main as reference_agent
 
         return int(reference_agent(argv[1:]) or 0)
+    if argv[:1] == ["agent-shim"]:
+        # Hidden: the agent's shim (agentctl.agent.shim), for a frozen build that has no shim.py file to run.
+        from agentctl.agent.shim import main as shim
+
+        return shim(["agent-shim", *argv[1:]])
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -71,6 +76,20 @@ def build_parser() -> argparse.ArgumentParser:
     from agentctl.upstream.commands import add_hub_commands
 
     add_hub_commands(sub)
+    recover = sub.add_parser(
+        "recover",
+        help="undo what killed daemons left: merged workspace files, private config directories",
+        description="Put back the workspace files (cursor's .cursor/mcp.json, gemini's .gemini/settings.json) "
+        "that a daemon killed with SIGKILL left holding its configuration, from the journal in the state "
+        "directory, and remove the private config directories of dead daemons. A file the user edited since "
+        "keeps the edits; only agentctl's entries are taken out. A running daemon's files are left alone. "
+        "Every daemon does this at start too. Exit codes: 0 nothing left to do, 1 something could not be "
+        "recovered (its journal entry keeps the user's original).",
+    )
+    recover.add_argument("--state-dir", metavar="DIR", help="the state directory (default: $STATE_DIRECTORY, else "
+                         "the platform state dir; give the spec's [state] dir when it sets one)")
+    recover.add_argument("--json", action="store_true", help="print what was done as JSON")
+    recover.set_defaults(func=cmd_recover)
     return parser
 
 
@@ -88,6 +107,26 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_recover(args: argparse.Namespace) -> int:
+    import json
+
+    from agentctl.agent.passthrough.recovery import recover
+    from agentctl.evidence.store import resolve_state_dir
+
+    state_dir = resolve_state_dir(args.state_dir)
+    outcomes = recover(state_dir)
+    if args.json:
+        done = [vars(o) for o in outcomes if o.done]
+        left = [vars(o) for o in outcomes if not o.done]
+        print(json.dumps({"state_dir": str(state_dir), "recovered": done, "left": left}, indent=2))
+    elif not outcomes:
+        print(f"nothing to recover (state directory {state_dir})")
+    else:
+        for outcome in outcomes:
+            print(f"{'recovered' if outcome.done else 'left'}  {outcome.file}: {outcome.detail}")
+    return 0 if all(o.done for o in outcomes) else 1
+
+
 def _load(spec_path: str):
     from agentctl.spec import SpecError, load_spec
 
@@ -97,27 +136,36 @@ def _load(spec_path: str):
         return None, str(exc)
 
 
+def _daemon_command(args: argparse.Namespace, body) -> int:
+    """`serve` and `run`: SIGTERM/SIGINT captured first, before the heavy imports (a stop during start-up is
+    a drain, not a kill), then logging, the spec, and `body(daemon, signals)` in a fresh loop."""
+    from agentctl.lifecycle import Signals
+
+    signals = Signals().install()
+    try:
+        from agentctl.logs import configure_logging
+
+        configure_logging(args.log_level)
+        spec, error = _load(args.spec)
+        if error:
+            return _fail(error)
+        return _run_daemon(spec, args.socket, lambda daemon: body(daemon, signals))
+    finally:
+        signals.uninstall()
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import json
-
-    from agentctl.logs import configure_logging
-
-    configure_logging(args.log_level)
-    spec, error = _load(args.spec)
-    if error:
-        return _fail(error)
 
     def on_ready(info: dict) -> None:
         sys.stdout.write(json.dumps(info) + "\n")
         sys.stdout.flush()
 
-    return _run_daemon(spec, args.socket, lambda daemon: daemon.serve(on_ready))
+    return _daemon_command(args, lambda daemon, signals: daemon.serve(on_ready, signals=signals))
 
 
 def _run_daemon(spec, socket_path, body) -> int:
     """Build the daemon and run `body(daemon)` in a fresh loop, turning start-up failures into one line."""
-    import asyncio
-
     from agentctl.control.socket import ControlSocketError
     from agentctl.daemon.app import Daemon, StartupError
     from agentctl.evidence.store import StateDirError
@@ -131,8 +179,10 @@ def _run_daemon(spec, socket_path, body) -> int:
         daemon = Daemon(spec, socket_path=socket_path)
     except (ControlSocketError, StateDirError, ValueError) as exc:
         return _fail(str(exc))
+    from agentctl.lifecycle import run
+
     try:
-        return asyncio.run(body(daemon))
+        return run(body(daemon))
     except (ControlSocketError, StateDirError, StartupError, TaskStoreError) as exc:
         return _fail(str(exc))
     except Exception as exc:
@@ -143,14 +193,12 @@ def _run_daemon(spec, socket_path, body) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from agentctl.daemon.run import run_main_job
-    from agentctl.logs import configure_logging
+    def job(daemon, signals):
+        from agentctl.daemon.run import run_main_job
 
-    configure_logging(args.log_level)
-    spec, error = _load(args.spec)
-    if error:
-        return _fail(error)
-    return _run_daemon(spec, args.socket, lambda daemon: run_main_job(daemon, prompt=args.prompt, as_json=args.json))
+        return run_main_job(daemon, prompt=args.prompt, as_json=args.json, signals=signals)
+
+    return _daemon_command(args, job)
 
 
 if __name__ == "__main__":

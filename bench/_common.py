@@ -63,12 +63,25 @@ def install_cleanup() -> None:
     signal.signal(signal.SIGTERM, on_term)
 
 
+def _pdeathsig_preexec(parent_pid: int):
+    """The child-side hook: SIGKILL when this process dies (prctl resolved before the fork)."""
+    from agentctl.agent.shim import PR_SET_PDEATHSIG, load_prctl
+
+    prctl = load_prctl()
+
+    def preexec() -> None:
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent_pid:  # this process died between fork and prctl
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
 def spawn(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
     """Popen in a new session (its own process group, so it and its children can be ended together),
     killed by the kernel if this process dies first (the daemon's own parent-death hook for its agents:
     a daemon killed that way takes its agent with it)."""
-    from agentctl.agent.supervisor import _pdeathsig_preexec
-
     install_cleanup()
     proc = subprocess.Popen(list(argv), start_new_session=True, preexec_fn=_pdeathsig_preexec(os.getpid()), **kwargs)
     _live.add(proc)
@@ -202,9 +215,18 @@ class Daemon:
     def pid(self) -> int:
         return self.proc.pid
 
-    def agent_pid(self) -> int | None:
+    def shim_pid(self) -> int | None:
+        """The agent's shim: the daemon's child, the agent's parent."""
         try:
             children = psutil.Process(self.pid).children()
+        except psutil.Error:
+            return None
+        return children[0].pid if children else None
+
+    def agent_pid(self) -> int | None:
+        shim = self.shim_pid()
+        try:
+            children = psutil.Process(shim).children() if shim is not None else []
         except psutil.Error:
             return None
         return children[0].pid if children else None

@@ -7,7 +7,7 @@ Daemons start --batch at a time (each batch until every ready line; the ready li
 ACP initialize), so a small machine does not push agents past their initialize timeout. Once all are
 up and their RSS holds still: RSS and PSS summed over the daemons and, separately, over the agents
 (PSS shares the interpreter's and libraries' pages among the processes that map them, so the PSS sum
-is what the fleet really occupies). Then CPU seconds (user + system, psutil) of every daemon and agent
+is what the fleet really occupies), and over the agents' shims. Then CPU seconds (user + system, psutil) of every daemon and agent
 over a --seconds window with nothing asking anything of them: the idle cost of supervision, tree
 tracking and timers, given per process per minute.
 
@@ -47,8 +47,10 @@ def measure(args: argparse.Namespace) -> dict:
             for daemon in daemons:
                 c.wait_until(lambda d=daemon: c.agent_ready(d), 60, "an agent to be ready")
             agents = [c.wait_until(d.agent_pid, 10, "an agent's pid") for d in daemons]
+            shims = [c.wait_until(d.shim_pid, 10, "an agent shim's pid") for d in daemons]
             c.settled_rss(daemons[-1].pid)
-            mem = {"daemons": [c.memory(d.pid) for d in daemons], "agents": [c.memory(a) for a in agents]}
+            mem = {"daemons": [c.memory(d.pid) for d in daemons], "agents": [c.memory(a) for a in agents],
+                   "shims": [c.memory(s) for s in shims]}
             cpu0 = ([c.cpu_seconds(d.pid) for d in daemons], [c.cpu_seconds(a) for a in agents])
             w0 = time.perf_counter()
             time.sleep(args.seconds)  # the measurement window itself: idle processes, nothing to wait for
@@ -90,6 +92,7 @@ def main() -> None:
         c.figure(f"fleet of {n}: daemons total PSS", t["daemons"]["pss"], unit="B"),
         c.figure(f"fleet of {n}: daemons total RSS", t["daemons"]["rss"], unit="B"),
         c.figure(f"fleet of {n}: agents total PSS", t["agents"]["pss"], unit="B"),
+        c.figure(f"fleet of {n}: agent shims total PSS", t["shims"]["pss"], unit="B"),
         c.figure(f"fleet of {n}: PSS per daemon", t["daemons"]["pss"] / n, unit="B"),
         c.figure(f"fleet of {n}: CPU s per idle daemon per minute", cpu["daemon"], unit="s"),
         c.figure(f"fleet of {n}: CPU s per idle agent per minute", cpu["agent"], unit="s"),

@@ -55,7 +55,7 @@ class AgentManager:
         self.ctx = ctx
         self.agent_spec = spec.agent
         secret_names = [name for name in os.environ if name.startswith(DAEMON_SECRET_ENV_PREFIXES)]
-        # The Supervisor spawns with PR_SET_PDEATHSIG (SIGKILL): a SIGKILLed daemon takes its agent along.
+        # The Supervisor starts the agent under its shim: a SIGKILLed daemon takes the agent's whole tree along.
         self.supervisor = Supervisor(
             secret_env_names=secret_names, on_exit=self._on_exit, stdout_limit=STDOUT_CHUNK_LIMIT
         )

@@ -1,27 +1,46 @@
-"""Agent process supervision: spawn the agent argv in its own session with a scrubbed environment and a parent-death signal, drain its stderr into the bounded ring, report its exit, and stop its whole process tree (stdin close, SIGTERM, SIGKILL, psutil sweep, reaping)."""
+"""Agent process supervision: start the agent under its shim, drain its stderr into the bounded ring, report its real exit, and stop its whole process tree (stdin close, SIGTERM, SIGKILL, sweep, reaping).
+
+Spawning (and the shim) live in agentctl/agent/spawn.py and shim.py, the tree's bookkeeping in tree.py;
+this module owns one agent's life and the stop escalation.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import fcntl
 import inspect
 import logging
-import os
 import signal
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import msgspec
 import psutil
 
+from agentctl.agent.spawn import (
+    AgentProtocol,
+    AgentStartError,
+    ExitInfo,
+    Spawned,
+    build_agent_env,
+    exit_info_from_returncode,
+    exit_info_shim_lost,
+    spawn_agent,
+)
 from agentctl.agent.stderr_ring import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, StderrRing, StderrWindow
-
-# The daemon's service-manager variables (an agent holding NOTIFY_SOCKET could tell systemd the daemon
-# is ready or stopping) are stripped from every agent environment.
-from agentctl.daemon.systemd import SERVICE_MANAGER_ENV_PREFIXES
+from agentctl.agent.tree import AgentTree, become_subreaper, register_own_child, unregister_own_child
 from agentctl.logs import log_failure
+
+__all__ = [
+    "AgentProcess",
+    "AgentStartError",
+    "ExitInfo",
+    "Supervisor",
+    "become_subreaper",
+    "build_agent_env",
+    "exit_info_from_returncode",
+    "register_own_child",
+    "unregister_own_child",
+]
 
 log = logging.getLogger(__name__)
 
@@ -30,209 +49,49 @@ log = logging.getLogger(__name__)
 DEFAULT_STDOUT_LIMIT = 50 * 1024 * 1024
 # The tree tracker slows to at most this many times its interval while the agent tree does not change.
 TRACK_BACKOFF = 8
-
-_PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
+# After the stop: how long the shim may take to notice the tree is gone and exit.
+SHIM_EXIT_WAIT = 1.0
 _SIGKILL = int(signal.SIGKILL)
 
 
-def _load_prctl() -> Any:
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-# Resolved at import: the preexec hook runs in a forked child and must not load libraries there.
-_prctl = _load_prctl()
-
-_subreaper_pid: int | None = None
-
-
-def become_subreaper() -> bool:
-    """Make this process a child subreaper (Linux), so agent descendants that escape with setsid
-    and lose their parent are re-parented to us instead of init, and stay sweepable and reapable.
-
-    Idempotent. The flag is not inherited across fork, hence the per-pid memo.
-    """
-    global _subreaper_pid
-    if _subreaper_pid == os.getpid():
-        return True
-    if _prctl is None or _prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        return False
-    _subreaper_pid = os.getpid()
-    return True
-
-
-# Children of this process that are not agent-tree orphans and must never be swept or reaped by
-# us. Agents register themselves (asyncio's child watcher reaps them). Other daemon code that spawns
-# children with a new session after an agent started must register them too; children that share
-# the daemon's session are never mistaken for agent descendants (an agent tree cannot rejoin it).
-_own_children: set[int] = set()
-
-
-def register_own_child(pid: int) -> None:
-    _own_children.add(pid)
-
-
-def unregister_own_child(pid: int) -> None:
-    _own_children.discard(pid)
-
-
-def build_agent_env(
-    spec_env: Mapping[str, str],
-    extra_env: Mapping[str, str] | None = None,
-    *,
-    secret_env_names: Iterable[str] = (),
-    base: Mapping[str, str] | None = None,
-) -> dict[str, str]:
-    """The daemon's environment minus its own secrets, plus the spec's env, plus `extra_env`;
-    service-manager variables are removed from the result whatever their source."""
-    secrets = set(secret_env_names)
-    inherited = os.environ if base is None else base
-    env = {k: v for k, v in inherited.items() if k not in secrets}
-    env.update(spec_env)
-    env.update(extra_env or {})
-    return {k: v for k, v in env.items() if not k.startswith(SERVICE_MANAGER_ENV_PREFIXES)}
-
-
-class ExitInfo(msgspec.Struct, frozen=True):
-    returncode: int | None
-    signal: int | None
-    # Sanitized: built only from the code or signal number, never from anything the agent wrote.
-    reason: str
-    # The exit followed a stop request from the daemon (rather than the agent exiting on its own).
-    stopped: bool = False
-
-
-def exit_info_from_returncode(returncode: int | None, *, stopped: bool = False) -> ExitInfo:
-    if returncode is None:
-        return ExitInfo(None, None, "exit status unknown", stopped)
-    if returncode < 0:
-        signum = -returncode
-        try:
-            name = signal.Signals(signum).name
-        except ValueError:
-            name = f"signal {signum}"
-        return ExitInfo(None, signum, f"killed by {name}", stopped)
-    return ExitInfo(returncode, None, f"exited with code {returncode}", stopped)
-
-
-class AgentStartError(Exception):
-    """The agent could not be spawned; the message is sanitized (no argv, no paths, no env)."""
-
-
-# A flooding agent's stderr arrives in reads of at most the pipe's size, and each read costs the loop a
-# wake-up and the ring a feed whatever its size: 256 KiB (asyncio's read size) instead of Linux's 64 KiB
-# default makes a flood about four times fewer of them (bench/stderr_flood.py: less than half the daemon
-# CPU for 1 MiB writes). Kernel memory, used only while bytes wait unread; it counts against the user's
-# pipe-buffer quota (fs.pipe-user-pages-soft, 64 MiB by default: 48 KiB more per agent).
-STDERR_PIPE_BYTES = 256 * 1024
-
-
-def _grow_pipe(pipe: asyncio.BaseTransport | None) -> None:
-    setpipe = getattr(fcntl, "F_SETPIPE_SZ", None)  # Linux only
-    if pipe is None or setpipe is None:
-        return
-    try:
-        fcntl.fcntl(pipe.get_extra_info("pipe").fileno(), setpipe, STDERR_PIPE_BYTES)
-    except (OSError, ValueError, AttributeError):
-        pass  # e.g. an unprivileged user over its pipe-buffer quota: the default size still works
-
-
-class _AgentProtocol(asyncio.subprocess.SubprocessStreamProtocol):
-    """asyncio's stream protocol with two changes: stderr bypasses a StreamReader and goes
-    straight into the ring (the pipe never fills and nothing buffers beyond the ring's bound,
-    whatever the stdout limit), and the exit is reported as soon as the process is reaped.
-    `Process.wait()` only returns once every pipe is closed too, which never happens while a
-    grandchild holds stdout."""
-
-    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop, ring: StderrRing, on_exited: Callable[[int | None], None]) -> None:
-        super().__init__(limit=limit, loop=loop)
-        self._ring = ring
-        self._on_exited = on_exited
-        self._subprocess_transport: asyncio.SubprocessTransport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        self._subprocess_transport = transport  # type: ignore[assignment]
-        # fd 2 stays in the base class's open-pipe bookkeeping, so the transport still closes only
-        # after stderr reaches EOF; only the reader is dropped.
-        self.stderr = None
-        _grow_pipe(transport.get_pipe_transport(2))  # type: ignore[attr-defined]
-
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        if fd == 2:
-            self._ring.feed(data)
-            return
-        super().pipe_data_received(fd, data)
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        if fd == 2:
-            self._ring.feed_eof()
-        super().pipe_connection_lost(fd, exc)
-
-    def process_exited(self) -> None:
-        transport = self._subprocess_transport
-        returncode = transport.get_returncode() if transport is not None else None
-        super().process_exited()
-        self._on_exited(returncode)
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
 class AgentProcess:
-    """One spawned agent. Created by `Supervisor.start`; `stdin`/`stdout` are the ACP byte streams."""
+    """One spawned agent. Created by `Supervisor.start`; `stdin`/`stdout` are the ACP byte streams.
+
+    `pid` is the agent's own; its parent is the shim (`shim_pid`), the daemon's child."""
 
     def __init__(
         self,
         *,
-        transport: asyncio.SubprocessTransport,
-        protocol: _AgentProtocol,
+        spawned: Spawned,
         ring: StderrRing,
         spawn_time: float,
         on_exit: Callable[[ExitInfo], object] | None,
         track_interval: float,
     ) -> None:
-        self._transport = transport
-        self._proc = asyncio.subprocess.Process(transport, protocol, asyncio.get_running_loop())
-        self.pid: int = self._proc.pid
+        loop = asyncio.get_running_loop()
+        self._transport = spawned.transport
+        self._proc = asyncio.subprocess.Process(spawned.transport, spawned.protocol, loop)
+        self.pid: int = spawned.pid
+        self.shim_pid: int = spawned.shim_pid
         self.stdin: asyncio.StreamWriter = self._proc.stdin  # type: ignore[assignment]
         self.stdout: asyncio.StreamReader = self._proc.stdout  # type: ignore[assignment]
         self.stderr_ring = ring
+        self._control_reader, self._control_writer = spawned.control
         self._on_exit = on_exit
         self._track_interval = track_interval
         self._exit_info: ExitInfo | None = None
         self._exited = asyncio.Event()
+        self._shim_returncode: int | None = None
+        self._shim_exited = asyncio.Event()
         self._stop_requested = False
         self._stop_task: asyncio.Task[ExitInfo] | None = None
         self._stopped = False
         self._callback_tasks: set[asyncio.Task[Any]] = set()
-        # Every descendant ever seen, by pid, as psutil handles (which refuse to signal a reused pid).
-        # Collected while the agent runs because re-parenting erases the ancestry we sweep by.
-        self._known: dict[int, psutil.Process] = {}
+        self.tree = AgentTree(self.pid, self.shim_pid, spawn_time)
         self._scan_lock = asyncio.Lock()
         self._tracker_done = asyncio.Event()
-        self._our_sid = os.getsid(0)
-        self._ps: psutil.Process | None
-        try:
-            self._ps = psutil.Process(self.pid)
-            self._start_ct = self._ps.create_time()
-        except psutil.Error:
-            # Already exited and reaped: anything newer than the spawn still counts as its tree.
-            self._ps = None
-            self._start_ct = spawn_time - 1.0
-        register_own_child(self.pid)
-        _live_agents.add(self)
-        self._tracker = asyncio.get_running_loop().create_task(self._track(), name=f"agent-tracker-{self.pid}")
+        self._watcher = loop.create_task(self._watch_shim(), name=f"agent-shim-{self.pid}")
+        self._tracker = loop.create_task(self._track(), name=f"agent-tracker-{self.pid}")
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -252,12 +111,34 @@ class AgentProcess:
     def stderr_snapshot(self) -> StderrWindow:
         return self.stderr_ring.snapshot()
 
-    def _handle_exited(self, returncode: int | None) -> None:
+    def _on_shim_exited(self, returncode: int | None) -> None:
+        self._shim_returncode = returncode
+        self._shim_exited.set()
+
+    async def _watch_shim(self) -> None:
+        """The shim's reports: the agent's exit status as the shim reaped it, then end-of-file."""
+        reader = self._control_reader
+        while True:
+            try:
+                line = await reader.readline()
+            except (OSError, ValueError, asyncio.LimitOverrunError):
+                line = b""
+            if not line:
+                break
+            kind, _, value = line.decode("ascii", "replace").strip().partition(" ")
+            if kind == "X" and value.lstrip("-").isdigit():
+                self._handle_exited(exit_info_from_returncode(int(value), stopped=self._stop_requested))
+        if self._exit_info is None:
+            # The shim is gone without a word about the agent: wait for its own exit status to say how.
+            try:
+                await asyncio.wait_for(self._shim_exited.wait(), SHIM_EXIT_WAIT)
+            except TimeoutError:
+                pass
+            self._handle_exited(exit_info_shim_lost(self._shim_returncode, stopped=self._stop_requested))
+
+    def _handle_exited(self, info: ExitInfo) -> None:
         if self._exit_info is not None:
             return
-        # asyncio's watcher has reaped the pid: it is no longer ours to protect.
-        unregister_own_child(self.pid)
-        info = exit_info_from_returncode(returncode, stopped=self._stop_requested)
         self._exit_info = info
         self._exited.set()
         log.info("agent pid %d %s", self.pid, info.reason)
@@ -273,6 +154,12 @@ class AgentProcess:
             self._callback_tasks.add(task)
             task.add_done_callback(self._callback_tasks.discard)
 
+    def _tell_shim(self, message: bytes) -> None:
+        try:
+            self._control_writer.write(message)
+        except (OSError, RuntimeError):
+            pass  # the shim is gone already
+
     # -- tree tracking -------------------------------------------------------------------------
 
     async def _track(self) -> None:
@@ -281,7 +168,7 @@ class AgentProcess:
         # A scan reads the whole process table (this kernel may lack /proc/PID/task/TID/children), so a
         # fleet of idle daemons would cost the square of its size: while the tree stays the same the
         # interval doubles up to TRACK_BACKOFF times the base, and any change brings it back. Nothing
-        # escapes meanwhile: orphans are re-parented to us (subreaper) and stop() scans in full.
+        # escapes meanwhile: orphans are re-parented to the shim (a subreaper) and stop() scans in full.
         interval, seen = self._track_interval, None
         while not self._tracker_done.is_set():
             try:
@@ -297,112 +184,12 @@ class AgentProcess:
             except asyncio.TimeoutError:
                 pass
 
-    def _is_adopted(self, child: psutil.Process) -> bool:
-        """A child of ours we did not spawn: an orphan of the agent tree re-parented to us."""
-        if child.pid in _own_children or child.pid == self.pid:
-            return False
-        for other in tuple(_live_agents):
-            if other is not self and other._known.get(child.pid) == child:
-                return False
-        try:
-            return os.getsid(child.pid) != self._our_sid and child.create_time() >= self._start_ct
-        except (OSError, psutil.Error):
-            return False
-
-    def _group_is_ours(self) -> bool:
-        # While the agent is unreaped its pid (= pgid = sid) cannot be reused. After that, Linux keeps
-        # the number reserved while any group/session member lives; if some other process now holds
-        # the pid, the group or session of that number may be a new one.
-        if self._exit_info is None:
-            return True
-        return not psutil.pid_exists(self.pid)
-
     def _scan(self, full: bool) -> list[psutil.Process]:
-        """Refresh `_known`; reap adopted zombies; return the members still alive (not the agent)."""
-        # One pass over the process table per scan (psutil's children() re-reads it per call).
-        by_pid: dict[int, psutil.Process] = {}
-        by_parent: dict[int, list[psutil.Process]] = {}
-        for proc in psutil.process_iter(["ppid"]):
-            by_pid[proc.pid] = proc
-            by_parent.setdefault(proc.info["ppid"], []).append(proc)
-        me = os.getpid()
-        our_children = by_parent.get(me, [])
-
-        roots: list[psutil.Process] = []
-        if self._exit_info is None and self._ps is not None:
-            roots.append(self._ps)
-        # A known pid now held by a different process (pid reuse) compares unequal and is not a root.
-        roots += [p for pid, p in self._known.items() if by_pid.get(pid) == p]
-        roots += [c for c in our_children if c.pid not in self._known and self._is_adopted(c)]
-        found: dict[int, psutil.Process] = {}
-        queue = list(roots)
-        while queue:
-            proc = queue.pop()
-            if proc.pid in found:
-                continue
-            found[proc.pid] = proc
-            queue.extend(by_parent.get(proc.pid, ()))
-        if full and self._group_is_ours():
-            # Session members whose ancestry we never saw (e.g. their parent died while we were not
-            # a subreaper): the agent is session leader, and a session cannot be rejoined once left.
-            for pid, proc in by_pid.items():
-                if pid in found:
-                    continue
-                try:
-                    if os.getsid(pid) == self.pid and proc.create_time() >= self._start_ct:
-                        found[pid] = proc
-                except (OSError, psutil.Error):
-                    continue
-        found.pop(self.pid, None)
-        found.pop(me, None)
-        for pid, proc in found.items():
-            if pid not in _own_children and self._known.get(pid) != proc:
-                self._known[pid] = proc
-        self._reap_adopted(our_children)
-        # Forget what is fully gone (zombies stay until reaped), so a long-lived agent that runs many
-        # short tools does not grow this map.
-        for pid, proc in list(self._known.items()):
-            if not proc.is_running():
-                del self._known[pid]
-        return [p for p in self._known.values() if _alive(p)]
-
-    def _reap_adopted(self, our_children: list[psutil.Process] | None = None) -> None:
-        # Reap zombies of the agent tree re-parented to us, by specific pid: waitpid(-1) would also
-        # take the exit status asyncio's child watcher is waiting for.
-        if our_children is None:
-            try:
-                our_children = psutil.Process().children()
-            except psutil.Error:
-                return
-        for child in our_children:
-            if child.pid in _own_children:
-                continue
-            try:
-                if child.status() != psutil.STATUS_ZOMBIE:
-                    continue
-            except psutil.Error:
-                continue
-            if self._known.get(child.pid) == child or self._is_adopted(child):
-                try:
-                    os.waitpid(child.pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
+        return self.tree.scan(full, agent_running=self._exit_info is None)
 
     async def _scan_async(self, full: bool) -> list[psutil.Process]:
         async with self._scan_lock:
             return await asyncio.to_thread(self._scan, full)
-
-    def _signal_tree(self, sig: int, members: Iterable[psutil.Process]) -> None:
-        if self._group_is_ours():
-            try:
-                os.killpg(self.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        for proc in members:
-            try:
-                proc.send_signal(sig)
-            except psutil.Error:
-                pass
 
     # -- stop ----------------------------------------------------------------------------------
 
@@ -414,6 +201,13 @@ class AgentProcess:
         if self._stop_task is None:
             self._stop_task = asyncio.get_running_loop().create_task(self._stop(grace, term_timeout, kill_timeout))
         return await asyncio.shield(self._stop_task)
+
+    def kill_now(self) -> None:
+        """The fast end (a forced exit): SIGKILL the tree at once, without waiting. The shim keeps killing
+        what it finds after we are gone."""
+        self._stop_requested = True
+        self.tree.signal(_SIGKILL, list(self.tree.known.values()))
+        self._tell_shim(b"K\n")
 
     async def _stop(self, grace: float, term_timeout: float, kill_timeout: float) -> ExitInfo:
         loop = asyncio.get_running_loop()
@@ -427,14 +221,16 @@ class AgentProcess:
 
         members = await self._scan_async(True)
         if self._exit_info is None or members:
-            self._signal_tree(signal.SIGTERM, members)
+            self.tree.signal(signal.SIGTERM, members)
             await self._wait_tree_gone(loop.time() + term_timeout)
 
         deadline = loop.time() + kill_timeout
         while True:
             members = await self._scan_async(True)
             if self._exit_info is None or members:
-                self._signal_tree(_SIGKILL, members)
+                self.tree.signal(_SIGKILL, members)
+                # The shim sees every orphan as its child: it kills what a scan of ours may have missed.
+                self._tell_shim(b"K\n")
             if await self._wait_tree_gone(min(deadline, loop.time() + 0.2)):
                 # A last full scan catches anything forked between the previous scan and the kill.
                 if not await self._scan_async(True) and self._exit_info is not None:
@@ -471,18 +267,21 @@ class AgentProcess:
         self._tracker_done.set()
         await self._tracker
         # The last scan may have run between a member's death and its re-parenting to us.
-        await asyncio.to_thread(self._reap_adopted)
+        await asyncio.to_thread(self.tree.reap_adopted)
+        # Letting go of the shim's channel is its cue to exit (the tree is gone; anything left it kills).
+        self._control_writer.close()
         # Pipes close on their own once every holder is dead; anything still holding one after the
         # sweep is outside our reach, so stop waiting for it.
         try:
-            await asyncio.wait_for(self._proc.wait(), 0.5)
+            await asyncio.wait_for(self._proc.wait(), SHIM_EXIT_WAIT)
         except asyncio.TimeoutError:
             self._transport.close()
-        _live_agents.discard(self)
+        try:
+            await asyncio.wait_for(self._watcher, SHIM_EXIT_WAIT)
+        except asyncio.TimeoutError:
+            pass
+        self.tree.close()
         self._stopped = True
-
-
-_live_agents: set[AgentProcess] = set()
 
 
 class Supervisor:
@@ -520,8 +319,8 @@ class Supervisor:
         env: Mapping[str, str],
         extra_env: Mapping[str, str] | None = None,
     ) -> None:
-        """Spawn `argv` (no shell). `env` is the spec's env for the agent; `extra_env` is added on
-        top (daemon-supplied values). Raises AgentStartError with a sanitized message."""
+        """Spawn `argv` (no shell) under its shim. `env` is the spec's env for the agent; `extra_env` is
+        added on top (daemon-supplied values). Raises AgentStartError with a sanitized message."""
         if not argv:
             raise AgentStartError("empty agent command")
         if self.process is not None and not self.process._stopped:
@@ -535,35 +334,19 @@ class Supervisor:
 
         def on_exited(returncode: int | None) -> None:
             if holder:
-                holder[0]._handle_exited(returncode)
+                holder[0]._on_shim_exited(returncode)
             else:
                 early_exit.append(returncode)
 
         spawn_time = time.time()
-        try:
-            transport, protocol = await loop.subprocess_exec(
-                lambda: _AgentProtocol(self._stdout_limit, loop, ring, on_exited),
-                *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=cwd,
-                env=build_agent_env(env, extra_env, secret_env_names=self.secret_env_names),
-                start_new_session=True,
-                preexec_fn=_pdeathsig_preexec(os.getpid()),
-            )
-        except FileNotFoundError as exc:
-            what = "working directory" if cwd is not None and exc.filename == cwd else "executable"
-            raise AgentStartError(f"cannot start agent: {what} not found") from None
-        except PermissionError:
-            raise AgentStartError("cannot start agent: permission denied") from None
-        except OSError as exc:
-            raise AgentStartError(f"cannot start agent: {exc.strerror or type(exc).__name__}") from None
-        except Exception as exc:  # SubprocessError from the preexec hook
-            raise AgentStartError(f"cannot start agent: {type(exc).__name__}") from None
+        spawned = await spawn_agent(
+            argv,
+            cwd=cwd,
+            env=build_agent_env(env, extra_env, secret_env_names=self.secret_env_names),
+            protocol_factory=lambda: AgentProtocol(self._stdout_limit, loop, ring, on_exited),
+        )
         process = AgentProcess(
-            transport=transport,  # type: ignore[arg-type]
-            protocol=protocol,
+            spawned=spawned,
             ring=ring,
             spawn_time=spawn_time,
             on_exit=self.on_exit,
@@ -572,7 +355,7 @@ class Supervisor:
         holder.append(process)
         self.process = process
         if early_exit:
-            process._handle_exited(early_exit[0])
+            process._on_shim_exited(early_exit[0])
 
     def _require(self) -> AgentProcess:
         if self.process is None:
@@ -610,25 +393,7 @@ class Supervisor:
     async def stop(self, grace: float = 2.0, term_timeout: float = 3.0, kill_timeout: float = 5.0) -> ExitInfo:
         return await self._require().stop(grace, term_timeout, kill_timeout)
 
-
-def _pdeathsig_preexec(parent_pid: int) -> Callable[[], None]:
-    """The child-side hook that ties the agent's life to the daemon's.
-
-    preexec_fn rather than a wrapper executable: a wrapper would cost an interpreter start per spawn
-    and sit in the agent's argv/ancestry. The hook only makes syscalls through a ctypes function
-    resolved before fork (no imports, no allocation-heavy work), which keeps the documented
-    fork-with-threads hazard small. PR_SET_PDEATHSIG fires when the *thread* that forked exits, so
-    agents must be started from the thread running the daemon's event loop for its whole life
-    (asyncio's subprocess_exec forks in the loop thread). Without prctl (non-Linux) there is no
-    parent-death signal and only the stop path protects against orphans.
-    """
-    prctl = _prctl
-
-    def preexec() -> None:
-        if prctl is not None:
-            prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
-        # The daemon may have died between fork and prctl, in which case no signal will ever come.
-        if os.getppid() != parent_pid:
-            os.kill(os.getpid(), _SIGKILL)
-
-    return preexec
+    def kill_now(self) -> None:
+        """SIGKILL the agent's tree without waiting (a forced exit); nothing if no agent runs."""
+        if self.process is not None and not self.process._stopped:
+            self.process.kill_now()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -137,16 +136,20 @@ def _print_json(data: Any) -> None:
     _out(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
-def _is_socket(path: Path) -> bool:
-    try:
-        return stat.S_ISSOCK(os.stat(path).st_mode)
-    except OSError:
-        return False
-
-
 def locate_socket(args: argparse.Namespace) -> Path:
-    """--socket, else --execution (via resolve_socket_path), else the only daemon under the runtime dir."""
-    from agentctl.control.socket import ControlSocketError, check_path_length, resolve_socket_path, socket_base_dir
+    """--socket, else --execution (via resolve_socket_path), else the only live daemon under the runtime dir.
+
+    Sockets that nobody listens on any more (daemons killed without removing theirs) are removed, said so
+    on stderr, and never count as a daemon."""
+    from agentctl.control.client import ControlUnavailable
+    from agentctl.control.socket import (
+        ControlSocketError,
+        check_path_length,
+        discover,
+        remove_stale,
+        resolve_socket_path,
+        socket_base_dir,
+    )
 
     try:
         if getattr(args, "socket", None) or getattr(args, "execution", None):
@@ -156,19 +159,21 @@ def locate_socket(args: argparse.Namespace) -> Path:
         base = socket_base_dir()
     except ControlSocketError as exc:
         raise _Usage(str(exc)) from None
-    try:
-        found = sorted(p for p in base.glob("*/control.sock") if _is_socket(p))
-    except OSError:
-        found = []
-    if len(found) == 1:
-        return found[0]
-    if not found:
-        raise _Usage(
-            f"cannot locate the control socket: no --socket or --execution given, and no daemon socket "
-            f"under {base}"
-        )
-    ids = ", ".join(p.parent.name for p in found)
-    raise _Usage(f"several daemons under {base} ({ids}); choose one with --execution ID or --socket PATH")
+    live, stale = discover(base)
+    removed = [p.parent.name for p in stale if remove_stale(p)]
+    if removed:
+        print(f"agentctl: removed the stale control socket(s) of {len(removed)} dead daemon(s) under {base} "
+              f"({', '.join(removed)})", file=sys.stderr)
+    if len(live) == 1:
+        return live[0]
+    if live:
+        ids = ", ".join(p.parent.name for p in live)
+        raise _Usage(f"several daemons under {base} ({ids}); choose one with --execution ID or --socket PATH")
+    if removed:
+        raise ControlUnavailable(f"no agentctl daemon is running under {base} (only dead ones had left sockets)")
+    raise _Usage(
+        f"cannot locate the control socket: no --socket or --execution given, and no daemon socket under {base}"
+    )
 
 
 def _request(args: argparse.Namespace, method: str, route: str, body: Any = None) -> tuple[int, dict[str, Any]]:

@@ -8,6 +8,8 @@
   an idle deadline: the agent runs as the same user and could otherwise hold every connection).
 - asyncio would silently unlink an existing socket file at bind; `prepare_socket_path` probes it first and
   refuses to start when a live daemon answers. A stale file with nobody listening is removed.
+- Discovery (`discover`): the sockets under the base dir that answer, and the stale ones of daemons that
+  died without removing theirs (SIGKILL); `remove_stale` deletes one once it is certainly dead.
 
 Client commands import this module for `resolve_socket_path`, so aiohttp is imported lazily.
 """
@@ -19,6 +21,7 @@ import os
 import socket
 import stat
 import struct
+import time
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,6 +38,9 @@ SOCKET_NAME = "control.sock"
 MAX_SOCKET_PATH_BYTES = 107
 PROBE_TIMEOUT = 1.0
 CONTROL_CONNECTIONS = 64  # one CLI call per connection; same-uid peers only
+# A socket file younger than this that refuses connections may be a daemon between bind() and listen():
+# discovery does not count it, and does not remove it either.
+STALE_AFTER = 5.0
 
 # Directories prepare_socket_path created (removed again by cleanup when empty), and the inode each
 # start_unix_site bound, so cleanup never removes a socket some other process put there since.
@@ -185,6 +191,73 @@ def _probe_live(path: Path) -> bool:
     return True
 
 
+def socket_state(path: Path) -> str:
+    """"live" (something accepts, or is too busy to), "dead" (nobody listens), "gone", or "denied"."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(PROBE_TIMEOUT)
+    try:
+        probe.connect(os.fspath(path))
+    except ConnectionRefusedError:
+        return "dead"
+    except (FileNotFoundError, NotADirectoryError):
+        return "gone"
+    except (TimeoutError, BlockingIOError):
+        return "live"
+    except OSError:
+        return "denied"
+    finally:
+        probe.close()
+    return "live"
+
+
+def discover(base: Path) -> tuple[list[Path], list[Path]]:
+    """(live, stale): the `<base>/*/control.sock` sockets that answer, and those nobody listens on any more
+    (their daemon died without removing them, e.g. killed with SIGKILL). A socket this user may not use,
+    or one bound a moment ago and not yet listening, is in neither list."""
+    try:
+        candidates = sorted(base.glob(f"*/{SOCKET_NAME}"))
+    except OSError:
+        return [], []
+    live: list[Path] = []
+    stale: list[Path] = []
+    for path in candidates:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISSOCK(st.st_mode):
+            continue
+        state = socket_state(path)
+        if state == "live":
+            live.append(path)
+        elif state == "dead" and st.st_uid == os.geteuid() and _age(st) >= STALE_AFTER:
+            stale.append(path)
+    return live, stale
+
+
+def _age(st: os.stat_result) -> float:
+    return time.time() - st.st_mtime
+
+
+def remove_stale(path: Path) -> bool:
+    """Remove a dead daemon's socket (still a socket of ours, still refusing) and its directory when empty."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid() or socket_state(path) != "dead":
+        return False
+    try:
+        os.unlink(path)
+    except OSError:
+        return False
+    try:
+        os.rmdir(path.parent)
+    except OSError:
+        pass  # not empty, or not ours to remove
+    return True
+
+
 def prepare_socket_path(path: Path) -> None:
     """Everything before bind: length, the private directory, and the existing-file check.
 
@@ -218,6 +291,8 @@ def bind_unix_socket(path: Path) -> socket.socket:
     old = os.umask(0o177)
     try:
         sock.bind(os.fspath(path))
+        # At once: between bind and listen a connect is refused, which is what discovery calls stale.
+        sock.listen(128)
     except OSError as exc:
         sock.close()
         if exc.errno == errno.EADDRINUSE:

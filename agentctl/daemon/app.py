@@ -8,9 +8,9 @@ control Unix socket (/v1/...; the control guard refuses those paths over TCP). T
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
-import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ from agentctl.listener_guard import (
     install_accept_error_log,
     track_requests,
 )
+from agentctl.lifecycle import Signals, serve_until_signalled
 from agentctl.mcp_endpoint.server import McpEndpoint
 from agentctl.runtime import freeze_startup_heap
 from agentctl.spec import Spec, listen_address, secret_values
@@ -59,6 +60,9 @@ log = logging.getLogger("agentctl.daemon")
 MCP_CONNECTIONS = 512
 
 Stopper = Callable[[], Awaitable[None]]
+# A forced exit's bounds (abort()): the killed agent's exit status, then the last report write.
+ABORT_EXIT_WAIT = 0.5
+ABORT_PERSIST_WAIT = 1.0
 
 
 class StartupError(Exception):
@@ -126,6 +130,9 @@ class Daemon:
             # it touches that execution's report.
             ("control socket", probe_socket),
             ("state directory and task store", self._start_state),
+            # What a daemon killed with SIGKILL left (a merged workspace file holding its token, private
+            # config files) is put right before anything new is written.
+            ("recovery of killed daemons' leftovers", self._recover_leftovers),
             ("HTTP listener", self._start_http),
             # Upstream before MCP: it stops after the endpoint, so the endpoint's last evidence (closed
             # connections) still goes out in the publisher's final snapshot, and the tunnel exists before
@@ -185,28 +192,46 @@ class Daemon:
         on_ready: Callable[[dict[str, Any]], None] | None = None,
         *,
         install_signals: bool = True,
+        signals: Signals | None = None,
     ) -> int:
-        """Run until the shutdown trigger fires (SIGTERM/SIGINT, `agentctl stop`, or a test), then drain."""
-        loop = asyncio.get_running_loop()
-        info = await self.start()
-        if install_signals:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, self.ctx.request_stop)
-        try:
+        """Run until the shutdown trigger fires (SIGTERM/SIGINT, `agentctl stop`, or a test), then drain.
+
+        Signals are captured before start-up too (`signals`, installed by the CLI before its imports): a
+        stop during start-up drains from wherever the start was. Exit status 0 after a drain, also one cut
+        short by `shutdown_timeout`; 128 + N when a second signal N forced the exit."""
+        async def main(info: dict[str, Any]) -> None:
             if on_ready is not None:
                 on_ready(info)
             await self.ctx.stop_event.wait()
             log.info("stopping")
-            try:
-                await asyncio.wait_for(self.stop(), timeout=self.spec.daemon.shutdown_timeout)
-            except TimeoutError:
-                log.warning("shutdown exceeded %.1f s; exiting anyway", self.spec.daemon.shutdown_timeout)
-        finally:
-            if install_signals:
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.remove_signal_handler(sig)
-            await self.stop()
-        return 0
+
+        outcome = await serve_until_signalled(
+            start=self.start,
+            main=main,
+            stop=self.stop,
+            abort=self.abort,
+            shutdown_timeout=self.spec.daemon.shutdown_timeout,
+            signals=signals if install_signals else Signals(capture=False),
+        )
+        return 128 + outcome.forced_by if outcome.forced_by is not None else 0
+
+    async def abort(self) -> None:
+        """The fast end of a drain cut short: the agent's tree SIGKILLed (its shim finishes the job after
+        us), the report written once as it stands, the control socket file removed. A merged workspace
+        file is left to its journal: the next start, or `agentctl recover`, puts it back."""
+        ctx = self.ctx
+        ctx.readiness.stopping = True
+        supervisor = getattr(self.agent, "supervisor", None)
+        if supervisor is not None:
+            supervisor.kill_now()
+            if supervisor.running:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(supervisor.wait_exit(), ABORT_EXIT_WAIT)  # so the report says how it ended
+        if self.persister is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.persister.flush(), ABORT_PERSIST_WAIT)
+        if ctx.readiness.checks.get("control_socket"):
+            cleanup_socket_path(ctx.control_socket)
 
     # -- components --------------------------------------------------------------------------------
 
@@ -220,6 +245,11 @@ class Daemon:
         self.persister.start()
         self._stoppers.append(("persistence", self.persister.stop))
         self._open_task_store()
+
+    async def _recover_leftovers(self) -> None:
+        from agentctl.agent.passthrough.recovery import log_outcomes, recover
+
+        log_outcomes(await asyncio.to_thread(recover, self.ctx.state_dir))
 
     def _open_task_store(self) -> None:
         spec, ctx = self.spec, self.ctx

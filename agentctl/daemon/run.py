@@ -16,6 +16,7 @@ from agentctl.agent.outcome import AgentError
 from agentctl.daemon.app import Daemon
 from agentctl.evidence.contract import EvidenceEvent, encode
 from agentctl.evidence.reasons import meaning
+from agentctl.lifecycle import Signals, serve_until_signalled
 
 SETTLE_SECONDS = 1.0  # after the session is accepted, give the agent a moment to list tools before the table
 
@@ -53,12 +54,20 @@ def progress_line(event: EvidenceEvent, passthrough: bool = False) -> str | None
 
 
 async def run_main_job(
-    daemon: Daemon, *, prompt: str | None = None, as_json: bool = False, out: TextIO | None = None
+    daemon: Daemon,
+    *,
+    prompt: str | None = None,
+    as_json: bool = False,
+    out: TextIO | None = None,
+    signals: Signals | None = None,
 ) -> int:
     """The main job; with no `[upstream] socket` in the spec it runs an in-process hub, so one command shows
-    the whole path (evidence upstream, the tool tunnel) and `agentctl hub status` can read it afterwards."""
+    the whole path (evidence upstream, the tool tunnel) and `agentctl hub status` can read it afterwards.
+
+    `signals`: SIGTERM/SIGINT captured by the CLI before start-up (else from here on); the first stops the
+    job and drains (exit 128 + N), a second cuts the drain short."""
     if daemon.spec.upstream.socket:
-        return await _run_main_job(daemon, prompt=prompt, as_json=as_json, out=out)
+        return await _run_main_job(daemon, prompt=prompt, as_json=as_json, out=out, signals=signals)
     from agentctl.evidence.store import ensure_state_dir
     from agentctl.upstream.hub import embedded_hub
 
@@ -68,11 +77,16 @@ async def run_main_job(
     with tempfile.TemporaryDirectory(prefix="agentctl-hub-", dir="/tmp") as tmp:
         async with embedded_hub(tmp, db_path=state_dir / "hub.sqlite3", tasks_db=state_dir / "tasks.sqlite3") as sock:
             daemon.spec.upstream.socket = sock
-            return await _run_main_job(daemon, prompt=prompt, as_json=as_json, out=out)
+            return await _run_main_job(daemon, prompt=prompt, as_json=as_json, out=out, signals=signals)
 
 
 async def _run_main_job(
-    daemon: Daemon, *, prompt: str | None = None, as_json: bool = False, out: TextIO | None = None
+    daemon: Daemon,
+    *,
+    prompt: str | None = None,
+    as_json: bool = False,
+    out: TextIO | None = None,
+    signals: Signals | None = None,
 ) -> int:
     from agentctl.control.render import render_status, use_color
     from agentctl.control.server import build_status
@@ -93,39 +107,42 @@ async def _run_main_job(
         if line := progress_line(event, passthrough):
             show(line)
 
+    async def job(_ready: object) -> int:
+        code = await _job(daemon, prompt, show)
+        if not as_json:
+            assert daemon.persister is not None
+            await daemon.persister.flush()
+            out.write("\n" + render_status(build_status(daemon.ctx), color=use_color(out)))
+            out.write(f"report persisted to {daemon.ctx.report_path}\n")
+        return code
+
+    async def start() -> None:
+        await daemon.start()
+        show(f"agentctl: execution {daemon.ctx.identity.execution_id}, MCP at {daemon.ctx.mcp_url}")
+
     daemon.ledger.subscribe(on_event)
-    interrupted = _Interrupts(asyncio.current_task())
-    code = 0
     try:
-        with interrupted:
-            code = await _job(daemon, prompt, show)
-            if not as_json:
-                assert daemon.persister is not None
-                await daemon.persister.flush()
-                out.write("\n" + render_status(build_status(daemon.ctx), color=use_color(out)))
-                out.write(f"report persisted to {daemon.ctx.report_path}\n")
-    except asyncio.CancelledError:
-        if interrupted.signum is None:
-            raise
-        code = 128 + interrupted.signum
+        outcome = await serve_until_signalled(
+            start=start, main=job, stop=daemon.stop, abort=daemon.abort,
+            shutdown_timeout=daemon.spec.daemon.shutdown_timeout, signals=signals,
+        )
     finally:
-        await daemon.stop()
         daemon.ledger.unsubscribe(on_event)
     if as_json and daemon.ctx.report_path is not None:
         # After the stop: the same final report the file holds (the agent's exit included).
         out.write(encode(daemon.ledger.history).decode() + "\n")
-    if interrupted.signum is not None:
-        # Ctrl-C or SIGTERM: the agent tree is stopped and the report is final all the same.
-        where = f"; report persisted to {daemon.ctx.report_path}" if daemon.ctx.report_path else ""
-        print(f"agentctl: interrupted by {signal.Signals(interrupted.signum).name}: stopped the agent{where}",
-              file=sys.stderr)
-    return code
+    if outcome.signum is None:
+        return outcome.result or 0
+    # Ctrl-C or SIGTERM: the agent tree is stopped and the report is final all the same.
+    first = signal.Signals(outcome.signum).name
+    how = f"; {signal.Signals(outcome.forced_by).name} again: exited without finishing the stop" if outcome.forced_by else ""
+    where = f"; report persisted to {daemon.ctx.report_path}" if daemon.ctx.report_path else ""
+    print(f"agentctl: interrupted by {first}: stopped the agent{where}{how}", file=sys.stderr)
+    return 128 + (outcome.forced_by or outcome.signum)
 
 
 async def _job(daemon: Daemon, prompt: str | None, show) -> int:
     code = EXIT_OK
-    await daemon.start()
-    show(f"agentctl: execution {daemon.ctx.identity.execution_id}, MCP at {daemon.ctx.mcp_url}")
     agent = daemon.agent
     if agent is None:
         attempt_id, _ = daemon.open_attempt("manual")
@@ -170,40 +187,6 @@ def _exited_with_error(agent) -> bool:
     """The agent's process ended on its own before the job did, with a non-zero code or a signal."""
     info = agent.supervisor.exit_info
     return info is not None and not info.stopped and (info.returncode != 0 or info.signal is not None)
-
-
-class _Interrupts:
-    """SIGINT/SIGTERM cancel the job (once), so the daemon still stops in order: agent tree, report, socket.
-
-    Without this SIGTERM would kill `run` outright (no sweep of the agent's descendants, a stale socket).
-    """
-
-    def __init__(self, task: asyncio.Task | None) -> None:
-        self._task = task
-        self.signum: int | None = None
-        self._installed: list[int] = []
-
-    def _on_signal(self, signum: int) -> None:
-        if self.signum is None and self._task is not None:
-            self.signum = signum
-            self._task.cancel()
-
-    def __enter__(self) -> _Interrupts:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(sig, self._on_signal, int(sig))
-                self._installed.append(sig)
-            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread: leave signals be
-                pass
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in self._installed:
-            loop.remove_signal_handler(sig)
-        if self.signum is not None and self._task is not None:
-            self._task.uncancel()
 
 
 class _AnswerPrinter:

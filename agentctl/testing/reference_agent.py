@@ -10,8 +10,8 @@ built-in server (named by `--builtin-name`, default "kandev") and answers with a
 Modes, as flags or in `AGENTCTL_REF_MODE` (comma list; valued ones as `name=value`,
 e.g. `lazy,strict,crash-after=5`): ignore-mcp, lazy, strict, modern, sse-only,
 no-mcp-capabilities, crash-after=S, crash-before-initialize, delay-initialize=S, flood-stderr=MB,
-garbage-stdout, hang-on-shutdown, fork-grandchildren, request-permission, passthrough=claude|codex,
-builtin-name=NAME, connect-timeout=S, call-timeout=S. In passthrough mode `--prompt TEXT`
+garbage-stdout, hang-on-shutdown, fork-grandchildren, stubborn-grandchildren, request-permission,
+passthrough=claude|codex, builtin-name=NAME, connect-timeout=S, call-timeout=S. In passthrough mode `--prompt TEXT`
 chooses the call (`CALL <tool> <json-args>`), as a prompt does over ACP.
 
 stdout carries only ACP frames (plus, in garbage-stdout mode, deliberate non-JSON lines);
@@ -59,6 +59,7 @@ class Options:
     garbage_stdout: bool = False
     hang_on_shutdown: bool = False
     fork_grandchildren: bool = False
+    stubborn_grandchildren: bool = False
     request_permission: bool = False
     passthrough: str | None = None
     builtin_name: str = "kandev"
@@ -95,6 +96,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--garbage-stdout", action="store_true", help="write non-JSON lines to stdout between frames")
     p.add_argument("--hang-on-shutdown", action="store_true", help="ignore SIGTERM and stdin EOF")
     p.add_argument("--fork-grandchildren", action="store_true", help=f"spawn 2 sleepers (one setsid); pids to ${ENV_PIDFILE}")
+    p.add_argument("--stubborn-grandchildren", action="store_true",
+                   help="fork-grandchildren whose sleepers ignore SIGTERM (one setsid, one double-forked orphan)")
     p.add_argument("--request-permission", action="store_true", help="ask the client's permission on every prompt")
     p.add_argument("--passthrough", choices=["claude", "codex"], help="not ACP: read that CLI's MCP config")
     p.add_argument("--builtin-name", help="name of the built-in MCP server (default kandev)")
@@ -174,13 +177,33 @@ def _crash_after(seconds: float) -> None:
     timer.start()
 
 
-def _fork_grandchildren() -> list[int]:
-    """Two sleepers inheriting stdout/stderr (stdin from /dev/null); the second in its own session."""
+_STUBBORN_SLEEPER = "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); signal.pause()"
+# A classic daemon: setsid, fork, the middle exits at once; the grandchild (SIGTERM ignored) prints its pid.
+_DAEMONIZED = (
+    "import os, signal, sys\n"
+    "os.setsid()\n"
+    "if os.fork() == 0:\n"
+    "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "    print(os.getpid(), flush=True)\n"
+    "    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)\n"
+    "    signal.pause()\n"
+)
+
+
+def _fork_grandchildren(stubborn: bool = False) -> list[int]:
+    """Two sleepers inheriting stdout/stderr (stdin from /dev/null); the second in its own session.
+    Stubborn: both ignore SIGTERM, and a third is a double-forked daemon re-parented away from us."""
     sleep = shutil.which("sleep")
     cmd = [sleep, "3600"] if sleep else [sys.executable, "-c", "import time; time.sleep(3600)"]
+    if stubborn:
+        cmd = [sys.executable, "-c", _STUBBORN_SLEEPER]
     a = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
     b = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
     pids = [a.pid, b.pid]
+    if stubborn:
+        daemon = subprocess.run([sys.executable, "-c", _DAEMONIZED], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, text=True, check=True)
+        pids.append(int(daemon.stdout.split()[0]))
     pidfile = os.environ.get(ENV_PIDFILE)
     if pidfile:
         tmp = f"{pidfile}.tmp"
@@ -359,8 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         _flood_stderr(opts.flood_stderr)
     if opts.crash_after is not None:
         _crash_after(opts.crash_after)
-    if opts.fork_grandchildren:
-        _fork_grandchildren()
+    if opts.fork_grandchildren or opts.stubborn_grandchildren:
+        _fork_grandchildren(opts.stubborn_grandchildren)
     if opts.extra and not opts.passthrough:
         log.warning("ignoring unknown arguments (%d)", len(opts.extra))
     runner = _run_passthrough if opts.passthrough else _run_acp

@@ -76,8 +76,16 @@ def add_hub_commands(subparsers: Any) -> None:
 
 
 def cmd_hub_serve(args: argparse.Namespace) -> int:
-    import asyncio
+    from agentctl.lifecycle import Signals
 
+    signals = Signals().install()  # before the heavy imports: a stop during start-up is a drain, not a kill
+    try:
+        return _hub_serve(args, signals)
+    finally:
+        signals.uninstall()
+
+
+def _hub_serve(args: argparse.Namespace, signals: Any) -> int:
     from agentctl.backend.embedded import TaskStoreError
     from agentctl.control.socket import ControlSocketError
     from agentctl.logs import configure_logging
@@ -100,8 +108,10 @@ def cmd_hub_serve(args: argparse.Namespace) -> int:
             return _err("--token-file needs --http HOST:PORT", 1)
     except WebConfigError as exc:
         return _err(str(exc), 1)
+    from agentctl.lifecycle import run
+
     try:
-        return asyncio.run(_serve(socket_path, db, args.tasks_db, web_args))
+        return run(_serve(socket_path, db, args.tasks_db, web_args, signals))
     except ControlSocketError as exc:
         return _err(f"hub socket: {exc}", 2)
     except (HubStoreError, TaskStoreError) as exc:
@@ -110,20 +120,28 @@ def cmd_hub_serve(args: argparse.Namespace) -> int:
         return _err(str(exc), 2)
 
 
-async def _serve(socket_path: Path, db: Path, tasks_db: str | None, web_args: tuple | None = None) -> int:
+# The hub has no spec: its drain (close connections, last flush, stores closed) is bounded by this.
+HUB_SHUTDOWN_TIMEOUT = 10.0
+
+
+async def _serve(socket_path: Path, db: Path, tasks_db: str | None, web_args: tuple | None = None,
+                 signals: Any = None) -> int:
+    """Serve until SIGTERM/SIGINT (agentctl.lifecycle): exit 0 after the drain, 128 + N when a second signal
+    N cut it short."""
     import asyncio
     import json
-    import signal
 
+    from agentctl.control.socket import cleanup_socket_path
+    from agentctl.lifecycle import serve_until_signalled
     from agentctl.runtime import freeze_startup_heap
     from agentctl.upstream.hub import Hub
 
     hub = Hub(socket_path, db, tasks_db=tasks_db)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    await hub.start()
     page = None
-    try:
+
+    async def start() -> dict[str, Any]:
+        nonlocal page
+        await hub.start()
         ready = {"event": "ready", "socket": str(hub.socket_path), "db": str(hub.db_path),
                  "tasks_db": str(hub.tasks_db), "pid": os.getpid()}
         if web_args is not None:
@@ -131,25 +149,35 @@ async def _serve(socket_path: Path, db: Path, tasks_db: str | None, web_args: tu
 
             host, port, token, generated, token_file = web_args
             page = HubWeb(hub, host, port, token=token)
-            await page.start()
+            try:
+                await page.start()
+            except BaseException:
+                await hub.stop()
+                raise
             ready["http"] = page.url
             # The token goes in the fragment: a browser never sends that part of a URL to any server.
             ready["page"] = page.url + "#token=" + token if generated else page.url
             if token_file is not None:
                 ready["token_file"] = str(token_file)
         freeze_startup_heap()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+        return ready
+
+    async def main(ready: dict[str, Any]) -> None:
         sys.stdout.write(json.dumps(ready) + "\n")
         sys.stdout.flush()
-        await stop.wait()
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+        await asyncio.Event().wait()  # until a signal
+
+    async def stop() -> None:
         if page is not None:
             await page.stop()
         await hub.stop()
-    return 0
+
+    async def abort() -> None:
+        cleanup_socket_path(hub.socket_path)  # what is flushed is flushed; the socket must not outlive us
+
+    outcome = await serve_until_signalled(start=start, main=main, stop=stop, abort=abort,
+                                          shutdown_timeout=HUB_SHUTDOWN_TIMEOUT, signals=signals)
+    return 128 + outcome.forced_by if outcome.forced_by is not None else 0
 
 
 def _load(args: argparse.Namespace):

@@ -115,13 +115,16 @@ def base_url(daemon: ServeProcess) -> str:
 
 
 def agent_pid(daemon: ServeProcess) -> int:
-    """The supervised agent: the daemon's child running the reference agent."""
+    """The supervised agent: the child of the daemon's agent shim that runs the reference agent."""
 
     def find() -> int | None:
-        for child in psutil.Process(daemon.proc.pid).children():
+        for shim in psutil.Process(daemon.proc.pid).children():
             try:
-                if "agentctl.testing.reference_agent" in " ".join(child.cmdline()):
-                    return child.pid
+                if "from shim import main" not in " ".join(shim.cmdline()):
+                    continue
+                for child in shim.children():
+                    if "agentctl.testing.reference_agent" in " ".join(child.cmdline()):
+                        return child.pid
             except psutil.Error:
                 continue
         return None

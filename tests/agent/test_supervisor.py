@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -77,9 +78,11 @@ async def start_tree(make_supervisor: Callable[..., Supervisor], directory: Path
     await until(lambda: all((directory / f"{n}.pid").exists() for n in TREE), 15, "the agent tree to start")
     procs = read_pids(directory)
     assert procs["agent"].pid == supervisor.pid
-    # The fixture really built the awkward cases: a session escapee and an orphan adopted by us.
+    # The fixture really built the awkward cases: a session escapee and an orphan adopted by the agent's
+    # shim (a subreaper between us and the agent), not by init.
     assert os.getsid(procs["escaped"].pid) == procs["escaped"].pid
-    assert procs["double_forked"].ppid() == os.getpid()
+    assert procs["double_forked"].ppid() == supervisor.process.shim_pid
+    assert psutil.Process(supervisor.process.shim_pid).ppid() == os.getpid()
     return supervisor, procs
 
 
@@ -299,7 +302,7 @@ async def test_agent_dies_when_the_daemon_is_sigkilled(tmp_path: Path) -> None:
     try:
         await until(pidfile.exists, 15, "the stand-in daemon to start its agent")
         agent = psutil.Process(int(pidfile.read_text()))
-        assert agent.ppid() == daemon.pid
+        assert psutil.Process(agent.ppid()).ppid() == daemon.pid  # the agent's parent is its shim
     finally:
         daemon.kill()
         daemon.wait(timeout=10)
@@ -357,3 +360,99 @@ async def test_ten_megabyte_line_without_newline(make_supervisor) -> None:
     assert window.lines == ["x" * (16 * 1024)]
     assert window.truncated
     assert window.total_bytes_seen == 10 * MIB
+
+
+# -- the shim between the daemon and the agent ----------------------------------------------------------
+
+SIGNAL_AGENT = """
+import os, signal, sys
+def noted(signum, frame):
+    sys.stdout.write(signal.Signals(signum).name + "\\n"); sys.stdout.flush()
+    if signum == signal.SIGTERM:
+        sys.exit(7)
+for s in (signal.SIGUSR1, signal.SIGHUP, signal.SIGTERM):
+    signal.signal(s, noted)
+sys.stdout.write("ready\\n"); sys.stdout.flush()
+while True:
+    signal.pause()
+"""
+
+
+async def test_signals_sent_to_the_shim_reach_the_agent_and_its_real_exit_code_comes_back(make_supervisor) -> None:
+    supervisor = make_supervisor()
+    await supervisor.start([sys.executable, "-c", SIGNAL_AGENT], cwd=None, env={})
+    assert await asyncio.wait_for(supervisor.stdout.readline(), 15) == b"ready\n"
+    shim = supervisor.process.shim_pid
+    for sig, name in ((signal.SIGUSR1, b"SIGUSR1\n"), (signal.SIGHUP, b"SIGHUP\n")):
+        os.kill(shim, sig)
+        assert await asyncio.wait_for(supervisor.stdout.readline(), 15) == name
+    assert supervisor.running
+    os.kill(shim, signal.SIGTERM)
+    assert await asyncio.wait_for(supervisor.stdout.readline(), 15) == b"SIGTERM\n"
+    assert await asyncio.wait_for(supervisor.wait_exit(), 15) == ExitInfo(7, None, "exited with code 7")
+    await until(lambda: not psutil.pid_exists(shim), 10, "the shim to leave once its tree is gone")
+
+
+async def test_the_agent_gets_only_its_stdio_default_signal_dispositions_and_a_session_of_its_own(make_supervisor) -> None:
+    sleep = shutil.which("sleep")
+    assert sleep, "coreutils sleep: an agent that is not Python (Python ignores SIGPIPE and SIGXFSZ itself)"
+    supervisor = make_supervisor()
+    await supervisor.start([sleep, "60"], cwd=None, env={})
+    agent = supervisor.pid
+    await until(lambda: psutil.Process(agent).exe() == os.path.realpath(sleep), 15, "the exec")
+    # 0-2 only: neither the daemon's channel to the shim nor any other fd of the daemon or the shim.
+    assert sorted(os.listdir(f"/proc/{agent}/fd")) == ["0", "1", "2"]
+    status = dict(line.split(":\t", 1) for line in Path(f"/proc/{agent}/status").read_text().splitlines() if ":\t" in line)
+    # The shim is Python, which ignores SIGPIPE and SIGXFSZ: the agent must start with every default.
+    assert int(status["SigIgn"], 16) == 0 and int(status["SigBlk"], 16) == 0
+    assert os.getsid(agent) == os.getpgid(agent) == agent != os.getsid(0)
+
+
+async def test_a_killed_shim_is_an_unknown_exit_said_so_and_the_orphans_are_still_swept(make_supervisor, tmp_path: Path) -> None:
+    exits: list[ExitInfo] = []
+    supervisor, procs = await start_tree(make_supervisor, tmp_path)
+    supervisor.on_exit = exits.append
+    supervisor.process._on_exit = exits.append
+    os.kill(supervisor.process.shim_pid, signal.SIGKILL)  # not something the daemon does: someone else did
+    info = await asyncio.wait_for(supervisor.wait_exit(), 15)
+    # The agent died of its parent-death signal, but nobody can read its status now: not guessed.
+    assert info == ExitInfo(None, None, "exit status unknown: the agent's shim was killed by SIGKILL")
+    assert exits == [info]
+    await until(lambda: dead(procs["agent"]), 10, "the agent to die with its shim")
+    # Its escaped descendants are re-parented to us (a subreaper too) and swept at stop.
+    await supervisor.stop(grace=0.1, term_timeout=0.2)
+    # A killed descendant may still be an unreaped zombie for a moment: dead() counts that as gone.
+    assert all(dead(p) for p in procs.values())
+
+
+async def test_an_agent_that_cannot_be_executed_leaves_no_shim_behind(make_supervisor, tmp_path: Path) -> None:
+    before = {p.pid for p in psutil.Process().children()}
+    supervisor = make_supervisor()
+    with pytest.raises(AgentStartError, match="^cannot start agent: permission denied$"):
+        await supervisor.start([str(FIXTURES)], cwd=None, env={})  # a directory: EACCES from exec
+    await until(lambda: {p.pid for p in psutil.Process().children() if not dead(p)} <= before, 10,
+                "the shim to be gone")
+    assert supervisor.process is None
+
+
+async def test_the_shim_also_runs_as_a_hidden_agentctl_subcommand_for_builds_without_its_file() -> None:
+    import socket as socketlib
+
+    ours, theirs = socketlib.socketpair()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentctl.cli", "agent-shim", str(theirs.fileno()), "--", sys.executable, "-c", "print('hi')"],
+        pass_fds=(theirs.fileno(),), stdout=subprocess.PIPE, cwd=REPO,
+    )
+    theirs.close()
+    try:
+        reader = ours.makefile("rb")
+        kind, pid = reader.readline().split()
+        assert kind == b"P" and int(pid) > 0
+        assert reader.readline() == b"X 0\n"
+        assert proc.stdout.read() == b"hi\n"
+        assert proc.wait(timeout=15) == 0
+    finally:
+        ours.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

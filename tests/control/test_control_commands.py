@@ -140,6 +140,7 @@ async def test_several_daemons_need_an_execution_id(served: Served, monkeypatch:
     other.parent.mkdir(mode=0o700)
     extra = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     extra.bind(str(other))
+    extra.listen(1)  # a second live daemon: one nobody listens on is a dead daemon's, never counted
     try:
         monkeypatch.setenv("RUNTIME_DIRECTORY", str(base))
         assert await run(["status"]) == EXIT_USAGE

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -56,6 +57,20 @@ SERVERS = servers_toml()
 
 # Stays alive until SIGTERM; stands in for a CLI whose own format the reference agent cannot read.
 SLEEPER = [sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); time.sleep(120)"]
+
+
+DEAD = "http://127.0.0.1:1"  # refused at once: profile servers the agent cannot reach
+
+
+def agent_section(strategy: str | None, command: list[str], workdir: Path, *, servers: bool = True) -> str:
+    """The [agent] section (and canary-bearing servers) of a spec for a real daemon's passthrough CLI."""
+    argv = ", ".join(json.dumps(a) for a in command)
+    text = f'[agent]\ncommand = [{argv}]\nprotocol = "passthrough"\nworkdir = "{workdir}"\nstop_grace = 0.2\n'
+    if strategy:
+        text += f'strategy = "{strategy}"\n'
+    if servers:
+        text += servers_toml(DEAD, DEAD, "/nonexistent/fs-server")
+    return text
 
 
 def spec_for(strategy: str | None, *, servers: str = SERVERS, extra: str = "", command: list[str] | None = None) -> Spec:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agentctl.agent.passthrough import base, get_strategy
+from agentctl.agent.passthrough import get_strategy, workspace
 from agentctl.agent.passthrough.base import MaterializeError
 from tests.passthrough.support import CANARIES, TOKEN, request, spec_for, tree
 
@@ -87,7 +87,7 @@ def test_a_full_disk_fails_cleanly_and_removes_what_it_created(workdir, monkeypa
     def full(fd, data):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(base.os, "write", full)
+    monkeypatch.setattr(workspace.os, "write", full)
     err = refused("cursor", workdir)
     assert err.summary == "no space left on device writing .cursor/mcp.json"
     assert tree(workdir) == []  # no temporary file, and the .cursor directory it created is gone
@@ -97,7 +97,7 @@ def test_a_full_disk_keeps_the_users_file_as_it_was(workdir, monkeypatch):
     (workdir / ".cursor").mkdir()
     original = b'{"mcpServers": {"mine": {"command": "x"}}}'
     (workdir / ".cursor" / "mcp.json").write_bytes(original)
-    monkeypatch.setattr(base.os, "write", lambda fd, data: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")))
+    monkeypatch.setattr(workspace.os, "write", lambda fd, data: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")))
     refused("cursor", workdir)
     assert (workdir / ".cursor" / "mcp.json").read_bytes() == original
     assert tree(workdir) == [".cursor", ".cursor/mcp.json"]

@@ -18,22 +18,9 @@ from agentctl.daemon.app import Daemon
 from agentctl.spec import load_spec
 from tests.conftest import agentctl_cmd, poll, start_serve, write_spec
 from tests.passthrough.support import (
-    ARG_CANARY, CANARIES, ENV_CANARY, HEADER_CANARY, SLEEPER, mode, servers_toml, tree,
+    ARG_CANARY, CANARIES, DEAD, ENV_CANARY, HEADER_CANARY, SLEEPER, agent_section, mode, tree,
 )
 from tests.conftest import eventually as _eventually
-
-DEAD = "http://127.0.0.1:1"  # refused at once: profile servers the agent cannot reach
-
-
-def agent_section(strategy: str | None, command: list[str], workdir: Path, *, servers: bool = True) -> str:
-    argv = ", ".join(json.dumps(a) for a in command)
-    text = f'[agent]\ncommand = [{argv}]\nprotocol = "passthrough"\nworkdir = "{workdir}"\nstop_grace = 0.2\n'
-    if strategy:
-        text += f'strategy = "{strategy}"\n'
-    if servers:
-        text += servers_toml(DEAD, DEAD, "/nonexistent/fs-server")
-    return text
-
 
 REF_CLAUDE = ["agentctl-reference-agent", "--passthrough", "claude", "--connect-timeout", "5"]
 REF_CODEX = ["agentctl-reference-agent", "--passthrough", "codex", "--connect-timeout", "5", "exec", "go"]
@@ -298,6 +285,7 @@ async def test_a_cli_that_fails_is_a_report_level_diagnostic(tmp_path, short_tmp
         error = await until(lambda: d.ledger.history.current.session_error, what="the exit diagnostic")
         assert error.reason_code == "agent_exited" and error.summary == "exited with code 3"
         assert rows(d.ledger.history)["kandev"].status != "failed"  # an exit names no server
-        assert not list(private_tmp.iterdir())
+        # Removed off the event loop, in a worker thread, once the exit is known: a deadline, not a race.
+        await until(lambda: not list(private_tmp.iterdir()), what="the private directory to be removed")
     finally:
         await d.stop()

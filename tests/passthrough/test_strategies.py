@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from agentctl.agent.passthrough import STRATEGY_NAMES, get_strategy
-from agentctl.agent.passthrough.base import cleanup, insert_args
+from agentctl.agent.passthrough.base import insert_args
+from agentctl.agent.passthrough.workspace import cleanup
 from agentctl.agent.passthrough.codex import HEADER_ENV, TOKEN_ENV
 from agentctl.testing._ref_passthrough import parse_claude_args, parse_codex_args
 from tests.passthrough.support import (

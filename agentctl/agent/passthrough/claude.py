@@ -18,8 +18,8 @@ from agentctl.agent.passthrough.base import (
     MaterializeRequest,
     dump_json,
     plan_servers,
-    write_private,
 )
+from agentctl.agent.passthrough.workspace import write_private
 
 FILE_NAME = "claude-mcp.json"
 

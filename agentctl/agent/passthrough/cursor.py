@@ -25,9 +25,9 @@ from agentctl.agent.passthrough.base import (
     Materialization,
     MaterializeRequest,
     json_section,
-    merge_workspace_json,
     plan_servers,
 )
+from agentctl.agent.passthrough.workspace import merge_workspace_json
 
 PARTS = (".cursor", "mcp.json")
 
@@ -47,7 +47,7 @@ class CursorStrategy:
                 else:
                     servers[entry.name] = {"url": entry.url, "headers": entry.headers}
 
-        plan.restores.append(merge_workspace_json(req.workdir, PARTS, mutate))
+        plan.restores.append(merge_workspace_json(req.workdir, PARTS, mutate, journal=req.journal))
         return plan
 
 

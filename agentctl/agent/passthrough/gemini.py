@@ -29,9 +29,9 @@ from agentctl.agent.passthrough.base import (
     MaterializeRequest,
     drop,
     json_section,
-    merge_workspace_json,
     plan_servers,
 )
+from agentctl.agent.passthrough.workspace import merge_workspace_json
 
 PARTS = (".gemini", "settings.json")
 EXCLUDED = "excluded_by_workspace_settings"
@@ -66,7 +66,7 @@ class GeminiStrategy:
                 else:
                     servers[entry.name] = {"url": entry.url, "headers": entry.headers}
 
-        plan.restores.append(merge_workspace_json(req.workdir, PARTS, mutate))
+        plan.restores.append(merge_workspace_json(req.workdir, PARTS, mutate, journal=req.journal))
         return plan
 
 

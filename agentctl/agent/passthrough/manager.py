@@ -11,7 +11,10 @@ Writing and removing configuration (fsync included) runs in a worker thread, nev
 The CLI runs non-interactively: stdin is closed at once (print-mode CLIs otherwise wait on it) and its
 stdout is drained into the in-memory output window with its stderr (never logged or persisted). When
 the process ends, on its own or stopped, its temporary files are removed and merged workspace files are
-restored, so the attempt token does not outlive the process on disk.
+restored, so the attempt token does not outlive the process on disk. A merge is journaled in the state
+directory before the workspace changes, and the private directory is locked while this daemon lives, so
+after a SIGKILL the next daemon (or `agentctl recover`) undoes what this one could not
+(agentctl/agent/passthrough/recovery.py).
 """
 
 from __future__ import annotations
@@ -20,8 +23,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,10 +37,12 @@ from agentctl.agent.passthrough.base import (
     MaterializeError,
     MaterializeRequest,
     Omitted,
-    cleanup,
     insert_args,
     plan_servers,
 )
+from agentctl.agent.passthrough.journal import Journal
+from agentctl.agent.passthrough.recovery import PrivateDir
+from agentctl.agent.passthrough.workspace import cleanup
 from agentctl.agent.supervisor import AgentProcess, AgentStartError, ExitInfo, Supervisor
 from agentctl.daemon.context import DaemonContext
 from agentctl.evidence.ledger import ServerSeed
@@ -47,9 +50,6 @@ from agentctl.evidence.sanitize import summarize
 from agentctl.spec import secret_values
 
 log = logging.getLogger(__name__)
-
-TMP_PREFIX = "agentctl-pt-"
-
 
 class PassthroughManager:
     def __init__(self, ctx: DaemonContext, seeds: Callable[[], list[ServerSeed]]) -> None:
@@ -66,7 +66,7 @@ class PassthroughManager:
         self.start_error: AgentError | None = None
         self.attempt_id: str | None = None
         self._mat: Materialization | None = None
-        self._tmpdir: Path | None = None
+        self._tmpdir: PrivateDir | None = None
         self._cleanups: set[asyncio.Task[None]] = set()
         self._drain: asyncio.Task[None] | None = None
         self._linger: asyncio.TimerHandle | None = None
@@ -130,7 +130,7 @@ class PassthroughManager:
             # The previous run's files (a merged workspace file above all) must be back before we write.
             await self._settle_cleanups()
             try:
-                self._tmpdir, mat = await asyncio.to_thread(self._materialize, builtin, workdir)
+                self._tmpdir, mat = await self._materialize_off_loop(builtin, workdir)
             except MaterializeError as exc:
                 self._materialize_failed(attempt_id, builtin, workdir, exc.summary)
                 return
@@ -162,14 +162,29 @@ class PassthroughManager:
             ctx.readiness.set("agent", True)
         log.info("passthrough agent started (%s, %d servers delivered)", self.agent_spec.strategy, len(mat.delivered))
 
-    def _materialize(self, builtin: BuiltinEndpoint, workdir: Path) -> tuple[Path, Materialization]:
-        """In a worker thread: the private directory (0700, ours alone) and the strategy's files in it."""
-        assert self.strategy is not None
-        tmpdir = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
+    async def _materialize_off_loop(self, builtin: BuiltinEndpoint, workdir: Path) -> tuple[PrivateDir, Materialization]:
+        """`_materialize` in a worker thread. A stop that cancels this (a signal during start-up) cannot stop
+        the thread: what it writes is taken once it is done, so the stop undoes it like any attempt's files."""
+        work = asyncio.ensure_future(asyncio.to_thread(self._materialize, builtin, workdir))
         try:
-            return tmpdir, self.strategy.materialize(MaterializeRequest(self.ctx.spec, builtin, workdir, tmpdir))
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            try:
+                self._tmpdir, self._mat = await work
+            except Exception:
+                pass  # nothing was written, or it was undone already
+            raise
+
+    def _materialize(self, builtin: BuiltinEndpoint, workdir: Path) -> tuple[PrivateDir, Materialization]:
+        """In a worker thread: the private directory (0700, ours alone, locked while we live) and the strategy's
+        files in it; a merged workspace file is journaled in the state directory before it changes."""
+        assert self.strategy is not None
+        private = PrivateDir()
+        req = MaterializeRequest(self.ctx.spec, builtin, workdir, private.path, journal=Journal(self.ctx.state_dir))
+        try:
+            return private, self.strategy.materialize(req)
         except BaseException:
-            shutil.rmtree(tmpdir, ignore_errors=True)
+            private.remove()
             raise
 
     def _materialize_failed(self, attempt_id: str, builtin: BuiltinEndpoint, workdir: Path, summary: str) -> None:
@@ -266,8 +281,8 @@ class PassthroughManager:
             self._linger = loop.call_later(self.agent_spec.linger, ctx.request_stop)
 
 
-def _remove(mat: Materialization | None, tmpdir: Path | None) -> None:
+def _remove(mat: Materialization | None, private: PrivateDir | None) -> None:
     if mat is not None:
         cleanup(mat)
-    if tmpdir is not None:
-        shutil.rmtree(tmpdir, ignore_errors=True)
+    if private is not None:
+        private.remove()

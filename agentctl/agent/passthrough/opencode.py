@@ -31,8 +31,8 @@ from agentctl.agent.passthrough.base import (
     drop,
     dump_json,
     plan_servers,
-    write_private,
 )
+from agentctl.agent.passthrough.workspace import write_private
 
 FILE_NAME = "opencode.json"
 ENV_NAME = "OPENCODE_CONFIG"

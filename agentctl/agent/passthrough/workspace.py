@@ -1,0 +1,461 @@
+"""Safe file writing for passthrough strategies: atomic 0600 writes that never follow a symlink, merging into a workspace file and undoing that merge.
+
+Files are written 0600, atomically (temporary file + fsync + rename in the same directory + fsync of the
+directory), never through a symlink: every directory below the workdir is opened with O_NOFOLLOW and a
+symlink anywhere in the way is refused. Nothing is written outside the workdir and the private temporary
+directory, so the user's global configuration is never touched. Errors name a path relative to the
+workdir, never a value.
+
+A merge into a user's workspace file is recorded in the journal (agentctl/agent/passthrough/journal.py)
+before anything in the workspace changes, so a daemon killed at any step leaves enough on disk for the
+next one (or `agentctl recover`) to put the user's file back; it is never mistaken for the user's own.
+"""
+
+from __future__ import annotations
+
+import copy
+import errno
+import hashlib
+import json
+import os
+import secrets
+import stat
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentctl.agent.passthrough.base import (
+    MAX_WORKSPACE_FILE_BYTES,
+    Materialization,
+    MaterializeError,
+    Restore,
+    WorkspaceJournal,
+    dump_json,
+)
+
+# -- safe file writing -----------------------------------------------------------------------------
+
+
+def _fs_summary(exc: OSError, where: str, dir_fd: int | None = None, name: str | None = None) -> str:
+    code = exc.errno
+    if code == errno.ELOOP:
+        return f"symlink in the way at {where}; refusing to write through it"
+    if code == errno.ENOTDIR and dir_fd is not None and name is not None:
+        try:
+            if stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode):
+                return f"symlink in the way at {where}; refusing to write through it"
+        except OSError:
+            pass
+        return f"{where} is in the way and is not a directory"
+    if code == errno.ENOSPC:
+        return f"no space left on device writing {where}"
+    if code == errno.EDQUOT:
+        return f"disk quota exceeded writing {where}"
+    if code in (errno.EACCES, errno.EPERM):
+        return f"permission denied writing {where}"
+    if code == errno.EROFS:
+        return f"read-only file system at {where}"
+    if code == errno.ENOENT:
+        return f"{where} does not exist"
+    return f"cannot write {where}: {exc.strerror or type(exc).__name__}"
+
+
+def _label(parts: Sequence[str]) -> str:
+    return "/".join(parts) if parts else "the working directory"
+
+
+def _open_dirs(root: Path, parts: Sequence[str], *, create: bool, created: list[tuple[str, ...]] | None = None) -> int:
+    """An fd of root/parts[0]/..., each level opened with O_NOFOLLOW (the root itself is the user's choice)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    try:
+        fd = os.open(root, flags)
+    except OSError as exc:
+        raise MaterializeError(_fs_summary(exc, "the working directory")) from None
+    done: list[str] = []
+    try:
+        for part in parts:
+            done.append(part)
+            if create:
+                try:
+                    os.mkdir(part, 0o700, dir_fd=fd)
+                    if created is not None:
+                        created.append(tuple(done))
+                except FileExistsError:
+                    pass
+                except OSError as exc:
+                    raise MaterializeError(_fs_summary(exc, _label(done), fd, part)) from None
+            try:
+                nfd = os.open(part, flags | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                raise MaterializeError(_fs_summary(exc, _label(done), fd, part)) from None
+            os.close(fd)
+            fd = nfd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_existing(dir_fd: int, name: str, where: str) -> tuple[bytes | None, int]:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None, 0o600
+    except OSError as exc:
+        raise MaterializeError(_fs_summary(exc, where, dir_fd, name)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise MaterializeError(f"{where} is not a regular file")
+        if st.st_size > MAX_WORKSPACE_FILE_BYTES:
+            raise MaterializeError(f"{where} is larger than {MAX_WORKSPACE_FILE_BYTES} bytes; left untouched")
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks), stat.S_IMODE(st.st_mode)
+    except OSError as exc:
+        raise MaterializeError(_fs_summary(exc, where)) from None
+    finally:
+        os.close(fd)
+
+
+# Test-only: with AGENTCTL_TEST_PAUSE_AT set to a step's name, the writer stops for good at that step and
+# creates the file named by AGENTCTL_TEST_PAUSE_FILE, so a test can SIGKILL the daemon exactly there. The
+# steps: journal-temp (journal temp file written, not yet in place), journal (journal durable, workspace
+# untouched), merge-temp (the merged temp file beside the user's, not yet renamed over it), merged (the
+# user's file replaced), restore-temp (the restoring temp file written), restored (the file restored,
+# its journal not yet deleted).
+ENV_PAUSE_AT = "AGENTCTL_TEST_PAUSE_AT"
+ENV_PAUSE_FILE = "AGENTCTL_TEST_PAUSE_FILE"
+
+
+def pause_point(step: str) -> None:
+    if os.environ.get(ENV_PAUSE_AT) != step:
+        return
+    marker = os.environ.get(ENV_PAUSE_FILE)
+    if marker:
+        with open(marker + ".tmp", "w", encoding="ascii") as fh:
+            fh.write(step)
+        os.replace(marker + ".tmp", marker)
+    threading.Event().wait()  # until the test kills the process
+
+
+def _temp_name(name: str) -> str:
+    return f".{name}.agentctl-{secrets.token_hex(6)}.tmp"
+
+
+def is_own_temp(name: str, target: str) -> bool:
+    """Whether `name` is a temp file `_atomic_write` makes for `target` (a killed writer may leave one)."""
+    return name.startswith(f".{target}.agentctl-") and name.endswith(".tmp")
+
+
+def _atomic_write(dir_fd: int, name: str, data: bytes, mode: int, where: str, step: str | None = None) -> None:
+    """Write `name` in `dir_fd` atomically: temp file, fsync, rename, fsync of the directory.
+    `step` names the pause points around the rename (`<step>-temp`, `<step>`), for tests."""
+    tmp = _temp_name(name)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+    except OSError as exc:
+        raise MaterializeError(_fs_summary(exc, where)) from None
+    try:
+        try:
+            os.fchmod(fd, mode)  # the umask must not widen or narrow what we chose
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if step is not None:
+            pause_point(f"{step}-temp")
+        try:
+            if stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode):
+                raise MaterializeError(f"symlink in the way at {where}; refusing to write through it")
+        except FileNotFoundError:
+            pass
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        fsync_dir(dir_fd)
+        if step is not None:
+            pause_point(step)
+    except OSError as exc:
+        _unlink_quietly(dir_fd, tmp)
+        raise MaterializeError(_fs_summary(exc, where)) from None
+    except BaseException:
+        _unlink_quietly(dir_fd, tmp)
+        raise
+
+
+def _unlink_quietly(dir_fd: int, name: str) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except OSError:
+        pass
+
+
+def fsync_dir(dir_fd: int) -> None:
+    """Make a rename or unlink in the directory durable; a filesystem that cannot fsync a directory is fine."""
+    try:
+        os.fsync(dir_fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF):
+            raise
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_private(directory: Path, name: str, data: bytes) -> Path:
+    """Write `directory/name` 0600 and atomically (the directory is ours: the attempt's 0700 tmpdir)."""
+    fd = _open_dirs(directory, (), create=False)
+    try:
+        _atomic_write(fd, name, data, 0o600, name)
+    finally:
+        os.close(fd)
+    return directory / name
+
+
+def existing_dirs(root: Path, parts: Sequence[str]) -> int:
+    """How many leading `parts` exist below `root` as real directories (not followed through a symlink)."""
+    fd = _open_dirs(root, (), create=False)
+    count = 0
+    try:
+        for part in parts:
+            try:
+                nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                break
+            except OSError as exc:
+                raise MaterializeError(_fs_summary(exc, _label(parts[: count + 1]), fd, part)) from None
+            os.close(fd)
+            fd = nfd
+            count += 1
+    finally:
+        os.close(fd)
+    return count
+
+
+def merge_workspace_json(
+    workdir: Path,
+    parts: tuple[str, ...],
+    mutate: Callable[[dict[str, Any]], None],
+    *,
+    journal: WorkspaceJournal | None = None,
+) -> Restore:
+    """Read <workdir>/parts (JSON or JSON with comments), let `mutate` change it, write it back 0600.
+
+    Returns what is needed to undo it at stop (`undo_merge`). With a journal, a killed predecessor's
+    merge of the same file is undone first, and this merge is recorded durably before anything in the
+    workspace changes (directories included). A file we cannot parse is left untouched and refused.
+    """
+    where = _label(parts)
+    if journal is not None:
+        journal.settle(workdir, parts)
+    present = existing_dirs(workdir, parts[:-1])
+    original, mode = None, 0o600
+    if present == len(parts) - 1:
+        fd = _open_dirs(workdir, parts[:-1], create=False)
+        try:
+            original, mode = _read_existing(fd, parts[-1], where)
+        finally:
+            os.close(fd)
+    doc = _parse_json_object(original, where) if original is not None else {}
+    before = copy.deepcopy(doc)
+    mutate(doc)
+    data = dump_json(doc)
+    created = [tuple(parts[: i + 1]) for i in range(present, len(parts) - 1)]
+    restore = Restore(workdir, parts, original, mode, created, sha256(data), _changed_paths(before, doc))
+    if journal is not None:
+        restore.journal = journal.record(restore)
+    try:
+        fd = _open_dirs(workdir, parts[:-1], create=True)
+        try:
+            _atomic_write(fd, parts[-1], data, 0o600, where, step="merge")
+        finally:
+            os.close(fd)
+    except BaseException:
+        # The file itself is untouched (the write is atomic and comes last): only undo our directories.
+        _remove_created_dirs(restore)
+        if journal is not None:
+            journal.discard(restore.journal)
+        raise
+    return restore
+
+
+def _changed_paths(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, ...]]:
+    """The top-level keys, or (key, subkey) inside objects, that `after` sets differently from `before`."""
+    paths: list[tuple[str, ...]] = []
+    for key, value in after.items():
+        old = before.get(key)
+        if key in before and old == value:
+            continue
+        if isinstance(value, dict) and (old is None or isinstance(old, dict)):
+            old = old or {}
+            paths += [(key, sub) for sub, item in value.items() if sub not in old or old[sub] != item]
+        else:
+            paths.append((key,))
+    return paths
+
+
+def _take_out(doc: dict[str, Any], original: dict[str, Any], paths: list[tuple[str, ...]]) -> None:
+    """Undo our key paths in `doc`: the original value where there was one, else no key at all."""
+    for path in paths:
+        key = path[0]
+        if len(path) == 1:
+            if key in original:
+                doc[key] = original[key]
+            else:
+                doc.pop(key, None)
+            continue
+        section = doc.get(key)
+        if not isinstance(section, dict):
+            continue
+        old = original.get(key) if isinstance(original.get(key), dict) else {}
+        if path[1] in old:
+            section[path[1]] = old[path[1]]
+        else:
+            section.pop(path[1], None)
+        if not section and key not in original:
+            del doc[key]
+
+
+def _parse_json_object(raw: bytes, where: str) -> dict[str, Any]:
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise MaterializeError(f"{where} is not UTF-8 text; left untouched") from None
+    if not text.strip():
+        return {}
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            doc = json.loads(strip_json_comments(text))
+        except json.JSONDecodeError:
+            raise MaterializeError(f"{where} is not valid JSON; left untouched") from None
+    if not isinstance(doc, dict):
+        raise MaterializeError(f"{where} is not a JSON object; left untouched")
+    return doc
+
+
+def strip_json_comments(text: str) -> str:
+    """JSON with `//` and `/* */` comments (as Gemini CLI and Cursor accept) as plain JSON."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i : j + 1])
+            i = j + 1
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            i = n if j < 0 else j + 2
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+# -- cleanup ---------------------------------------------------------------------------------------
+
+
+# What undo_merge did, for logs and `agentctl recover` (the constants are its vocabulary).
+RESTORED = "restored the original"
+REMOVED = "removed the file agentctl had created"
+ENTRIES_REMOVED = "took agentctl's entries out of the file the user edited since"
+NOTHING_LEFT = "nothing of agentctl's was left in it"
+
+
+def undo_merge(restore: Restore) -> tuple[str | None, str]:
+    """Undo a merge: the original back (byte for byte, original mode; or no file) when the file still
+    holds exactly what agentctl wrote; when the user edited it since, only agentctl's entries taken out
+    (the originals of same-named entries put back); a file removed since stays removed. Temp files a
+    killed writer left beside it are removed, then the directories we created, if empty.
+
+    Returns (None, what was done), or (why not, "") in one line naming a relative path: the caller keeps
+    the journal then, so the user's original is not lost.
+    """
+    where, name = _label(restore.parts), restore.parts[-1]
+    try:
+        present = existing_dirs(restore.workdir, restore.parts[:-1])
+        if present < len(restore.parts) - 1:
+            _remove_created_dirs(restore)
+            return None, NOTHING_LEFT  # the directory is gone, and our file with it
+        fd = _open_dirs(restore.workdir, restore.parts[:-1], create=False)
+    except MaterializeError as exc:
+        return exc.summary, ""
+    try:
+        for leftover in os.listdir(fd):
+            if is_own_temp(leftover, name):
+                _unlink_quietly(fd, leftover)
+        current, current_mode = _read_existing(fd, name, where)
+        if current is None or current == restore.original:
+            # Removed since, never replaced (killed before the rename), or already restored.
+            what = NOTHING_LEFT
+        elif sha256(current) == restore.written_sha256:
+            if restore.original is None:
+                os.unlink(name, dir_fd=fd)
+                fsync_dir(fd)
+                what = REMOVED
+            else:
+                _atomic_write(fd, name, restore.original, restore.mode, where, step="restore")
+                what = RESTORED
+        else:
+            try:
+                doc = _parse_json_object(current, where)
+            except MaterializeError:
+                return f"{where} was edited since agentctl merged into it and is no longer a JSON object", ""
+            original = _parse_json_object(restore.original, where) if restore.original is not None else {}
+            _take_out(doc, original, restore.changed)
+            _atomic_write(fd, name, dump_json(doc), current_mode, where, step="restore")
+            what = ENTRIES_REMOVED
+    except MaterializeError as exc:
+        return exc.summary, ""
+    except OSError as exc:
+        return _fs_summary(exc, where), ""
+    finally:
+        os.close(fd)
+    _remove_created_dirs(restore)
+    return None, what
+
+
+def restore_workspace(restore: Restore) -> None:
+    """Undo a merge at stop and, once undone, delete its journal entry. Best effort: raises nothing; an
+    undo that cannot finish keeps the journal (the user's original stays recoverable)."""
+    problem, _what = undo_merge(restore)
+    if restore.journal is None:
+        return
+    if problem is None:
+        restore.journal.complete()
+    else:
+        restore.journal.keep(problem)
+
+
+def _remove_created_dirs(restore: Restore) -> None:
+    for rel in reversed(restore.created_dirs):
+        path = restore.workdir.joinpath(*rel)
+        try:
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                os.rmdir(path)
+        except OSError:
+            pass  # not empty (the user or the agent put something there), or already gone
+
+
+def cleanup(mat: Materialization) -> None:
+    """Remove the temporary files and restore the merged workspace files. Idempotent."""
+    for path in mat.files:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    for restore in mat.restores:
+        restore_workspace(restore)
+    mat.files.clear()
+    mat.restores.clear()
