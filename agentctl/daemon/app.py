@@ -78,7 +78,7 @@ class Daemon:
             agent_profile_id=ident.agent_profile_id,
         )
         self.environ = dict(os.environ if environ is None else environ)
-        ledger = Ledger(identity, clock)
+        ledger = Ledger(identity, clock, secret_values(spec))
         self.ctx = DaemonContext(
             spec=spec,
             ledger=ledger,
