@@ -13,6 +13,8 @@ import textwrap
 from collections.abc import Mapping
 from typing import Any, TextIO
 
+from agentctl.safetext import neutralize_data
+
 WIDTH = 80
 NAME_MIN = 8
 NAME_MAX = 24
@@ -53,14 +55,13 @@ def use_color(stream: TextIO | None = None) -> bool:
 
 
 def _plain(obj: Any) -> Any:
-    """Contract structs become the same builtins their JSON would decode to."""
-    if obj is None or isinstance(obj, Mapping):
-        return obj
+    """Contract structs become the same builtins their JSON would decode to, every string in them with its
+    control characters made visible (text from an agent, a server or a frame must not drive the terminal)."""
     if hasattr(obj, "__struct_fields__"):
         import msgspec
 
-        return msgspec.to_builtins(obj)
-    return obj
+        obj = msgspec.to_builtins(obj)
+    return neutralize_data(obj)
 
 
 def _get(obj: Any, key: str, default: Any = None) -> Any:
@@ -161,6 +162,7 @@ def _name_cell(name: str, width: int) -> str:
 
 def render_rows(servers: list[Any], color: bool, indent: int = 2) -> list[str]:
     """One block per server: `name  state`, then the explanation (and details) under the state column."""
+    servers = [_plain(row) for row in servers]
     if not servers:
         return [" " * indent + "no MCP servers in this attempt"]
     names = [str(_get(row, "name", "?")) for row in servers]
@@ -212,6 +214,7 @@ def _readiness_line(status: Mapping[str, Any], color: bool) -> str | None:
 
 def render_attempt(attempt: Any, color: bool) -> list[str]:
     """The server rows of one attempt, plus its session-level error (a diagnostic, not a row failure)."""
+    attempt = _plain(attempt)
     lines = render_rows(list(_get(attempt, "servers", []) or []), color)
     error = _get(attempt, "session_error")
     if error:

@@ -38,6 +38,7 @@ from agentctl.evidence.ledger import Clock, Ledger, ServerSeed, utcnow
 from agentctl.evidence.sanitize import summarize, target_for_command, target_for_url
 from agentctl.evidence.store import Persister, StateDirError, ensure_state_dir, report_path, resolve_state_dir
 from agentctl.identity import new_execution_id, new_instance_id
+from agentctl.logs import http_server_logging
 from agentctl.mcp_endpoint.server import McpEndpoint
 from agentctl.runtime import freeze_startup_heap
 from agentctl.spec import Spec, listen_address, secret_values
@@ -229,6 +230,7 @@ class Daemon:
     async def _start_http(self) -> None:
         ctx = self.ctx
         app = web.Application(client_max_size=1024 * 1024)
+        runner_logging = http_server_logging(app, "daemon")  # the MCP port and the control socket
         app[CTX_KEY] = ctx
         install_control_routes(app, CTX_KEY)
         install_agent_routes(app, CTX_KEY)
@@ -238,7 +240,7 @@ class Daemon:
         self.endpoint = self._build_endpoint()
         self.endpoint.mount(app)
         ctx.endpoint = self.endpoint
-        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
+        runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=2.0, **runner_logging)
         await runner.setup()
         self._runner = runner
         self._stoppers.append(("http", runner.cleanup))

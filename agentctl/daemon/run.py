@@ -15,6 +15,7 @@ from typing import TextIO
 from agentctl.agent.outcome import AgentError
 from agentctl.daemon.app import Daemon
 from agentctl.evidence.contract import EvidenceEvent, encode
+from agentctl.safetext import neutralize
 
 SETTLE_SECONDS = 1.0  # after the session is accepted, give the agent a moment to list tools before the table
 
@@ -68,7 +69,8 @@ async def _run_main_job(
     from agentctl.control.server import build_status
 
     out = out or sys.stdout
-    show = (lambda line: None) if as_json else (lambda line: (out.write(line + "\n"), out.flush()))
+    # Every progress line quotes evidence (names, the agent's own words): no control character reaches the terminal.
+    show = (lambda line: None) if as_json else (lambda line: (out.write(neutralize(line, spaces=True) + "\n"), out.flush()))
 
     attempts: list[str] = []
 

@@ -34,6 +34,7 @@ import msgspec
 from aiohttp import web
 
 from agentctl.evidence.contract import encode
+from agentctl.logs import http_server_logging
 from agentctl.upstream.hub import Hub, HubRequestError
 from agentctl.upstream.web_view import (
     diagnostics_text,
@@ -163,6 +164,7 @@ class HubWeb:
 
     async def start(self) -> None:
         app = web.Application(middlewares=[self._guard], client_max_size=MAX_BODY_BYTES)
+        runner_logging = http_server_logging(app, "hub page")
         for route, (name, kind) in ASSETS.items():
             app.router.add_get(route, self._asset(name, kind), allow_head=False)
         app.router.add_get("/favicon.ico", self._no_icon, allow_head=False)
@@ -175,7 +177,7 @@ class HubWeb:
         app.router.add_post("/api/sessions/{sid}/test-endpoint", self._test_endpoint)
         app.router.add_post("/api/sessions/{sid}/agent-output", self._agent_output)
         app.on_shutdown.append(self._on_shutdown)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0, **runner_logging)
         await runner.setup()
         try:
             site = web.TCPSite(runner, self.host, self.port, reuse_address=True)

@@ -15,6 +15,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import socket
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -304,6 +305,21 @@ async def _drive(cli: _Cli, sinks: Sinks, daemon_pid: int) -> None:
     await cli("stderr", "--json")
 
 
+def _malformed_http(address: tuple[int, object], route: str, token: str) -> None:
+    """Requests aiohttp's parser refuses, quoting `token` in what it complains about (a header padded past
+    the line limit; a control character in a header), sent as raw bytes over a real socket."""
+    requests = (
+        f"GET {route} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}".encode() + b"A" * 9000 + b"\r\n\r\n",
+        f"GET {route} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token[:9]}\x01{token[9:]}\r\n\r\n".encode(),
+    )
+    for data in requests:
+        with socket.socket(address[0], socket.SOCK_STREAM) as sock:
+            sock.settimeout(10)
+            sock.connect(address[1])
+            sock.sendall(data)
+            assert sock.recv(100).startswith(b"HTTP/1.0 400"), route
+
+
 async def _echo(cli: _Cli) -> None:
     """Last: the agent refuses a session/load echoing every part of every secret it holds; that failed
     attempt (now current) is what every read-only view shows the second time."""
@@ -341,6 +357,15 @@ async def run(root: Path, spec_dir: Path) -> Sinks:
             await _echo(cli)
             await eventually(lambda: any(b"session_rejected" in line for _, line in relay.lines), 20, "the echo upstream")
             await _hub_page(hub.ready["http"], sinks.tokens["hub page token"], sinks, again=True)
+            # Malformed requests carrying the live tokens, on the MCP port, the control socket, the hub page.
+            mcp_port = int(daemon.ready["mcp_url"].rsplit(":", 1)[1].split("/")[0])
+            page_port = int(hub.ready["http"].rstrip("/").rsplit(":", 1)[1])
+            for address, route, token in (
+                ((socket.AF_INET, ("127.0.0.1", mcp_port)), "/mcp?k=1", sinks.tokens["attempt 2 token"]),
+                ((socket.AF_UNIX, daemon.ready["control_socket"]), "/v1/status", sinks.tokens["attempt 2 token"]),
+                ((socket.AF_INET, ("127.0.0.1", page_port)), "/api/status", sinks.tokens["hub page token"]),
+            ):
+                await asyncio.to_thread(_malformed_http, address, route, token)
             _collect(root, "daemon-running", sinks)  # the daemon's SQLite WAL and any temporary file
             await cli("stop")
             assert await asyncio.to_thread(daemon.popen.wait, 30) == 0

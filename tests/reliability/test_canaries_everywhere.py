@@ -4,7 +4,9 @@ tokens) reach no sink: no persisted file, no upstream frame outside the tool tun
 no CLI output, not the hub page's API, not the daemon's or the hub's log at the default level. Neither do
 their parts when an agent or a server echoes them alone and in another case (a bare bearer token, the value
 of a `--flag=value` argument, a URL's user, password, path segment, query value or fragment, an env value):
-every search is case-insensitive.
+every search is case-insensitive. Nor do the live tokens sent inside malformed HTTP requests (which aiohttp's
+parser quotes) to the MCP port, the control socket and the hub page: those are logged by type, route and
+status only.
 
 One scenario (tests/reliability/scenario.py, real processes and sockets) runs once for the module; each
 test searches one sink, so a failure names it. The exemptions are the documented ones, each checked to
@@ -191,4 +193,9 @@ def test_the_daemon_and_hub_logs_at_the_default_level_hold_no_canary(run):
     daemon_log = logs["daemon.log@after"].decode()
     assert "endpoint test of dead: connect_failed" in daemon_log and " INFO " in daemon_log
     assert "execution exec-canary connected" in logs["hub.log@after"].decode()
+    # Malformed requests carrying the live tokens were refused and logged by type, route and status only.
+    for where, log in (("daemon", daemon_log), ("hub page", logs["hub.log@after"].decode())):
+        for kind in ("LineTooLong", "BadHttpMessage"):
+            assert f"{where}: refused a malformed request: {kind} on (unparsed), status 400" in log, (where, kind)
+        assert "Error handling request" not in log
     assert _leaks(run, logs) == {}
