@@ -36,7 +36,14 @@ from agentctl.evidence.catalog import EstimatorLoader
 from agentctl.evidence.contract import Identity
 from agentctl.evidence.ledger import Clock, Ledger, ServerSeed, utcnow
 from agentctl.evidence.sanitize import summarize, target_for_command, target_for_url
-from agentctl.evidence.store import Persister, StateDirError, ensure_state_dir, report_path, resolve_state_dir
+from agentctl.evidence.store import (
+    Persister,
+    StateDirError,
+    ensure_state_dir,
+    lock_execution,
+    report_path,
+    resolve_state_dir,
+)
 from agentctl.identity import new_execution_id, new_instance_id
 from agentctl.logs import http_server_logging
 from agentctl.mcp_endpoint.server import McpEndpoint
@@ -198,7 +205,16 @@ class Daemon:
 
     async def _start_state(self) -> None:
         ctx = self.ctx
-        ensure_state_dir(ctx.state_dir, ctx.identity.execution_id)
+        exec_dir = ensure_state_dir(ctx.state_dir, ctx.identity.execution_id)
+        # The checked real path from now on: no symbolic link on the way is followed again.
+        ctx.state_dir = exec_dir.parent
+        # Before anything touches this execution's files: a second daemon of it is refused here.
+        lock = lock_execution(exec_dir, ctx.identity.execution_id)
+
+        async def release_lock() -> None:
+            os.close(lock)
+
+        self._stoppers.append(("execution lock", release_lock))  # stopped last: after the final report
         ctx.report_path = report_path(ctx.state_dir, ctx.identity.execution_id)
         self.persister = Persister(ctx.ledger, ctx.report_path, delay=self.spec.daemon.persist_delay)
         self.persister.start()

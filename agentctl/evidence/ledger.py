@@ -29,7 +29,7 @@ from agentctl.evidence.contract import (
     Source,
     Transport,
 )
-from agentctl.evidence.sanitize import summarize
+from agentctl.evidence.sanitize import scrub
 from agentctl.evidence.secret_registry import SecretRegistry
 from agentctl.identity import TokenRegistry, new_attempt_id
 from agentctl.logs import log_failure
@@ -121,10 +121,8 @@ class Ledger:
         return token
 
     def scrub(self, text: Any) -> Any:
-        """Free text through the one redaction path with the full registry (one line, bounded)."""
-        if not isinstance(text, str) or not text:
-            return text
-        return summarize("x", text, self.secrets).summary
+        """Free text through the one redaction path with the full registry (see sanitize.scrub)."""
+        return scrub(text, self.secrets)
 
     def forget_self_test(self, attempt_id: str) -> None:
         self.tokens.forget(attempt_id)

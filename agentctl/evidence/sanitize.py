@@ -32,6 +32,7 @@ __all__ = [
     "bounded_text",
     "opaque_id",
     "redact",
+    "scrub",
     "summarize",
     "target_for_command",
     "target_for_url",
@@ -491,6 +492,15 @@ def summarize(reason_code: str, text: str | None, secrets: Iterable[str] | Secre
     text = _redact(_collapse(text), _secret_pattern(secrets))
     # Redaction ran on the whole text: the cut below can shorten a marker, never expose what it replaced.
     return ErrorSummary(reason_code=reason_code, summary=_bounded(text, MAX_SUMMARY_BYTES))
+
+
+def scrub(text: str, secrets: Iterable[str] | SecretRegistry = ()) -> str:
+    """`text` as it is when nothing in it needs redacting or cutting (a producer's own wording is kept),
+    else its redacted, bounded one-line summary: the last line of defence before text becomes evidence."""
+    if not isinstance(text, str) or not text:
+        return text
+    summary = summarize("x", text, secrets).summary
+    return text if summary == _collapse(text) else summary
 
 
 # ---- short outside text ------------------------------------------------------------------------------
