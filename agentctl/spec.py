@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from agentctl.evidence.contract import Transport
-from agentctl.evidence.secret_registry import url_parts
+from agentctl.evidence.secret_registry import SecretRegistry, url_parts
 
 AF_UNIX_PATH_MAX = 107
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -265,3 +265,13 @@ def secret_values(spec: Spec) -> list[str]:
         if server.url:
             values.extend(url_parts(server.url))
     return [v for v in values if v]
+
+
+def secret_registry(spec: Spec) -> SecretRegistry:
+    """The registry of `secret_values` with their parts, and the parts of each server URL (its path
+    segments and query values among them)."""
+    registry = SecretRegistry(secret_values(spec))
+    for server in spec.mcp.servers:
+        if server.url:
+            registry.add_parts(server.url)
+    return registry

@@ -48,7 +48,7 @@ from agentctl.identity import new_execution_id, new_instance_id
 from agentctl.logs import http_server_logging
 from agentctl.mcp_endpoint.server import McpEndpoint
 from agentctl.runtime import freeze_startup_heap
-from agentctl.spec import Spec, listen_address, secret_values
+from agentctl.spec import Spec, listen_address, secret_registry, secret_values
 
 log = logging.getLogger("agentctl.daemon")
 
@@ -86,7 +86,7 @@ class Daemon:
             agent_profile_id=ident.agent_profile_id,
         )
         self.environ = dict(os.environ if environ is None else environ)
-        ledger = Ledger(identity, clock, secret_values(spec))
+        ledger = Ledger(identity, clock, secret_registry(spec))
         self.ctx = DaemonContext(
             spec=spec,
             ledger=ledger,

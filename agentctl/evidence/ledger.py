@@ -58,14 +58,16 @@ _AGENT_TEXT_FIELDS = frozenset({"name", "version", "exit_reason"})
 
 
 class Ledger:
-    def __init__(self, identity: Identity, clock: Clock = utcnow, secrets: Iterable[str] = ()) -> None:
+    def __init__(
+        self, identity: Identity, clock: Clock = utcnow, secrets: SecretRegistry | Iterable[str] = ()
+    ) -> None:
         self.identity = identity
         self._clock = clock
         self._seq = 0
         self._listeners: list[Listener] = []
         self.tokens = TokenRegistry()
         # The spec's secret-bearing values and every token minted here: what no evidence may carry.
-        self.secrets = SecretRegistry(secrets)
+        self.secrets = secrets if isinstance(secrets, SecretRegistry) else SecretRegistry(secrets)
         self._self_tests: set[str] = set()
         self.history = AttachmentHistory(version=CONTRACT_VERSION, identity=identity, updated_at=clock())
 

@@ -78,6 +78,16 @@ def url_parts(text: str) -> list[str]:
     return [field for field in fields if field]
 
 
+def _path_segments(url: str) -> list[str]:
+    # A URL's path segments, not a file path's: an argument naming a script would otherwise make every
+    # directory name (and the agent's own package name) a "secret" shredded out of every summary.
+    try:
+        path = urlsplit(url).path
+    except ValueError:
+        return []
+    return [segment for segment in path.split("/") if segment]
+
+
 def _direct_parts(text: str) -> list[str]:
     """The parts one level down: what the rules of this module's docstring take out of `text`."""
     stripped = text.strip()
@@ -86,7 +96,7 @@ def _direct_parts(text: str) -> list[str]:
         return [*found, stripped[1:-1]]
     if "://" in stripped and not any(ch.isspace() for ch in stripped):
         # A URL's own structure only: decoding or splitting it whole would invent parts across its fields.
-        return found + url_parts(stripped)
+        return found + url_parts(stripped) + _path_segments(stripped)
     scheme = _AUTH_SCHEME.fullmatch(stripped)
     if scheme:
         credential = scheme.group("credential").strip()
@@ -94,8 +104,6 @@ def _direct_parts(text: str) -> list[str]:
         if scheme.group("scheme").lower() == "basic":
             found += _basic_parts(credential)
         return found
-    if stripped.startswith("/"):
-        found += [segment for segment in stripped.split("/") if segment]
     items = [item for item in _ITEM_SEPARATORS.split(stripped) if item]
     if len(items) > 1:
         return found + items
@@ -148,6 +156,16 @@ class SecretRegistry:
             self._whole.add(value)
         self._parts.update(part for part in value_parts(value) if _meaningful_part(part))
         if len(self._whole) + len(self._parts) != before:
+            self.version += 1
+
+    def add_parts(self, value: str) -> None:
+        """Register `value`'s parts but not `value` itself (a server URL: its scheme and host are the target
+        every report shows; its fields are registered whole by whoever knows them to be secret)."""
+        if not isinstance(value, str) or not value:
+            return
+        before = len(self._parts)
+        self._parts.update(part for part in value_parts(value) if _meaningful_part(part))
+        if len(self._parts) != before:
             self.version += 1
 
     def extend(self, values: Iterable[str]) -> None:

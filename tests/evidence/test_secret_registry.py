@@ -11,7 +11,7 @@ from agentctl.evidence.contract import MAX_SUMMARY_BYTES
 from agentctl.evidence.ledger import Ledger
 from agentctl.evidence.sanitize import REDACTED, bounded_text, opaque_id, redact, summarize
 from agentctl.evidence.secret_registry import MIN_PART_LENGTH, SecretRegistry, value_parts
-from agentctl.spec import parse_spec, secret_values
+from agentctl.spec import parse_spec, secret_registry
 from tests.evidence.fixed import IDENT
 
 SPEC = b"""
@@ -62,7 +62,7 @@ ECHOES = {
 
 @pytest.fixture(scope="module")
 def registry() -> SecretRegistry:
-    return SecretRegistry(secret_values(parse_spec(SPEC)))
+    return secret_registry(parse_spec(SPEC))
 
 
 @pytest.mark.parametrize("form", list(ECHOES))
@@ -92,6 +92,14 @@ def test_short_parts_and_ordinary_route_words_are_not_registered_but_short_whole
     text = "the token was refused on the messages stream for admin"
     assert summarize("x", text, registry).summary == text
     assert MIN_PART_LENGTH == 6
+
+
+def test_a_file_path_argument_is_one_value_its_directory_names_are_not_parts() -> None:
+    # The agent's own package name must stay readable in its errors and its declared name.
+    registry = SecretRegistry(["/usr/lib/node_modules/@zed-industries/claude-code-acp/dist/index.js"])
+    text = "@zed-industries/claude-code-acp exited: node_modules missing"
+    assert summarize("x", text, registry).summary == text
+    assert bounded_text("@zed-industries/claude-code-acp", secrets=registry) == "@zed-industries/claude-code-acp"
 
 
 def test_a_part_cut_by_the_summary_bound_does_not_survive_as_a_prefix(registry: SecretRegistry) -> None:
