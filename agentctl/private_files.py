@@ -1,14 +1,18 @@
 """Owns trusting the directories agentctl keeps private files in (the state directory, the hub's database
 directory) and opening files in them: what no other local user can read, replace or redirect.
 
-A directory is safe when every directory on its path, from `/` down, is
-- owned by us or by root, and not writable by group or others unless it has the sticky bit (`/tmp` is fine
-  as an ancestor: in a sticky directory only an entry's owner can rename or replace it);
-- reached through symbolic links only when each link is owned by us or by root (a link another user owns
-  is theirs to point anywhere);
-and the directory itself is owned by us and writable by neither group nor others, sticky or not: anyone
-who can create entries in it can plant a file we would open (a task store made 0666, its WAL too) or a
-link that sends a database elsewhere. "Us" is the effective uid; as root that is root alone.
+A directory is used only when
+- it is owned by us and writable by neither group nor others, sticky or not: anyone who can create entries
+  in it can plant a file we would open (a task store made 0666, its WAL too) or a link that sends a
+  database elsewhere;
+- every symbolic link on its path, at any depth, is owned by us or by root (a link another user owns is
+  theirs to point anywhere);
+otherwise it is refused (UnsafePath, one line saying which entry and why). A directory above it that
+another user could rename entries in (owned by someone else than us or root, or writable by group or
+others without the sticky bit; `/tmp` is sticky and fine) could let them swap the whole directory later:
+that is logged once as a WARNING, not refused, because the deployments that have one have nothing better
+to offer (a Kubernetes emptyDir is root-owned and world-writable: a subdirectory the daemon creates in it
+is the best there is). "Us" is the effective uid; as root that is root alone.
 
 Files are opened without following a final symbolic link (O_NOFOLLOW), created 0600 from the first instant
 (O_CREAT|O_EXCL with mode 0600; the umask can only take bits away), and an existing one must be a regular
@@ -18,6 +22,7 @@ file we own; a group- or world-readable one of ours is tightened to 0600. ACLs a
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import stat
 from pathlib import Path
@@ -26,6 +31,8 @@ __all__ = ["MAX_SYMLINKS", "UnsafePath", "check_private_file", "ensure_private_d
 
 MAX_SYMLINKS = 40  # as the kernel's own limit: a loop is refused, not followed forever
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+log = logging.getLogger("agentctl.files")
+_warned: set[Path] = set()
 
 
 class UnsafePath(OSError):
@@ -47,14 +54,23 @@ def _not_a_directory(path: Path) -> OSError:
     return NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
 
 
+def ancestor_weakness(st: os.stat_result) -> str | None:
+    """Why another user could rename entries in this directory (so swap what is below it), or None."""
+    if not _trusted_owner(st.st_uid):
+        return f"is owned by uid {st.st_uid}"
+    if st.st_mode & _OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
+        return f"is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}) and not sticky"
+    return None
+
+
 def _check_ancestor(path: Path, st: os.stat_result) -> None:
     if not stat.S_ISDIR(st.st_mode):
         raise _not_a_directory(path)
-    if not _trusted_owner(st.st_uid):
-        raise UnsafePath(f"{path} is owned by uid {st.st_uid}, who could replace what is below it")
-    if st.st_mode & _OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
-        raise UnsafePath(f"{path} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}) and not "
-                         "sticky: they could replace what is below it")
+    why = ancestor_weakness(st)
+    if why is not None and path not in _warned:
+        _warned.add(path)
+        log.warning("%s %s: another user could swap the private directory below it; prefer a parent only you "
+                    "(or root) can write", path, why)
 
 
 def _check_own_dir(path: Path, st: os.stat_result) -> None:

@@ -18,9 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from agentctl.control.client import ControlClient
 from agentctl.evidence.store import LOCK_NAME
 from tests.conftest import REPO, agentctl_cmd, poll, start_serve, write_spec
 from tests.reliability.faults_support import NOBODY
+from tests.upstream.procs import start_agentctl
 
 SETPRIV = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
 
@@ -107,6 +109,23 @@ def test_a_database_file_that_is_a_link_or_another_users_is_refused_even_in_a_sa
     _serve_refused(spec, world / "run" / "c.sock", "tasks.sqlite3-wal is owned by uid 65534")
 
 
+def test_a_state_subdirectory_in_a_world_writable_volume_starts_with_one_warning_like_a_kubernetes_emptydir(world):
+    volume = world / "volume"
+    volume.mkdir()
+    os.chmod(volume, 0o2777)  # what an emptyDir with an fsGroup looks like: root's, setgid, world-writable
+    spec = write_spec(world, state_dir=volume / "state", execution_id="exec-pod")
+    daemon = start_agentctl(["serve", str(spec), "--socket", str(world / "run" / "c.sock")], world / "daemon.log")
+    try:
+        poll((volume / "state" / "exec-pod" / "report.json").exists, what="the report")
+    finally:
+        daemon.stop()
+    assert stat.S_IMODE(os.stat(volume / "state").st_mode) == 0o700
+    warnings = [line for line in daemon.log.read_text().splitlines() if "agentctl.files" in line]
+    assert warnings == [f"agentctl WARNING agentctl.files: {volume} is writable by other users (mode 2777) and not "
+                        "sticky: another user could swap the private directory below it; prefer a parent only "
+                        "you (or root) can write"]
+
+
 def test_every_file_the_daemon_creates_is_0600_and_its_directories_0700_even_under_umask_0(world):
     state = world / "state"
     spec = write_spec(world, state_dir=state, execution_id="exec-umask")
@@ -114,8 +133,6 @@ def test_every_file_the_daemon_creates_is_0600_and_its_directories_0700_even_und
                             stderr=subprocess.PIPE, cwd=REPO, umask=0)
     try:
         ready = json.loads(proc.stdout.readline())
-        from agentctl.control.client import ControlClient
-
         client = ControlClient(Path(ready["control_socket"]))
         assert client.post("/v1/session/new")[0] == 200  # evidence: the report is written
         poll(lambda: (state / "exec-umask" / "report.json").exists(), what="the report")
@@ -159,8 +176,6 @@ def test_a_second_daemon_of_one_execution_is_refused_while_the_first_lives_and_s
                               "execution exec-once", f"state dir {world / 'state'}")
         assert "stop it first" in line
         # The first one still serves, and its report is its own.
-        from agentctl.control.client import ControlClient
-
         assert ControlClient(Path(first.ready["control_socket"])).get("/v1/health")[0] == 200
         assert json.loads(report.read_bytes())["identity"]["instance_id"] == before
         assert not (world / "run" / "two.sock").exists()
