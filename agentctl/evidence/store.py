@@ -1,6 +1,8 @@
-"""Persistence of the report: the state directory, atomic replace, coalesced writes, and reading it back.
+"""Persistence of the report: the state directory, one daemon per execution, atomic replace, coalesced
+writes, and reading it back.
 
-Layout: `<state dir>/<execution id>/report.json`, one file per execution, the encoded AttachmentHistory.
+Layout: `<state dir>/<execution id>/report.json`, one file per execution, the encoded AttachmentHistory,
+and `<state dir>/<execution id>/daemon.lock`, flocked by the one daemon serving that execution.
 
 The file is only ever replaced atomically (temp file in the same directory, fsync, rename, fsync of the
 directory), so a reader (or a daemon killed with SIGKILL mid-write) sees a complete old or a complete new
@@ -105,9 +107,9 @@ def _errno_name(exc: BaseException) -> str:
 
 
 def ensure_state_dir(state_dir: Path, execution_id: str) -> Path:
-    """Check the state directory is safe (agentctl.private_files: ours, no other user can write it or any
-    directory above it, no link of theirs on the way), create `<state_dir>/<execution_id>` 0700 in it, and
-    return that directory's real path. Raises StateDirError, one line naming the directory and the reason."""
+    """Check the state directory is safe (agentctl.private_files: ours, writable by no other user, no link of
+    theirs on the way), create `<state_dir>/<execution_id>` 0700 in it, and return that directory's real
+    path. Raises StateDirError, one line naming the directory and the reason."""
     exec_dir = report_path(state_dir, execution_id).parent
     for d in (Path(state_dir), exec_dir):
         try:
