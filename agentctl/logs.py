@@ -1,12 +1,19 @@
-"""Logging set-up: agentctl's own lines on stderr, and third-party loggers that leak ids or bodies kept quiet."""
+"""Logging set-up: agentctl's own lines on stderr, one line per record with control characters made visible,
+third-party loggers that leak ids or bodies kept quiet, and what aiohttp servers may log about bad requests.
+"""
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import sys
+import time
+from collections.abc import Callable
+from typing import Any
 
-# These loggers print bearer-like ids or payloads at INFO/DEBUG (see NOTES-SDK.md "Logging hazards"):
-# the SDK logs Mcp-Session-Id values, the SSE transport logs message bodies, aiohttp's access log shows
+from agentctl.safetext import neutralize
+
+# These loggers print bearer-like ids or payloads at INFO/DEBUG: the SDK logs Mcp-Session-Id values, the SSE transport logs message bodies, aiohttp's access log shows
 # the SSE session_id query parameter. They never log below WARNING, whatever the daemon's level.
 QUIET_LOGGERS = (
     "mcp",
@@ -25,6 +32,23 @@ QUIET_LOGGERS = (
     "opentelemetry",
     "acp",
 )
+LOG_FORMAT = "agentctl %(levelname)s %(name)s: %(message)s"
+
+
+class SafeFormatter(logging.Formatter):
+    """One record, one line: control, bidi and line-separator characters in the message (a session id with
+    a newline, an escape sequence in a server name) are written as visible escapes, so no call site can
+    forge a log line or drive the terminal. A traceback (DEBUG only) keeps its line breaks, each line
+    neutralized the same way."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+        return neutralize(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802
+        return "\n".join(neutralize(line) for line in super().formatException(ei).split("\n"))
+
+    def formatStack(self, stack_info: str) -> str:  # noqa: N802
+        return "\n".join(neutralize(line) for line in super().formatStack(stack_info).split("\n"))
 
 
 def configure_logging(level: str = "info") -> None:
@@ -33,7 +57,7 @@ def configure_logging(level: str = "info") -> None:
     for handler in list(root.handlers):
         root.removeHandler(handler)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("agentctl %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(SafeFormatter(LOG_FORMAT))
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
     logging.getLogger("agentctl").setLevel(numeric)
@@ -53,3 +77,94 @@ def log_failure(logger: logging.Logger, message: str, exc: BaseException, level:
     """
     logger.log(level, "%s (%s)", message, type(exc).__name__)
     logger.debug("%s: traceback", message, exc_info=exc)
+
+
+# ---- aiohttp servers ---------------------------------------------------------------------------------
+
+# The matched route of the request being handled, set by `route_middleware` in the request's own task, so
+# a 500 logged by aiohttp from that task can name it. A request that never parsed has none.
+_ROUTE: contextvars.ContextVar[str | None] = contextvars.ContextVar("agentctl_http_route", default=None)
+REQUEST_LOG_INTERVAL = 10.0  # seconds: one line per interval and listener, the rest counted
+UNPARSED = "(unparsed)"
+
+
+def route_of(request: Any) -> str:
+    """A route fit for a log line: the matched route's pattern (`/v1/servers/{name}/test`, never the path a
+    client chose, never a query), else "(unmatched)"."""
+    try:
+        resource = request.match_info.route.resource
+    except AttributeError:
+        resource = None
+    return resource.canonical if resource is not None else "(unmatched)"
+
+
+async def route_middleware(request: Any, handler: Callable[[Any], Any]) -> Any:
+    _ROUTE.set(route_of(request))
+    return await handler(request)
+
+
+route_middleware.__middleware_version__ = 1  # type: ignore[attr-defined]  # what @web.middleware sets
+
+
+class RequestErrorLog(logging.Logger):
+    """aiohttp's server logger for one listener (`AppRunner(app, logger=...)`): every "Error handling
+    request" becomes one line with the exception's type, the route and the status only.
+
+    aiohttp passes the parser's message as the exception, and it quotes the offending request line or
+    header: a bearer token padded past the size limit, or sent with a control character, would reach the
+    log whole. Here neither the message nor the traceback is ever written (a malformed request is the
+    client's bytes, nothing of ours to debug); a handler's own failure (500) keeps its traceback at DEBUG.
+    Lines are rate-limited per listener and exception type: one per `interval`, the next one counting
+    what was not shown (a flood of one kind costs one line; a different kind of error still shows).
+    """
+
+    def __init__(self, listener: str, *, interval: float = REQUEST_LOG_INTERVAL,
+                 clock: Callable[[], float] = time.monotonic, target: logging.Logger | None = None) -> None:
+        super().__init__(f"agentctl.http.{listener}")
+        self.listener = listener
+        self.interval = interval
+        self._clock = clock
+        self._target = target or logging.getLogger("agentctl.http")
+        self._last: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+
+    def _log(self, level: int, msg: object, args: Any, exc_info: Any = None, **_: Any) -> None:  # type: ignore[override]
+        exc = exc_info[1] if isinstance(exc_info, tuple) else exc_info
+        if not isinstance(exc, BaseException):
+            # aiohttp's other lines ("Web-handler should return a response instance, got <repr>") may
+            # carry a value as well; the type of event is all they may say.
+            self._emit(logging.ERROR if level >= logging.ERROR else logging.DEBUG, "a handler failed", None, exc)
+            return
+        code = getattr(exc, "code", None)
+        client_fault = isinstance(code, int) and 400 <= code < 500
+        what = "refused a malformed request" if client_fault else "a request failed"
+        # aiohttp logs the first request of a non-HTTP client (TLS to a plain port) at DEBUG: keep that.
+        level = logging.DEBUG if level < logging.WARNING else logging.WARNING if client_fault else logging.ERROR
+        self._emit(level, what, _ROUTE.get() or UNPARSED, exc, code if client_fault else 500)
+
+    def _emit(self, level: int, what: str, route: str | None, exc: Any, status: int | None = None) -> None:
+        if not self._target.isEnabledFor(level):
+            return
+        kind = type(exc).__name__ if isinstance(exc, BaseException) else "no exception"
+        now = self._clock()
+        if level > logging.DEBUG:
+            last = self._last.get(kind)
+            if last is not None and now - last < self.interval:
+                self._suppressed[kind] = self._suppressed.get(kind, 0) + 1
+                return
+            self._last[kind] = now
+        more = self._suppressed.pop(kind, 0)
+        where = f" on {route}" if route else ""
+        line = f"{self.listener}: {what}: {kind}{where}" + (f", status {status}" if status else "")
+        if more:
+            line += f" ({more} more in the last {self.interval:g} s not shown)"
+        self._target.log(level, "%s", line)
+        if status == 500 and isinstance(exc, BaseException):
+            self._target.debug("%s: traceback", self.listener, exc_info=exc)
+
+
+def http_server_logging(app: Any, listener: str) -> dict[str, Any]:
+    """Install the route middleware first in `app` (before it is frozen) and return the AppRunner keyword
+    arguments that route aiohttp's request errors through `RequestErrorLog` for `listener`."""
+    app.middlewares.insert(0, route_middleware)
+    return {"logger": RequestErrorLog(listener), "access_log": None}

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from agentctl.evidence.contract import Transport
+from agentctl.evidence.secret_registry import SecretRegistry, url_parts
 
 AF_UNIX_PATH_MAX = 107
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -249,7 +250,9 @@ def listen_address(spec: Spec) -> tuple[str, int]:
 def secret_values(spec: Spec) -> list[str]:
     """Every value in the spec that must never appear in a report, frame or log: the redaction list.
 
-    Header and env values, command arguments, and the user info, path and query of server URLs.
+    Header and env values, command arguments, and the user info, path (and its segments), query (and its
+    values) and fragment of server URLs, but not a URL whole: its scheme and host are the reported target.
+    The registry (agentctl.evidence.secret_registry) adds each value's parts and applies the minimum lengths.
     """
     values: list[str] = []
     if spec.agent is not None:
@@ -260,12 +263,15 @@ def secret_values(spec: Spec) -> list[str]:
         values.extend(server.env.values())
         values.extend(server.args)
         if server.url:
-            try:
-                parts = urlsplit(server.url)
-            except ValueError:
-                values.append(server.url)
-                continue
-            values.extend(v for v in (parts.username, parts.password, parts.query, parts.fragment) if v)
-            if parts.path not in ("", "/"):
-                values.append(parts.path)
-    return [v for v in values if v and len(v) >= 4]
+            values.extend(url_parts(server.url))
+    return [v for v in values if v]
+
+
+def secret_registry(spec: Spec) -> SecretRegistry:
+    """The registry of `secret_values` with their parts, and the parts of each server URL (its path
+    segments and query values among them)."""
+    registry = SecretRegistry(secret_values(spec))
+    for server in spec.mcp.servers:
+        if server.url:
+            registry.add_parts(server.url)
+    return registry

@@ -1,30 +1,50 @@
 """Opening agentctl's SQLite files (the task store, the hub database): one place for the file mode, pragmas
 and schema version check, so every store gets the same durability and privacy settings.
 
-A file this opens is the user's data: it is created 0600 from the first instant (never world-readable
-between create and chmod), in a directory created 0700. WAL mode and a busy timeout let several
-processes share it; `synchronous=NORMAL` is durable across process crashes (WAL), which is what a
-sidecar needs.
+A file this opens is the user's data (tool arguments among it). Its directory must be safe
+(agentctl.private_files: ours, writable by no other user, no link of theirs on the way; created 0700 when
+missing), and it is opened by that directory's real path. The database file is created 0600 from the
+first instant (O_EXCL, O_NOFOLLOW), and before SQLite opens anything, the database and its `-wal`,
+`-shm` and `-journal` companions, where they exist, must be regular files of ours (never links: SQLite
+follows them), tightened to 0600. SQLite creates the companions with the database file's own mode
+(0600 here, whatever the umask), so no umask is changed. WAL mode and a busy timeout let several processes
+share it; `synchronous=NORMAL` is durable across process crashes (WAL), which is what a sidecar needs.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 from collections.abc import Callable
 from pathlib import Path
+
+from agentctl.private_files import check_private_file, ensure_private_dir, open_private
 
 BUSY_TIMEOUT_MS = 5000
 
 
-def _create_private(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return  # created concurrently by another process: theirs, opened as it is
-    os.close(fd)
-    # The umask can only take bits away from 0600; set exactly 0600 in case it took ours.
-    os.chmod(path, 0o600)
+COMPANIONS = ("-wal", "-shm", "-journal")
+
+
+def prepare_private_db(path: str | os.PathLike[str]) -> Path:
+    """The database's real path, its directory checked (and created), every existing file of it checked
+    and tightened, the database created 0600 when missing. Raises UnsafePath or OSError."""
+    real = ensure_private_dir(Path(path).parent) / Path(path).name
+    for candidate in (real, *(Path(f"{real}{suffix}") for suffix in COMPANIONS)):
+        try:
+            st = os.lstat(candidate)
+        except FileNotFoundError:
+            continue
+        check_private_file(candidate, st)
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            os.chmod(candidate, 0o600, follow_symlinks=False)
+    if not real.exists():
+        try:
+            os.close(open_private(real, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            os.close(open_private(real, os.O_RDONLY))  # created concurrently by another of our processes
+    return real
 
 
 def open_sqlite(
@@ -42,12 +62,10 @@ def open_sqlite(
     Autocommit mode (`isolation_level=None`: callers run their own BEGIN IMMEDIATE transactions), usable
     from any thread (callers serialise access). Raises `too_new(found_version)` when the file's
     `user_version` is above `version` (written by a newer agentctl), sqlite3.Error when the file is not a
-    usable database, OSError when the directory or file cannot be created.
+    usable database, UnsafePath when the directory or a file of it could be another user's, OSError when the
+    directory or file cannot be created.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if not path.exists():
-        _create_private(path)
+    path = prepare_private_db(path)
     conn = sqlite3.connect(path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
     try:
         if row_factory is not None:

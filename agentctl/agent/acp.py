@@ -34,7 +34,8 @@ from agentctl.agent.transports import AgentStdioTransport
 from agentctl.evidence.contract import AttemptOrigin, McpCapabilities
 from agentctl.evidence.ledger import Ledger, ServerSeed
 from agentctl.evidence.sanitize import bounded_text, opaque_id, summarize
-from agentctl.spec import Spec, secret_values
+from agentctl.evidence.secret_registry import SecretRegistry
+from agentctl.spec import Spec
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,6 @@ class AcpRuntime:
         # The delivery whose session/new or session/load frame is on its way: recorded as `delivered`
         # only once the frame was written to the agent's stdin (see _on_sent).
         self._pending_delivery: tuple[str, list[Planned], list[Planned]] | None = None
-        self._secrets = secret_values(spec)
         install_sdk_log_scrubber()
 
     # -- connection ------------------------------------------------------------------------------
@@ -387,8 +387,8 @@ class AcpRuntime:
         workdir = self.agent_spec.workdir
         return str(Path(workdir).resolve() if workdir else Path.cwd())
 
-    def _known(self) -> list[str]:
-        return self._secrets + self.ledger.tokens.all_tokens()
+    def _known(self) -> SecretRegistry:
+        return self.ledger.secrets
 
     def _summary(self, text: str) -> str:
         return summarize("x", text, self._known()).summary

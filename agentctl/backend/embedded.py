@@ -24,6 +24,7 @@ import msgspec
 from agentctl.backend.base import TASK_STATUSES, BackendError, timeout_message
 from agentctl.evidence.contract import Identity
 from agentctl.evidence.sanitize import target_for_command, target_for_url
+from agentctl.private_files import UnsafePath
 from agentctl.sqlite_util import open_sqlite
 
 logger = logging.getLogger(__name__)
@@ -220,6 +221,8 @@ class EmbeddedBackend:
             text = _one_line(exc)
             hint = " (move the file aside to start an empty one)" if "not a database" in text or "malformed" in text else ""
             raise TaskStoreError(f"cannot open the task store {self._path}: {text}{hint}") from None
+        except UnsafePath as exc:
+            raise TaskStoreError(f"refusing the task store {self._path}: {exc}") from None
         except OSError as exc:
             raise TaskStoreError(f"cannot create the task store {self._path}: {exc.strerror or exc}") from None
 

@@ -116,7 +116,9 @@ def add_client_commands(subparsers: Any) -> None:
 
 
 def _err(message: str, code: int) -> int:
-    print(f"agentctl: {message}", file=sys.stderr)
+    from agentctl.safetext import neutralize
+
+    print(f"agentctl: {neutralize(message)}", file=sys.stderr)
     return code
 
 

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from agentctl.evidence.reasons import meaning
+from agentctl.safetext import neutralize_data
 
 WIDTH = 80
 NAME_MIN = 8
@@ -57,14 +58,13 @@ def use_color(stream: TextIO | None = None) -> bool:
 
 
 def _plain(obj: Any) -> Any:
-    """Contract structs become the same builtins their JSON would decode to."""
-    if obj is None or isinstance(obj, Mapping):
-        return obj
+    """Contract structs become the same builtins their JSON would decode to, every string in them with its
+    control characters made visible (text from an agent, a server or a frame must not drive the terminal)."""
     if hasattr(obj, "__struct_fields__"):
         import msgspec
 
-        return msgspec.to_builtins(obj)
-    return obj
+        obj = msgspec.to_builtins(obj)
+    return neutralize_data(obj)
 
 
 def _get(obj: Any, key: str, default: Any = None) -> Any:
@@ -243,6 +243,7 @@ def _name_cell(name: str, width: int) -> str:
 
 def render_rows(servers: list[Any], color: bool, indent: int = 2, agent: Any = None) -> list[str]:
     """One block per server: `name  state`, then the explanation (and details) under the state column."""
+    servers = [_plain(row) for row in servers]
     if not servers:
         return [" " * indent + "no MCP servers in this attempt"]
     names = [str(_get(row, "name", "?")) for row in servers]
@@ -318,6 +319,7 @@ def upstream_text(upstream: Any) -> str:
 
 def render_attempt(attempt: Any, color: bool, agent: Any = None) -> list[str]:
     """The server rows of one attempt, plus its session-level error (a diagnostic, not a row failure)."""
+    attempt = _plain(attempt)
     lines = render_rows(list(_get(attempt, "servers", []) or []), color, agent=agent)
     error = _get(attempt, "session_error")
     if error:

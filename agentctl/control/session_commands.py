@@ -95,7 +95,9 @@ def cmd_session(args: argparse.Namespace) -> int:
         line += f" ({body['summary']})"
     if failed:
         line += f"; failed servers: {failed}"
-    _out(line + "\n")
+    from agentctl.safetext import neutralize
+
+    _out(neutralize(line) + "\n")
     return EXIT_USAGE
 
 

@@ -37,7 +37,14 @@ from agentctl.evidence.catalog import EstimatorLoader
 from agentctl.evidence.contract import Identity
 from agentctl.evidence.ledger import Clock, Ledger, ServerSeed, utcnow
 from agentctl.evidence.sanitize import summarize, target_for_command, target_for_url
-from agentctl.evidence.store import Persister, StateDirError, ensure_state_dir, report_path, resolve_state_dir
+from agentctl.evidence.store import (
+    Persister,
+    StateDirError,
+    ensure_state_dir,
+    lock_execution,
+    report_path,
+    resolve_state_dir,
+)
 from agentctl.identity import new_execution_id, new_instance_id
 from agentctl.listener_guard import (
     HTTP_REFUSAL,
@@ -49,9 +56,10 @@ from agentctl.listener_guard import (
     track_requests,
 )
 from agentctl.lifecycle import Signals, serve_until_signalled
+from agentctl.logs import http_server_logging
 from agentctl.mcp_endpoint.server import McpEndpoint
 from agentctl.runtime import freeze_startup_heap
-from agentctl.spec import Spec, listen_address, secret_values
+from agentctl.spec import Spec, listen_address, secret_registry, secret_values
 
 log = logging.getLogger("agentctl.daemon")
 
@@ -96,7 +104,7 @@ class Daemon:
             agent_profile_id=ident.agent_profile_id,
         )
         self.environ = dict(os.environ if environ is None else environ)
-        ledger = Ledger(identity, clock)
+        ledger = Ledger(identity, clock, secret_registry(spec))
         self.ctx = DaemonContext(
             spec=spec,
             ledger=ledger,
@@ -237,7 +245,16 @@ class Daemon:
 
     async def _start_state(self) -> None:
         ctx = self.ctx
-        ensure_state_dir(ctx.state_dir, ctx.identity.execution_id)
+        exec_dir = ensure_state_dir(ctx.state_dir, ctx.identity.execution_id)
+        # The checked real path from now on: no symbolic link on the way is followed again.
+        ctx.state_dir = exec_dir.parent
+        # Before anything touches this execution's files: a second daemon of it is refused here.
+        lock = lock_execution(exec_dir, ctx.identity.execution_id)
+
+        async def release_lock() -> None:
+            os.close(lock)
+
+        self._stoppers.append(("execution lock", release_lock))  # stopped last: after the final report
         ctx.report_path = report_path(ctx.state_dir, ctx.identity.execution_id)
         self.persister = Persister(ctx.ledger, ctx.report_path, delay=self.spec.daemon.persist_delay,
                                    on_health=ctx.readiness.persistence_health)
@@ -277,6 +294,7 @@ class Daemon:
         ctx = self.ctx
         self._guard_listeners()
         app = web.Application(client_max_size=1024 * 1024, middlewares=[track_requests])
+        runner_logging = http_server_logging(app, "daemon")  # the MCP port and the control socket
         app[CTX_KEY] = ctx
         install_control_routes(app, CTX_KEY)
         install_agent_routes(app, CTX_KEY)
@@ -286,7 +304,7 @@ class Daemon:
         self.endpoint = self._build_endpoint()
         self.endpoint.mount(app)
         ctx.endpoint = self.endpoint
-        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
+        runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=2.0, **runner_logging)
         await runner.setup()
         self._runner = runner
         self._stoppers.append(("http", runner.cleanup))

@@ -17,6 +17,7 @@ from agentctl.daemon.app import Daemon
 from agentctl.evidence.contract import EvidenceEvent, encode
 from agentctl.evidence.reasons import meaning
 from agentctl.lifecycle import Signals, serve_until_signalled
+from agentctl.safetext import neutralize
 
 SETTLE_SECONDS = 1.0  # after the session is accepted, give the agent a moment to list tools before the table
 
@@ -92,7 +93,8 @@ async def _run_main_job(
     from agentctl.control.server import build_status
 
     out = out or sys.stdout
-    show = (lambda line: None) if as_json else (lambda line: (out.write(line + "\n"), out.flush()))
+    # Every progress line quotes evidence (names, the agent's own words): no control character reaches the terminal.
+    show = (lambda line: None) if as_json else (lambda line: (out.write(neutralize(line, spaces=True) + "\n"), out.flush()))
 
     attempts: list[str] = []
     passthrough = daemon.spec.agent is not None and daemon.spec.agent.protocol == "passthrough"

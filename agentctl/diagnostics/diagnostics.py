@@ -7,6 +7,7 @@ defence every free-text summary is passed through `redact` with the spec's secre
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -68,11 +69,11 @@ def checklist(row: ServerRow, attempt: Attempt) -> list[ChecklistStep]:
     return steps
 
 
-def _scrub(text: str | None, secrets: list[str]) -> str | None:
+def _scrub(text: str | None, secrets: Iterable[str]) -> str | None:
     return redact(text, secrets) if text else text
 
 
-def server_diagnostics(row: ServerRow, attempt: Attempt, secrets: list[str]) -> ServerDiagnostics:
+def server_diagnostics(row: ServerRow, attempt: Attempt, secrets: Iterable[str]) -> ServerDiagnostics:
     steps = checklist(row, attempt)
     for step in steps:
         step.detail = _scrub(step.detail, secrets)
@@ -97,7 +98,7 @@ def server_diagnostics(row: ServerRow, attempt: Attempt, secrets: list[str]) -> 
     )
 
 
-def attempt_diagnostics(attempt: Attempt, secrets: list[str]) -> AttemptDiagnostics:
+def attempt_diagnostics(attempt: Attempt, secrets: Iterable[str]) -> AttemptDiagnostics:
     error = attempt.session_error
     if error is not None and error.summary:
         error = ErrorSummary(reason_code=error.reason_code, summary=_scrub(error.summary, secrets) or "")
@@ -125,10 +126,8 @@ def upstream_status(ctx: Any) -> UpstreamStatus | None:
     return status
 
 
-def _secrets(ctx: Any) -> list[str]:
-    from agentctl.spec import secret_values
-
-    return [*secret_values(ctx.spec), *ctx.ledger.tokens.all_tokens()]
+def _secrets(ctx: Any) -> Iterable[str]:
+    return ctx.ledger.secrets
 
 
 def build_diagnostics(ctx: Any) -> Diagnostics:
@@ -151,7 +150,7 @@ def build_diagnostics(ctx: Any) -> Diagnostics:
     )
 
 
-def _agent(agent: Any, secrets: list[str]) -> Any:
+def _agent(agent: Any, secrets: Iterable[str]) -> Any:
     if agent is None or not agent.exit_reason:
         return agent
     return msgspec.structs.replace(agent, exit_reason=_scrub(agent.exit_reason, secrets))

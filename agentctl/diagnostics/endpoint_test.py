@@ -30,6 +30,7 @@ from agentctl import __version__
 from agentctl.evidence.contract import EndpointTestResponse, EndpointTestResult
 from agentctl.diagnostics.stdio_process import MARKER_ENV, exit_code, pipe_transport, stop_process_tree
 from agentctl.evidence.sanitize import summarize
+from agentctl.evidence.secret_registry import SecretRegistry
 
 log = logging.getLogger(__name__)
 
@@ -192,10 +193,8 @@ class EndpointTester:
             latency_ms=round((time.monotonic() - start) * 1000.0, 1),
         )
 
-    def _secrets(self) -> list[str]:
-        from agentctl.spec import secret_values
-
-        return [*secret_values(self.ctx.spec), *self.ctx.ledger.tokens.all_tokens()]
+    def _secrets(self) -> SecretRegistry:
+        return self.ctx.ledger.secrets
 
     async def _run(self, target: Target, timeout: float) -> int:
         import anyio

@@ -2,13 +2,15 @@
 
 Everything the daemon observes goes through `Ledger.record`; it stamps identity, time and sequence,
 folds the event with the pure reducer and tells listeners (persistence, upstream, progress output).
+Every piece of free text on its way into the history (summaries, the agent's name, version and exit
+reason) passes the one redaction path here, with the full secret registry, whatever its producer did.
 Listeners are called synchronously and must only schedule work: the MCP request path calls `record`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,6 +29,8 @@ from agentctl.evidence.contract import (
     Source,
     Transport,
 )
+from agentctl.evidence.sanitize import scrub
+from agentctl.evidence.secret_registry import SecretRegistry
 from agentctl.identity import TokenRegistry, new_attempt_id
 from agentctl.logs import log_failure
 
@@ -49,13 +53,21 @@ class ServerSeed(msgspec.Struct, frozen=True, kw_only=True):
     target: str | None
 
 
+# Agent fields that are text the agent chose (or our words around it).
+_AGENT_TEXT_FIELDS = frozenset({"name", "version", "exit_reason"})
+
+
 class Ledger:
-    def __init__(self, identity: Identity, clock: Clock = utcnow) -> None:
+    def __init__(
+        self, identity: Identity, clock: Clock = utcnow, secrets: SecretRegistry | Iterable[str] = ()
+    ) -> None:
         self.identity = identity
         self._clock = clock
         self._seq = 0
         self._listeners: list[Listener] = []
         self.tokens = TokenRegistry()
+        # The spec's secret-bearing values and every token minted here: what no evidence may carry.
+        self.secrets = secrets if isinstance(secrets, SecretRegistry) else SecretRegistry(secrets)
         self._self_tests: set[str] = set()
         self.history = AttachmentHistory(version=CONTRACT_VERSION, identity=identity, updated_at=clock())
 
@@ -78,7 +90,7 @@ class Ledger:
         attempt_id = new_attempt_id()
         old = self.current_attempt_id
         reducer.begin_attempt(self.history, attempt_id=attempt_id, origin=origin, now=self._clock())
-        token = self.tokens.mint(attempt_id)
+        token = self._mint(attempt_id)
         self._prune_tokens()
         if old is not None:
             self._notify(None)
@@ -102,7 +114,17 @@ class Ledger:
         """
         attempt_id = "selftest_" + new_attempt_id()
         self._self_tests.add(attempt_id)
-        return attempt_id, self.tokens.mint(attempt_id)
+        return attempt_id, self._mint(attempt_id)
+
+    def _mint(self, attempt_id: str) -> str:
+        token = self.tokens.mint(attempt_id)
+        # Redacted even after the token is forgotten: a dead token echoed later is still a token.
+        self.secrets.add_token(token)
+        return token
+
+    def scrub(self, text: Any) -> Any:
+        """Free text through the one redaction path with the full registry (see sanitize.scrub)."""
+        return scrub(text, self.secrets)
 
     def forget_self_test(self, attempt_id: str) -> None:
         self.tokens.forget(attempt_id)
@@ -120,6 +142,8 @@ class Ledger:
         """Stamp and fold one observation. Returns the event, or None when its attempt is no longer kept."""
         if attempt_id in self._self_tests:
             return None
+        if fields.get("summary"):
+            fields["summary"] = self.scrub(fields["summary"])
         self._seq += 1
         ident = self.identity
         event = EvidenceEvent(
@@ -143,6 +167,8 @@ class Ledger:
         return event
 
     def set_endpoint_test(self, attempt_id: str, server: str, result: EndpointTestResult) -> bool:
+        if result.summary:
+            result = msgspec.structs.replace(result, summary=self.scrub(result.summary) or "")
         stored = reducer.record_endpoint_test(self.history, attempt_id, server, result)
         if stored:
             self._notify(None)
@@ -159,7 +185,7 @@ class Ledger:
             agent = AgentState(protocol=fields.pop("protocol", "acp"), state=fields.pop("state", "starting"))
             self.history.agent = agent
         for name, value in fields.items():
-            setattr(agent, name, value)
+            setattr(agent, name, self.scrub(value) if name in _AGENT_TEXT_FIELDS else value)
         self._notify(None)
         return agent
 

@@ -1,13 +1,15 @@
 """Owns release-safe text: network and stdio targets, secret redaction and bounded error summaries.
 
-Everything free-form that leaves the daemon (a target, an error summary) passes through here first; see
-DESIGN.md "Release-safe report". Pure: no I/O, no logging, no state between calls.
+Everything free-form that leaves the daemon (a target, an error summary) passes through here first, with
+the registry of known secrets (agentctl.evidence.secret_registry) where the caller has one. Pure: no I/O,
+no logging; the only state kept is compiled patterns, cached against the registry's version.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import ipaddress
 import json
 import re
@@ -17,6 +19,7 @@ from collections.abc import Callable, Iterable
 from urllib.parse import quote, quote_plus, urlsplit
 
 from agentctl.evidence.contract import MAX_SUMMARY_BYTES, ErrorSummary
+from agentctl.evidence.secret_registry import MIN_SECRET_LENGTH, SecretRegistry
 
 __all__ = [
     "ELLIPSIS",
@@ -29,6 +32,7 @@ __all__ = [
     "bounded_text",
     "opaque_id",
     "redact",
+    "scrub",
     "summarize",
     "target_for_command",
     "target_for_url",
@@ -40,8 +44,6 @@ REDACTED = "<redacted>"
 PATH_MARKER = "<path>"
 INVALID_REASON_CODE = "invalid_reason_code"
 ELLIPSIS = "…"
-# Shorter "secrets" would shred ordinary words in every summary and protect nothing worth protecting.
-MIN_SECRET_LENGTH = 4
 
 _MARKERS = (REDACTED, PATH_MARKER)
 _REASON_CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
@@ -294,41 +296,115 @@ _RULES: tuple[_Rule, ...] = (
 )
 
 
-def _secret_pattern(secrets: Iterable[str]) -> re.Pattern[str] | None:
+def _forms(secret: str) -> list[str]:
+    # The same value also appears as read from a file (trailing newline), collapsed onto one line,
+    # percent-encoded inside a URL, or escaped inside JSON.
+    forms = [secret, secret.strip(), _collapse(secret), json.dumps(secret)[1:-1]]
+    forms.append(json.dumps(secret, ensure_ascii=False)[1:-1])
+    try:
+        forms += [quote(secret, safe=""), quote_plus(secret, safe="")]
+    except UnicodeEncodeError:
+        pass
+    return [form for form in forms if len(form) >= MIN_SECRET_LENGTH]
+
+
+def _trie(words: Iterable[str]) -> str:
+    """One regex matching any of `words`, longest first at each position, sharing common prefixes.
+
+    A flat alternation of hundreds of forms costs every alternative at every position; a trie costs one
+    branch per distinct next character. Chains without a branch become one literal, so the nesting
+    depth is the number of branch points, not the length of the longest word.
+    """
+    root: dict[str, dict] = {}
+    for word in words:
+        node = root
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def build(node: dict[str, dict]) -> str:
+        alternatives = []
+        for ch in sorted(key for key in node if key):
+            chain, child = [ch], node[ch]
+            while len(child) == 1 and "" not in child:
+                ((nxt, child),) = child.items()
+                chain.append(nxt)
+            alternatives.append(re.escape("".join(chain)) + build(child))
+        if not alternatives:
+            return ""
+        body = alternatives[0] if len(alternatives) == 1 else "(?:" + "|".join(alternatives) + ")"
+        # Greedy: where a word ends and a longer one goes on, the longer one is tried first.
+        return f"(?:{body})?" if "" in node else body
+
+    return build(root)
+
+
+def _compile_secrets(values: Iterable[str]) -> re.Pattern[str] | None:
+    variants: set[str] = set()
+    for value in values:
+        for form in _forms(value):
+            # Folded where folding keeps the length: with IGNORECASE, "Secret" and "secretLong" then share
+            # one branch, so the longer one always wins instead of whichever branch sorts first.
+            lower = form.lower()
+            variants.add(lower if len(lower) == len(form) else form)
+    if not variants:
+        return None
+    # A lookahead finds a match at every start, overlapping ones included; _mask merges their spans.
+    return re.compile(f"(?=({_trie(variants)}))", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled_for(values: frozenset[str]) -> re.Pattern[str] | None:
+    return _compile_secrets(SecretRegistry(values).values())
+
+
+def _secret_pattern(secrets: Iterable[str] | SecretRegistry | None) -> re.Pattern[str] | None:
+    """The pattern of every registered value and part (a plain list is registered on the way), cached."""
+    if secrets is None:
+        return None
+    if isinstance(secrets, SecretRegistry):
+        cached = secrets.compiled
+        if cached is None or cached[0] != secrets.version:
+            cached = secrets.compiled = (secrets.version, _compile_secrets(secrets.values()))
+        return cached[1]  # type: ignore[return-value]
     if isinstance(secrets, str):
         # A bare string would iterate as characters, all below the minimum, silently redacting nothing.
         secrets = (secrets,)
-    variants: set[str] = set()
-    for secret in secrets:
-        if not isinstance(secret, str) or len(secret) < MIN_SECRET_LENGTH:
-            continue
-        # The same value also appears as read from a file (trailing newline), collapsed onto one line,
-        # percent-encoded inside a URL, or escaped inside JSON.
-        forms = [secret, secret.strip(), _collapse(secret), json.dumps(secret)[1:-1]]
-        forms.append(json.dumps(secret, ensure_ascii=False)[1:-1])
-        try:
-            forms += [quote(secret, safe=""), quote_plus(secret, safe="")]
-        except UnicodeEncodeError:
-            pass
-        variants.update(form for form in forms if len(form) >= MIN_SECRET_LENGTH)
-    if not variants:
-        return None
-    # Longest first so a secret that contains another is removed whole, not around a shorter hole.
-    return re.compile("|".join(re.escape(form) for form in sorted(variants, key=len, reverse=True)))
+    return _compiled_for(frozenset(s for s in secrets if isinstance(s, str)))
+
+
+def _mask(text: str, secret_re: re.Pattern[str]) -> str:
+    """`text` with every span any secret covers replaced by one marker; overlapping spans merge, so a
+    secret that overlaps another (or an earlier match) never leaves its tail behind."""
+    spans: list[list[int]] = []
+    for match in secret_re.finditer(text):
+        start, end = match.span(1)
+        if spans and start <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], end)
+        else:
+            spans.append([start, end])
+    if not spans:
+        return text
+    out, last = [], 0
+    for start, end in spans:
+        out += (text[last:start], REDACTED)
+        last = end
+    out.append(text[last:])
+    return "".join(out)
 
 
 def _redact(text: str, secret_re: re.Pattern[str] | None) -> str:
     if secret_re is not None:
-        text = secret_re.sub(REDACTED, text)
+        text = _mask(text, secret_re)
     for pattern, replacement in _RULES:
         text = pattern.sub(replacement, text)
     if secret_re is not None:
         # Again at the end: the URL rule lowercases hosts, which can turn a near miss into an exact match.
-        text = secret_re.sub(REDACTED, text)
+        text = _mask(text, secret_re)
     return text
 
 
-def redact(text: str, secrets: Iterable[str] = ()) -> str:
+def redact(text: str, secrets: Iterable[str] | SecretRegistry = ()) -> str:
     """`text` with known secrets, credentials, token-like runs, paths and URL details replaced by markers."""
     if not text:
         return ""
@@ -389,20 +465,47 @@ def _bounded(text: str, max_bytes: int) -> str:
     return cut.rstrip(" ") + ELLIPSIS
 
 
-def summarize(reason_code: str, text: str | None, secrets: Iterable[str] = ()) -> ErrorSummary:
+# Far more than a summary keeps even when redaction shrinks the text 60-fold (long URLs and paths become a
+# target or a marker): a megabyte error message is cut first instead of redacted whole.
+_SUMMARY_INPUT = 16 * 1024
+_LAST_WORD = re.compile(r"\S*\Z")
+
+
+def _head(text: str, limit: int) -> str:
+    """At most `limit` characters of `text`, cut before the word the limit falls in: a value cut in half
+    no longer matches its registered form, so its first half must not be kept either."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    return head[: _LAST_WORD.search(head).start()] + ELLIPSIS  # type: ignore[union-attr]
+
+
+def summarize(reason_code: str, text: str | None, secrets: Iterable[str] | SecretRegistry = ()) -> ErrorSummary:
     """A stable reason code plus `text` redacted, on one line, within MAX_SUMMARY_BYTES of UTF-8."""
     if not (isinstance(reason_code, str) and _REASON_CODE.fullmatch(reason_code)):
         reason_code = INVALID_REASON_CODE
     if not text:
         return ErrorSummary(reason_code=reason_code)
-    secret_re = _secret_pattern(secrets)
-    # Known secrets first on the raw text (a value may itself contain a newline), then once more after
-    # collapsing, where a secret split across lines has become one run again.
-    if secret_re is not None:
-        text = secret_re.sub(REDACTED, text)
-    text = _redact(_collapse(text), secret_re)
+    text = _head(text, _SUMMARY_INPUT)
+    # Collapsed first: every secret is registered in its collapsed form too, so one split across lines is
+    # one run again, and a part of it (a word) cannot be masked before the whole value is seen.
+    text = _redact(_collapse(text), _secret_pattern(secrets))
     # Redaction ran on the whole text: the cut below can shorten a marker, never expose what it replaced.
     return ErrorSummary(reason_code=reason_code, summary=_bounded(text, MAX_SUMMARY_BYTES))
+
+
+def scrub(text: str, secrets: Iterable[str] | SecretRegistry = ()) -> str:
+    """The last line of defence before text becomes evidence. When a registered secret occurs in `text`, raw
+    or collapsed: its summary, redacted and bounded. Otherwise `text` as it is (a producer's own wording is
+    kept), cut to the summary bound when longer: with no registered secret in the whole text, a cut cannot
+    leave part of one. Producers summarize with the generic rules already; checking for the registry alone
+    costs microseconds where a second full summary would cost up to a millisecond per event."""
+    if not isinstance(text, str) or not text:
+        return text
+    secret_re = _secret_pattern(secrets)
+    if secret_re is not None and (secret_re.search(text) or secret_re.search(_collapse(text))):
+        return summarize("x", text, secrets).summary
+    return _bounded(text, MAX_SUMMARY_BYTES)
 
 
 # ---- short outside text ------------------------------------------------------------------------------
@@ -412,7 +515,7 @@ _OPAQUE_ID = re.compile(r"[A-Za-z0-9_.:-]+")
 _SHORT_TEXT_INPUT = 8192
 
 
-def opaque_id(value: object, limit: int = 128, secrets: Iterable[str] = ()) -> str | None:
+def opaque_id(value: object, limit: int = 128, secrets: Iterable[str] | SecretRegistry = ()) -> str | None:
     """An id someone else chose (an agent's session id), kept only when it looks like an id: 1..`limit`
     characters of letters, digits and `_.:-`, and no known secret inside. Free text is None, never cut."""
     if not isinstance(value, str) or not 0 < len(value) <= limit or not _OPAQUE_ID.fullmatch(value):
@@ -421,10 +524,12 @@ def opaque_id(value: object, limit: int = 128, secrets: Iterable[str] = ()) -> s
     return None if secret_re is not None and secret_re.search(value) else value
 
 
-def bounded_text(value: object, max_bytes: int = 128, secrets: Iterable[str] = ()) -> str | None:
+def bounded_text(
+    value: object, max_bytes: int = 128, secrets: Iterable[str] | SecretRegistry = ()
+) -> str | None:
     """Short free text someone else chose (an agent's or client's name and version, a stop reason) as
     evidence: redacted, on one line, within `max_bytes` of UTF-8 (cut marked); None when nothing is left."""
     if not isinstance(value, str) or not value:
         return None
-    text = summarize("x", value[:_SHORT_TEXT_INPUT], secrets).summary or ""
+    text = summarize("x", _head(value, _SHORT_TEXT_INPUT), secrets).summary or ""
     return _bounded(text, max_bytes) or None

@@ -1,6 +1,8 @@
-"""Persistence of the report: the state directory, atomic replace, coalesced writes, and reading it back.
+"""Persistence of the report: the state directory, one daemon per execution, atomic replace, coalesced
+writes, and reading it back.
 
-Layout: `<state dir>/<execution id>/report.json`, one file per execution, the encoded AttachmentHistory.
+Layout: `<state dir>/<execution id>/report.json`, one file per execution, the encoded AttachmentHistory,
+and `<state dir>/<execution id>/daemon.lock`, flocked by the one daemon serving that execution.
 
 The file is only ever replaced atomically (temp file in the same directory, fsync, rename, fsync of the
 directory), so a reader (or a daemon killed with SIGKILL mid-write) sees a complete old or a complete new
@@ -19,9 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import errno as errno_mod
+import fcntl
 import logging
 import os
 import secrets
+import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +36,7 @@ import platformdirs
 from agentctl.evidence.contract import CONTRACT_VERSION, AttachmentHistory, decode_history, encode
 from agentctl.evidence.ledger import Ledger
 from agentctl.logs import log_failure
+from agentctl.private_files import UnsafePath, ensure_private_dir, open_private
 
 log = logging.getLogger(__name__)
 
@@ -110,18 +115,76 @@ def _errno_name(exc: BaseException) -> str:
 
 
 def ensure_state_dir(state_dir: Path, execution_id: str) -> Path:
-    """Create `<state_dir>/<execution_id>` (0700 for what is created here) and return it."""
+    """Check the state directory is safe (agentctl.private_files: ours, writable by no other user, no link of
+    theirs on the way), create `<state_dir>/<execution_id>` 0700 in it, and return that directory's real
+    path. Raises StateDirError, one line naming the directory and the reason."""
     exec_dir = report_path(state_dir, execution_id).parent
     for d in (Path(state_dir), exec_dir):
         try:
-            os.makedirs(d, mode=0o700, exist_ok=True)
-        except FileExistsError:
-            raise StateDirError(f"state dir {d}: not a directory") from None
+            real = ensure_private_dir(d)
+        except UnsafePath as exc:
+            raise StateDirError(f"state dir {d}: {exc}") from None
         except OSError as exc:
             raise StateDirError(f"state dir {d}: {_reason(exc)}") from None
-        if not d.is_dir():
-            raise StateDirError(f"state dir {d}: not a directory")
-    return exec_dir
+    try:
+        if stat.S_IMODE(os.lstat(real).st_mode) & 0o077:
+            os.chmod(real, 0o700)  # ours (just checked): the reports of one execution are nobody else's
+    except OSError as exc:
+        raise StateDirError(f"state dir {exec_dir}: {_reason(exc)}") from None
+    return real
+
+
+# --------------------------------------------------------------------------------------- one daemon
+
+LOCK_NAME = "daemon.lock"
+
+
+class ExecutionLocked(StateDirError):
+    """Another daemon holds this execution's lock in this state directory."""
+
+
+def lock_execution(exec_dir: Path, execution_id: str) -> int:
+    """Hold `<exec_dir>/daemon.lock` (0600, O_NOFOLLOW) with an exclusive flock for the daemon's life; returns
+    the fd (close it to release). The kernel releases it when the process dies, SIGKILL included, so the
+    next daemon after a crash starts; a second daemon of the same execution meanwhile gets ExecutionLocked.
+    The fd is close-on-exec: an agent or server started later never holds it. It is read-only (flock needs
+    no write access), so holding it never keeps the directory's filesystem from being remounted read-only."""
+    path = Path(exec_dir) / LOCK_NAME
+    try:
+        fd = open_private(path, os.O_RDONLY | os.O_CREAT)
+    except UnsafePath as exc:
+        raise StateDirError(f"state dir {exec_dir}: {exc}") from None
+    except OSError as exc:
+        raise StateDirError(f"state dir {exec_dir}: cannot open {LOCK_NAME}: {_reason(exc)}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        holder = _lock_holder(fd)
+        os.close(fd)
+        if exc.errno in (errno_mod.EWOULDBLOCK, errno_mod.EAGAIN):
+            raise ExecutionLocked(
+                f"another agentctl daemon{holder} is already running execution {execution_id} with state dir "
+                f"{Path(exec_dir).parent}; stop it first, or give this one another execution id or state dir"
+            ) from None
+        raise StateDirError(f"state dir {exec_dir}: cannot lock {LOCK_NAME}: {_reason(exc)}") from None
+    # Who holds it, for the next one's message (the pid is the only content; the lock is the flock).
+    try:
+        out = open_private(path, os.O_WRONLY | os.O_TRUNC)
+        try:
+            os.write(out, f"{os.getpid()}\n".encode())
+        finally:
+            os.close(out)
+    except OSError:
+        pass  # a read-only or full filesystem: the lock holds all the same, the next message names no pid
+    return fd
+
+
+def _lock_holder(fd: int) -> str:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    return f" (pid {text})" if text.isdigit() else ""
 
 
 # ---------------------------------------------------------------------------------------- atomic write

@@ -258,7 +258,7 @@ class Observer:
             era="legacy",
             protocol_version=_version(negotiated),
             requested_protocol_version=_version(params.get("protocolVersion")),
-            client=_client_info(params.get("clientInfo"), self.ledger.tokens.all_tokens()),
+            client=_client_info(params.get("clientInfo"), self.ledger.secrets),
         )
 
     # ---- modern contact ------------------------------------------------------------------------
@@ -283,7 +283,7 @@ class Observer:
                 era="modern",
                 protocol_version=_version(version),
                 requested_protocol_version=_version(version),
-                client=_client_info({"name": name, "version": client_version}, self.ledger.tokens.all_tokens()),
+                client=_client_info({"name": name, "version": client_version}, self.ledger.secrets),
             )
         except Exception as exc:
             log_failure(log, "observing a modern request failed", exc)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from agentctl.control.render import AMBER, GREEN, GREY, RED, RESET
 from agentctl.evidence.contract import ProbeContact, ProbeReport
+from agentctl.safetext import neutralize_data
 
 LABEL_WIDTH = 11
 
@@ -43,6 +44,8 @@ def _credential_note(report: ProbeReport) -> str | None:
 
 
 def render_report(report: ProbeReport, *, color: bool = False, jsonl_path: str | None = None) -> str:
+    report = neutralize_data(report)  # the agent's name, version and errors: no control characters
+
     def paint(text: str, colour: str) -> str:
         return f"{colour}{text}{RESET}" if color else text
 

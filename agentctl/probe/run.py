@@ -64,6 +64,7 @@ from agentctl.evidence.contract import (
     ProbeSession,
 )
 from agentctl.evidence.sanitize import bounded_text, opaque_id, summarize, target_for_command, target_for_url
+from agentctl.evidence.secret_registry import SecretRegistry
 from agentctl.identity import new_token
 from agentctl.logs import log_failure
 from agentctl.probe import sentinel as S
@@ -214,7 +215,8 @@ class Probe:
         self.rec = Recorder(jsonl_fd, clock)
         self.client = _ProbeClient()
         self.credential = new_token()
-        self.secrets = [self.credential, *opts.env.values()]
+        # Everything secret-bearing the probe hands the agent, with its parts (see secret_registry).
+        self.secrets = SecretRegistry([self.credential, *opts.env.values(), *opts.command[1:]])
         secret_names = [name for name in os.environ if name.startswith(DAEMON_SECRET_ENV_PREFIXES)]
         self.supervisor = Supervisor(secret_env_names=secret_names)
         self.agent = AgentState(protocol="acp", state="starting")

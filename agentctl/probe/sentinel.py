@@ -40,6 +40,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from agentctl.evidence.sanitize import bounded_text
 from agentctl.identity import new_connection_id
+from agentctl.logs import http_server_logging
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +288,7 @@ class HttpSentinel:
         app.router.add_route("*", MCP_PATH, self._handle)
         app.router.add_route("*", SSE_PATH, self._handle)
         app.router.add_route("*", MESSAGES_PATH, self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(app, handle_signals=False, **http_server_logging(app, "probe sentinel"))
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()

@@ -22,6 +22,7 @@ import os
 import sys
 from typing import Any
 
+from agentctl.logs import SafeFormatter
 from agentctl.probe.sentinel import CREDENTIAL_ENV, SentinelObserver, build_server, credential_digest
 
 ACK_TIMEOUT = 2.0
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--expect", metavar="SHA256", help="digest of the credential expected in the env")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.setFormatter(SafeFormatter("%(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)

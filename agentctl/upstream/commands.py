@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agentctl.control.commands import _err, _print_json
+from agentctl.safetext import neutralize_data
 
 ENV_HUB_SOCKET = "AGENTCTL_HUB_SOCKET"
 ENV_HUB_DB = "AGENTCTL_HUB_DB"
@@ -277,6 +278,7 @@ def _session_lines(session: Any, color: bool) -> list[str]:
 
 
 def render_hub_status(view: Any, color: bool) -> str:
+    view = neutralize_data(view)  # ids, names and summaries came from daemons' frames: no control characters
     if not view.sessions:
         return "the hub has no sessions yet\n"
     blocks = ["\n".join(_session_lines(session, color)) for session in view.sessions]
@@ -286,6 +288,7 @@ def render_hub_status(view: Any, color: bool) -> str:
 def render_hub_report(view: Any, color: bool) -> str:
     from agentctl.control.render import render_report
 
+    view = neutralize_data(view)  # ids, names and summaries came from daemons' frames: no control characters
     lines = [f"session {view.session.session_id} (task {view.session.task_id})", "executions, newest first:"]
     for execution in view.executions:
         flags = ["current" if execution.current else "superseded"]

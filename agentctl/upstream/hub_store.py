@@ -39,6 +39,7 @@ from agentctl.evidence.contract import (
     Identity,
     encode,
 )
+from agentctl.private_files import UnsafePath
 from agentctl.sqlite_util import open_sqlite, open_sqlite_readonly
 
 SCHEMA_VERSION = 1
@@ -164,6 +165,8 @@ class HubStore:
                 self.path, _SCHEMA, SCHEMA_VERSION, busy_timeout_ms=BUSY_TIMEOUT_MS,
                 too_new=lambda found: HubStoreError(f"hub database {self.path} was written by a newer agentctl"),
             )
+        except UnsafePath as exc:
+            raise HubStoreError(f"refusing hub database {self.path}: {exc}") from None
         except OSError as exc:
             raise HubStoreError(f"cannot create hub database {self.path}: {exc.strerror or exc}") from None
 

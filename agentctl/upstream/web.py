@@ -19,6 +19,7 @@ Safety:
 from __future__ import annotations
 
 import asyncio
+import errno
 import hmac
 import ipaddress
 import logging
@@ -42,6 +43,8 @@ from agentctl.listener_guard import (
     track_requests,
     trust,
 )
+from agentctl.logs import http_server_logging
+from agentctl.private_files import UnsafePath, check_private_file
 from agentctl.upstream.hub import Hub, HubRequestError, listener_caps
 from agentctl.upstream.web_view import (
     diagnostics_text,
@@ -105,11 +108,12 @@ def is_loopback(host: str) -> bool:
 
 
 def load_token(path: Path | None) -> tuple[str, bool]:
-    """(token, generated). With a path: read it, or create it (0600, a new token) when missing."""
+    """(token, generated). With a path: read it, or create it (0600, a new token) when missing. Never through
+    a symbolic link, and only a regular file of ours: a planted file would hand its author the page."""
     if path is None:
         return secrets.token_urlsafe(TOKEN_BYTES), True
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except FileExistsError:
         pass
     except OSError as exc:
@@ -118,11 +122,18 @@ def load_token(path: Path | None) -> tuple[str, bool]:
         with os.fdopen(fd, "w") as out:
             out.write(secrets.token_urlsafe(TOKEN_BYTES) + "\n")
     try:
-        mode = path.stat().st_mode
-        if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise WebConfigError(f"--token-file {path}: readable by other users (chmod 600 it)")
-        token = path.read_text().strip()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as src:
+            st = os.fstat(src.fileno())
+            check_private_file(path, st)
+            if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+                raise WebConfigError(f"--token-file {path}: readable by other users (chmod 600 it)")
+            token = src.read(4096).decode("utf-8").strip()
+    except UnsafePath as exc:
+        raise WebConfigError(f"--token-file {exc}") from None
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise WebConfigError(f"--token-file {path} is a symbolic link; refusing to follow it") from None
         raise WebConfigError(f"--token-file {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise WebConfigError(f"--token-file {path}: not text") from None
@@ -173,6 +184,7 @@ class HubWeb:
 
     async def start(self) -> None:
         app = web.Application(middlewares=[track_requests, self._guard], client_max_size=MAX_BODY_BYTES)
+        runner_logging = http_server_logging(app, "hub page")
         for route, (name, kind) in ASSETS.items():
             app.router.add_get(route, self._asset(name, kind), allow_head=False)
         app.router.add_get("/favicon.ico", self._no_icon, allow_head=False)
@@ -185,7 +197,7 @@ class HubWeb:
         app.router.add_post("/api/sessions/{sid}/test-endpoint", self._test_endpoint)
         app.router.add_post("/api/sessions/{sid}/agent-output", self._agent_output)
         app.on_shutdown.append(self._on_shutdown)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0, **runner_logging)
         await runner.setup()
         try:
             site = GuardedSite(runner, self.guard, host=self.host, port=self.port)

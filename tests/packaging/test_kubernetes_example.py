@@ -121,7 +121,8 @@ def test_the_example_spec_is_valid_and_fixes_a_loopback_port_for_probes():
     host, port = listen_address(spec)
     assert host == "127.0.0.1" and port == 8765
     assert spec.agent is not None and spec.agent.command == ["agentctl-reference-agent"]
-    assert spec.state.dir == "/var/lib/agentctl" and spec.upstream.socket == "/run/executor/agentctl.sock"
+    # The state in a subdirectory the daemon makes its own: the emptyDir itself is root's and world-writable.
+    assert spec.state.dir == "/var/lib/agentctl/state" and spec.upstream.socket == "/run/executor/agentctl.sock"
 
 
 def test_exec_probes_ask_the_socket_the_sidecar_serves():

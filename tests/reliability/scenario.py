@@ -2,8 +2,10 @@
 real parts, and keep every sink's bytes for the tests to search.
 
 Real parts: `agentctl hub serve`, `agentctl serve` with the reference agent behind a wrapper that writes a
-canary to stderr, a real third-party MCP server (MCPServer on uvicorn, streamable HTTP and SSE), a real
-stdio MCP server, the `agentctl` CLI as subprocesses, and a recording relay (real Unix sockets) between the
+canary to stderr and, asked to load a session, refuses with an error echoing each part of every secret it
+was handed (fixtures/echo_agent.py), a real third-party MCP server (MCPServer on uvicorn, streamable HTTP
+and SSE), a real stdio MCP server, servers that refuse initialize echoing what they received (over HTTP and
+over stdio), the `agentctl` CLI as subprocesses, and a recording relay (real Unix sockets) between the
 daemon and the hub that keeps every upstream frame.
 """
 
@@ -13,6 +15,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import socket
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -65,7 +68,23 @@ SPEC = {
     "server_arg": "--cnrySARGkx",
     "agent_env": "cnryAENVwj ü",
     "agent_arg": "--canary-cnryAARGzq",
+    "agent_flag": "--api-token=cnryAFLGvw",  # the agent echoes the value after '=' alone
+    "fragment": "cnryFRAGzk",                 # a URL fragment (the dead server's)
+    "refuse_env": "cnryRENVqk Ä",             # a stdio server that refuses initialize echoing its env...
+    "refuse_flag": "--key=cnryRFLGwz",        # ...and the value of its --flag=value argument
 }
+# The parts the echoing agent and the refusing servers quote on their own, as given and case-swapped
+# (each is also the core of a SPEC canary, so every sink search looks for it, in any case).
+PARTS = {
+    "bearer token": SPEC["header"], "header word": SPEC["header2"].split()[0], "url user": SPEC["user"],
+    "url password": unquote(SPEC["password"]), "url path segment": SPEC["path"],
+    "url query value": unquote(SPEC["query"]), "url fragment": SPEC["fragment"],
+    "server env": SPEC["server_env"], "agent env": SPEC["agent_env"],
+    "agent flag value": SPEC["agent_flag"].split("=", 1)[1], "server flag value": SPEC["refuse_flag"].split("=")[1],
+    "refusing server env": SPEC["refuse_env"],
+}
+ECHO_AGENT = Path(__file__).parent / "fixtures" / "echo_agent.py"
+REFUSING_STDIO = Path(__file__).parent / "fixtures" / "refusing_stdio_server.py"
 PROMPT = "cnryPRMTkv ü"                       # prompt text that is no tool call
 TOOL_ARG = "cnryTARGqj ü/\"q\""               # a built-in tool's argument; the tunnel carries it to the hub
 TP_ARG = "cnryTPARGxk"                        # a third-party tool's argument
@@ -87,21 +106,32 @@ def _b64_aligned(data: bytes) -> set[bytes]:
     return found
 
 
-def forms(value: str) -> set[bytes]:
-    """What a leak of `value` looks like: raw, URL-decoded and -quoted, JSON-escaped, base64 at any alignment."""
+def _text_forms(value: str) -> set[bytes]:
     texts = {value, unquote(value), quote(value, safe=""), quote_plus(value), json.dumps(value)[1:-1],
              json.dumps(value, ensure_ascii=False)[1:-1]}
-    out = {t.encode() for t in texts}
-    for t in texts:
-        out |= _b64_aligned(t.encode())
-    core = value.lstrip("-").split(" ")[0].split("%")[0]
-    out.add(core.encode())
-    return out
+    # The core: the value's first word, before any percent-escape, after any '=' (what an echo quotes alone).
+    texts.add(value.lstrip("-").split(" ")[0].split("%")[0].split("=")[-1])
+    return {t.encode() for t in texts}
+
+
+def forms(value: str) -> set[bytes]:
+    """What a leak of `value` looks like: raw, URL-decoded and -quoted, JSON-escaped, its core, base64 at
+    any alignment."""
+    texts = _text_forms(value)
+    return texts | {b for t in texts for b in _b64_aligned(t)}
 
 
 def hits(data: bytes, canaries: dict[str, str]) -> list[str]:
-    """The names of the canaries found in `data`, in any of their forms."""
-    return [name for name, value in canaries.items() if any(f in data for f in forms(value))]
+    """The names of the canaries found in `data`, in any of their forms: text forms in any letter case (an
+    echo may change it), base64 forms as they are (their case is their content)."""
+    folded = data.decode("utf-8", "replace").lower()
+    found = []
+    for name, value in canaries.items():
+        texts = _text_forms(value)
+        encoded = {b for t in texts for b in _b64_aligned(t)}
+        if any(t.decode().lower() in folded for t in texts) or any(b in data for b in encoded):
+            found.append(name)
+    return found
 
 
 @dataclass
@@ -173,12 +203,14 @@ def _spec(state: Path, port: int, sse_port: int, refusing_port: int) -> bytes:
         f"?k={c['refuse_query']}",
         headers=_toml_table({"X-Api-Key": c["refuse_key"]}),
     )
-    servers += http_server("dead", f"http://127.0.0.1:1/{c['dead_path']}/mcp?t={c['dead_query']}")
+    servers += http_server("dead", f"http://127.0.0.1:1/{c['dead_path']}/mcp?t={c['dead_query']}#{c['fragment']}")
     servers += stdio_server("local", "stdio_server.py", c["server_arg"],
                             env=_toml_table({"SERVER_SECRET": c["server_env"]}))
+    servers += stdio_server("refusing-local", str(REFUSING_STDIO), c["refuse_flag"],
+                            env=_toml_table({"SERVER_SECRET": c["refuse_env"]}))
     agent = f"""
 [agent]
-command = {json.dumps([PY, str(FIXTURES / 'noisy_agent.py'), c['agent_arg']])}
+command = {json.dumps([PY, str(ECHO_AGENT), c['agent_arg'], c['agent_flag']])}
 env = {_toml_table({"AGENT_SECRET": c["agent_env"]})}
 """
     upstream = f'\n[upstream]\nsocket = "{state.parent / "relay.sock"}"\n'
@@ -216,19 +248,23 @@ async def _attempt_token(cli: _Cli) -> str:
     return json.loads(await cli("mcp-config", "--json"))["headers"]["Authorization"].split()[-1]
 
 
-async def _hub_page(base: str, token: str, sinks: Sinks) -> None:
-    """The hub page's API: every view of the session, and the two upstream requests (endpoint test, agent output)."""
+async def _hub_page(base: str, token: str, sinks: Sinks, again: bool = False) -> None:
+    """The hub page's API: every view of the session, and the two upstream requests (endpoint test, agent
+    output); `again`: the views only, after the echo (whose failed attempt has no tool catalog)."""
     session = "api/sessions/session-1/"
     gets = ["api/status", session + "history", session + "tools", session + "tools/get_task", session + "diagnostics"]
     posts = [(session + "test-endpoint", {"server": name}) for name in ("web", "events", "refusing", "dead", "local")]
     posts.append((session + "agent-output", None))
+    if again:
+        gets, posts = [route for route in gets if "get_task" not in route], []
     async with aiohttp.ClientSession(base, headers={"Authorization": f"Bearer {token}"},
                                      timeout=aiohttp.ClientTimeout(total=60)) as http:
         for route, body in [(r, None) for r in gets] + posts:
             method = "GET" if route in gets else "POST"
             async with http.request(method, "/" + route, json=body) as resp:
                 assert resp.status == 200, (route, resp.status, await resp.text())
-                sinks.web[f"{method} {route} {json.dumps(body) if body else ''}".rstrip()] = await resp.text()
+                key = f"{method} {route} {json.dumps(body) if body else ''}".rstrip()
+                sinks.web[key + (" (after the echo)" if again else "")] = await resp.text()
 
 
 def _agent_environ(daemon_pid: int) -> dict[str, str]:
@@ -259,14 +295,44 @@ async def _drive(cli: _Cli, sinks: Sinks, daemon_pid: int) -> None:
         await cli("test-endpoint", name, "--timeout", "20")
     await cli("test-endpoint", "dead", "--timeout", "20", ok=(3,))
     await cli("test-endpoint", "refusing", "--timeout", "20", ok=(3,))
+    await cli("test-endpoint", "refusing-local", "--timeout", "20", ok=(3,))
     await cli("test-endpoint", "web", "--json", "--timeout", "20")
     await cli("test-endpoint", "refusing", "--json", "--timeout", "20", ok=(3,))
-    for argv in (("diagnostics",), ("status",), ("report",), ("tools",), ("health",)):
-        await cli(*argv)
-        await cli(*argv, "--json")
+    await cli("test-endpoint", "refusing-local", "--json", "--timeout", "20", ok=(3,))
+    await _read_everything(cli)
     await cli("tools", "get_task")
     await cli("health", "--ready")
     await cli("stderr", "--json")
+
+
+def _malformed_http(address: tuple[int, object], route: str, token: str) -> None:
+    """Requests aiohttp's parser refuses, quoting `token` in what it complains about (a header padded past
+    the line limit; a control character in a header), sent as raw bytes over a real socket."""
+    requests = (
+        f"GET {route} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}".encode() + b"A" * 9000 + b"\r\n\r\n",
+        f"GET {route} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token[:9]}\x01{token[9:]}\r\n\r\n".encode(),
+    )
+    for data in requests:
+        with socket.socket(address[0], socket.SOCK_STREAM) as sock:
+            sock.settimeout(10)
+            sock.connect(address[1])
+            sock.sendall(data)
+            assert sock.recv(100).startswith(b"HTTP/1.0 400"), route
+
+
+async def _echo(cli: _Cli) -> None:
+    """Last: the agent refuses a session/load echoing every part of every secret it holds; that failed
+    attempt (now current) is what every read-only view shows the second time."""
+    acp_session = json.loads(await cli("report", "--json"))["current"]["acp_session_id"]
+    await cli("session", "load", acp_session, ok=(1,))
+    await _read_everything(cli)
+    await cli("stderr")
+
+
+async def _read_everything(cli: _Cli) -> None:
+    for argv in (("diagnostics",), ("status",), ("report",), ("tools",), ("health",)):
+        await cli(*argv)
+        await cli(*argv, "--json")
 
 
 async def run(root: Path, spec_dir: Path) -> Sinks:
@@ -288,6 +354,18 @@ async def run(root: Path, spec_dir: Path) -> Sinks:
             await eventually(lambda: any(b'"snapshot"' in line for _, line in relay.lines), 20, "the daemon upstream")
             await _drive(cli, sinks, daemon.pid)
             await _hub_page(hub.ready["http"], sinks.tokens["hub page token"], sinks)
+            await _echo(cli)
+            await eventually(lambda: any(b"session_rejected" in line for _, line in relay.lines), 20, "the echo upstream")
+            await _hub_page(hub.ready["http"], sinks.tokens["hub page token"], sinks, again=True)
+            # Malformed requests carrying the live tokens, on the MCP port, the control socket, the hub page.
+            mcp_port = int(daemon.ready["mcp_url"].rsplit(":", 1)[1].split("/")[0])
+            page_port = int(hub.ready["http"].rstrip("/").rsplit(":", 1)[1])
+            for address, route, token in (
+                ((socket.AF_INET, ("127.0.0.1", mcp_port)), "/mcp?k=1", sinks.tokens["attempt 2 token"]),
+                ((socket.AF_UNIX, daemon.ready["control_socket"]), "/v1/status", sinks.tokens["attempt 2 token"]),
+                ((socket.AF_INET, ("127.0.0.1", page_port)), "/api/status", sinks.tokens["hub page token"]),
+            ):
+                await asyncio.to_thread(_malformed_http, address, route, token)
             _collect(root, "daemon-running", sinks)  # the daemon's SQLite WAL and any temporary file
             await cli("stop")
             assert await asyncio.to_thread(daemon.popen.wait, 30) == 0

@@ -1,7 +1,12 @@
 """Canary secrets planted everywhere a secret enters one execution (spec headers, env, args, URL user info,
-path and query; the prompt; tool arguments and results; the agent's stderr; the attempts' bearer tokens)
-reach no sink: no persisted file, no upstream frame outside the tool tunnel, not the hub's database, no
-CLI output, not the hub page's API, not the daemon's or the hub's log at the default level.
+path, query and fragment; the prompt; tool arguments and results; the agent's stderr; the attempts' bearer
+tokens) reach no sink: no persisted file, no upstream frame outside the tool tunnel, not the hub's database,
+no CLI output, not the hub page's API, not the daemon's or the hub's log at the default level. Neither do
+their parts when an agent or a server echoes them alone and in another case (a bare bearer token, the value
+of a `--flag=value` argument, a URL's user, password, path segment, query value or fragment, an env value):
+every search is case-insensitive. Nor do the live tokens sent inside malformed HTTP requests (which aiohttp's
+parser quotes) to the MCP port, the control socket and the hub page: those are logged by type, route and
+status only.
 
 One scenario (tests/reliability/scenario.py, real processes and sockets) runs once for the module; each
 test searches one sink, so a failure names it. The exemptions are the documented ones, each checked to
@@ -23,7 +28,19 @@ from urllib.parse import quote, quote_plus, unquote
 
 import pytest
 
-from tests.reliability.scenario import ALL, PROMPT, SPEC, STDERR, TP_ARG, TP_RESULT, Sinks, hits, run_scenario
+from agentctl.evidence.sanitize import REDACTED
+from tests.reliability.scenario import (
+    ALL,
+    PARTS,
+    PROMPT,
+    SPEC,
+    STDERR,
+    TP_ARG,
+    TP_RESULT,
+    Sinks,
+    hits,
+    run_scenario,
+)
 
 TOOL_DATA = frozenset({"tool_arg"})                    # the built-in tool's argument, echoed in its results
 ANSWERS = frozenset({"tool_arg", "tp_arg", "tp_result"})  # what the agent's answers quote
@@ -56,7 +73,25 @@ def test_the_search_finds_a_canary_in_any_encoding_a_leak_could_take():
             assert name in hits(b"Basic " + base64.b64encode(prefix + value.encode()), ALL), (name, prefix)
     basic = base64.b64encode(f"{SPEC['user']}:{unquote(SPEC['password'])}".encode())
     assert {"user", "password"} <= set(hits(basic, ALL))
+    for part, value in PARTS.items():  # every part the echoes quote alone, as given and case-swapped
+        for text in (value, value.swapcase(), value.upper()):
+            assert hits(f"x {text} y".encode(), ALL), (part, text)
     assert hits(b"exec-canary inst_0123456789abcdef0123456789abcdef att_0123abcd", ALL) == []
+
+
+def test_the_agent_and_the_servers_really_echoed_every_part_alone_and_in_another_case(run):
+    echoed = run.cli["stderr (again)"]  # the echoing agent's own stderr line, shown on request only
+    for part, value in PARTS.items():
+        if part not in ("server flag value", "refusing server env"):
+            assert f"[{value}] [{value.swapcase()}]" in echoed, part
+    # Where those echoes went, redacted: the refused load's summary and each named server's row.
+    load = run.cli["session load " + json.loads(run.cli["report --json (again)"])["current"]["acp_session_id"]]
+    assert f"session_rejected (load refused, agent settings [{REDACTED}] [{REDACTED}]" in load
+    status = run.cli["status (again)"]
+    assert f"web refused [{REDACTED}] [{REDACTED}]" in status and f"dead refused [{REDACTED}]" in status
+    local = json.loads(run.cli["test-endpoint refusing-local --json --timeout 20"])["result"]
+    assert local["reason_code"] == "initialize_failed"
+    assert local["summary"].startswith(f"initialize failed: MCP error -32001: refused: settings [{REDACTED}] [")
 
 
 def test_the_canaries_really_reached_the_servers_the_agent_and_the_exempt_outputs(run):
@@ -86,7 +121,10 @@ def test_no_persisted_file_under_the_state_dir_holds_a_canary(run):
     names = {name.split("@")[0] for name in state}
     assert {"state/exec-canary/report.json", "state/tasks.sqlite3"} <= names, names
     report = json.loads(run.files["state/exec-canary/report.json@after"])
-    assert report["current"]["origin"] == "reset" and len(report["previous"]) == 1
+    assert report["current"]["origin"] == "session_load"
+    echoed = {row["name"]: row["summary"] for row in report["current"]["servers"] if row["status"] == "failed"}
+    assert {"web", "events", "dead", "local", "refusing"} <= set(echoed) and all(REDACTED in s for s in echoed.values())
+    assert [attempt["origin"] for attempt in report["previous"]] == ["reset", "session_new"]
     assert b"connect_failed" in run.files["state/exec-canary/report.json@after"], "failure evidence was stored"
     assert _leaks(run, state) == {}
 
@@ -145,7 +183,8 @@ def test_no_cli_output_holds_a_canary_except_stderr_mcp_config_and_the_agents_an
 
 def test_the_hub_page_api_holds_no_canary_except_the_agent_output_it_was_asked_for(run):
     views = {route: text.encode() for route, text in run.web.items() if "agent-output" not in route}
-    assert len(views) == 10, sorted(views)
+    assert len(views) == 14, sorted(views)  # 10 views, and 4 of them again after the echo
+    assert "session_rejected" in run.web["GET api/sessions/session-1/history (after the echo)"]
     assert "connect_failed" in run.web['POST api/sessions/session-1/test-endpoint {"server": "dead"}']
     assert _leaks(run, views) == {}
 
@@ -155,4 +194,9 @@ def test_the_daemon_and_hub_logs_at_the_default_level_hold_no_canary(run):
     daemon_log = logs["daemon.log@after"].decode()
     assert "endpoint test of dead: connect_failed" in daemon_log and " INFO " in daemon_log
     assert "execution exec-canary connected" in logs["hub.log@after"].decode()
+    # Malformed requests carrying the live tokens were refused and logged by type, route and status only.
+    for where, log in (("daemon", daemon_log), ("hub page", logs["hub.log@after"].decode())):
+        for kind in ("LineTooLong", "BadHttpMessage"):
+            assert f"{where}: refused a malformed request: {kind} on (unparsed), status 400" in log, (where, kind)
+        assert "Error handling request" not in log
     assert _leaks(run, logs) == {}

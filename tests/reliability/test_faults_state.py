@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentctl.evidence.store import ReportNotFound, read_report
+from agentctl.evidence.store import LOCK_NAME, ReportNotFound, read_report
 from tests.agent.serve_support import cli, cli_json, http_get, report_of, row, status
 from tests.conftest import poll, write_spec
 from tests.reliability.faults_support import fill, open_attempt, prove_served, remount, tmpfs
@@ -92,7 +92,8 @@ async def test_a_full_or_read_only_state_directory_keeps_live_state_logs_once_an
             assert len(warnings) == 1 and failed[0] == warnings[0], failed
             assert all(errno_name in line and str(exec_dir / "report.json") in line for line in failed)
             assert "recovered after" in _log_lines(daemon, "report write to")[0]
-            assert [p.name for p in exec_dir.iterdir()] == ["report.json"], "no temp file left behind"
+            # The daemon's lock (held for its life) is the only other file; no temp file was left behind.
+            assert sorted(p.name for p in exec_dir.iterdir()) == [LOCK_NAME, "report.json"], "no temp file left behind"
             last = report_of(sock)
             assert daemon.stop() == 0
             assert _on_disk(state)["current"] == last["current"]

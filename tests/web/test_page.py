@@ -151,6 +151,10 @@ async def test_server_checklists_with_times_and_the_catalog_with_back_to_the_lis
     # Pick a tool low in the list, so its position is worth keeping.
     chosen = panel.locator("button.tool[data-key='tool:update_task']")
     await chosen.scroll_into_view_if_needed()
+    # A panel tall enough to show it unscrolled (the session's row sits higher when its daemon was the last
+    # to contact the hub) is scrolled to its end, where the tool, low in the list, stays in view.
+    await panel.evaluate("el => { if (el.scrollTop === 0) el.scrollTop = el.scrollHeight - el.clientHeight; }")
+    await expect(chosen).to_be_in_viewport()
     scrolled = await panel.evaluate("el => el.scrollTop")
     assert scrolled > 0
     await chosen.click()

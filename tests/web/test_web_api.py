@@ -107,6 +107,19 @@ def test_a_token_file_is_created_private_or_read_and_refused_when_others_can_rea
                                        str(shared)), capture_output=True, text=True, timeout=30, cwd=REPO)
     assert done.returncode == 1
     assert "readable by other users (chmod 600 it)" in done.stderr and "a-token-that" not in done.stderr
+    # Planted by another user: a link to a token of theirs, or their own file in our path. Never read.
+    planted = short_dir / "planted.token"
+    theirs = short_dir / "theirs.token"
+    theirs.write_text("a-token-the-other-user-knows-5678\n")
+    os.chmod(theirs, 0o600)
+    os.chown(theirs, 65534, 65534)
+    planted.symlink_to(theirs)
+    for path, why in ((planted, "is a symbolic link; refusing to follow it"),
+                      (theirs, "is owned by uid 65534, not by this user")):
+        done = subprocess.run(agentctl_cmd("hub", "serve", "--socket", str(short_dir / "h3.sock"), "--db",
+                                           str(short_dir / "h3.sqlite3"), "--http", "127.0.0.1:0", "--token-file",
+                                           str(path)), capture_output=True, text=True, timeout=30, cwd=REPO)
+        assert done.returncode == 1 and why in done.stderr and "other-user-knows" not in done.stderr, done.stderr
     done = subprocess.run(agentctl_cmd("hub", "serve", "--http", "127.0.0.1:notaport"),
                           capture_output=True, text=True, timeout=30, cwd=REPO)
     assert done.returncode == 1 and "--http: not HOST:PORT" in done.stderr

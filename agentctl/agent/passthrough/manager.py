@@ -47,7 +47,6 @@ from agentctl.agent.supervisor import AgentProcess, AgentStartError, ExitInfo, S
 from agentctl.daemon.context import DaemonContext
 from agentctl.evidence.ledger import ServerSeed
 from agentctl.evidence.sanitize import summarize
-from agentctl.spec import secret_values
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +71,6 @@ class PassthroughManager:
         self._linger: asyncio.TimerHandle | None = None
         self._stopping = False
         self._lock = asyncio.Lock()
-        self._secrets = secret_values(spec)
 
     # -- component interface ------------------------------------------------------------------------
 
@@ -193,7 +191,7 @@ class PassthroughManager:
         # exposed (`unavailable`); the ones policy or the CLI's format leave out are still `filtered`. The
         # CLI is not started without the configuration it was meant to get.
         ledger = self.ctx.ledger
-        summary = summarize(MATERIALIZE_FAILED, summary, self._secrets + ledger.tokens.all_tokens()).summary
+        summary = summarize(MATERIALIZE_FAILED, summary, ledger.secrets).summary
         assert self.strategy is not None
         plan = plan_servers(MaterializeRequest(self.ctx.spec, builtin, workdir, Path()), self.strategy.transports)
         self._record_filtered(attempt_id, plan.filtered)
