@@ -149,6 +149,9 @@ class Shim:
             _sig.set_wakeup_fd(-1)
             for signum in (*FORWARDED, SIGCHLD, *RESTORED):
                 _sig.signal(signum, _sig.SIG_DFL)
+            # The mask is inherited across fork and exec from whichever thread spawned the daemon's child:
+            # an agent must start with nothing blocked, or it would never see the signals it is sent.
+            _sig.pthread_sigmask(_sig.SIG_SETMASK, ())
             os.setsid()
             if self.prctl is not None:
                 self.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)

@@ -22,9 +22,11 @@ from tests.upstream.procs import control, start_daemon, start_hub, write_spec
 
 def _agent_child(daemon) -> psutil.Process:
     def find() -> psutil.Process | None:
-        for child in psutil.Process(daemon.pid).children():
+        # Below the agent shim (whose own command line carries the agent's): the agent process itself.
+        for child in psutil.Process(daemon.pid).children(recursive=True):
             try:
-                if "agentctl-reference-agent" in " ".join(child.cmdline()):
+                line = " ".join(child.cmdline())
+                if "agentctl-reference-agent" in line and "from shim import main" not in line:
                     return child
             except psutil.Error:
                 continue

@@ -210,7 +210,7 @@ def test_run_whose_passthrough_cli_exits_with_an_error_at_once_exits_one_and_nev
     assert "accepted" not in out, "a passthrough CLI accepts nothing, least of all one that failed at once"
     assert re.search(r"^\s+started\s+the agent's process started with its MCP configuration$", out, re.M), out
     assert re.search(r"^\s+exited\s+the agent exited with code 3$", out, re.M), out
-    assert re.search(r"^\s+error\s+session: agent_exited exited with code 3$", out, re.M), out
+    assert re.search(r"^\s+error\s+session: the agent process exited \[agent_exited: exited with code 3\]$", out, re.M), out
     flat = " ".join(out.split())
     assert "Daemon: not ready (the agent has exited, exit code 3)" in flat
     assert "kandev delivered · connection unverified" in flat
@@ -230,6 +230,6 @@ async def test_run_whose_acp_agent_is_killed_after_accepting_the_session_exits_o
     # A real crash right after the agent accepted the session: no prompt fails, only the agent.
     _, code, text = await _run_killing_the_agent_at(tmp_path, short_tmp, "  accepted", None)
     assert code == 1, text
-    assert re.search(r"^\s+error\s+session: agent_exited killed by SIGKILL$", text, re.MULTILINE), text
+    assert re.search(r"^\s+error\s+session: the agent process exited \[agent_exited: killed by SIGKILL\]$", text, re.MULTILINE), text
     assert "Daemon: not ready (the agent has exited, killed by SIGKILL)" in text
     assert "waiting for agent" not in text

@@ -397,7 +397,12 @@ async def test_the_agent_gets_only_its_stdio_default_signal_dispositions_and_a_s
     sleep = shutil.which("sleep")
     assert sleep, "coreutils sleep: an agent that is not Python (Python ignores SIGPIPE and SIGXFSZ itself)"
     supervisor = make_supervisor()
-    await supervisor.start([sleep, "60"], cwd=None, env={})
+    # A signal blocked in the spawning thread (libraries do that) is inherited through fork and exec.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
+    try:
+        await supervisor.start([sleep, "60"], cwd=None, env={})
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     agent = supervisor.pid
     await until(lambda: psutil.Process(agent).exe() == os.path.realpath(sleep), 15, "the exec")
     # 0-2 only: neither the daemon's channel to the shim nor any other fd of the daemon or the shim.
