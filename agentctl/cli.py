@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     from agentctl.probe.commands import add_probe_commands
 
     add_probe_commands(sub)
-    from agentctl.upstream.commands import add_hub_commands
+    from agentctl.hub.commands import add_hub_commands
 
     add_hub_commands(sub)
     recover = sub.add_parser(

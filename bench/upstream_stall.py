@@ -40,7 +40,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 from agentctl.control.client import ControlClient  # noqa: E402
 from agentctl.evidence.contract import encode  # noqa: E402
-from agentctl.upstream.hub_store import HubStore  # noqa: E402
+from agentctl.hub.hub_store import HubStore  # noqa: E402
 
 
 def _start(args: list[str]) -> tuple[subprocess.Popen, dict]:

@@ -209,7 +209,7 @@ def build_onedir(out: Path, work: Path, venv_dir: Path, *, archive: bool = False
          "--distpath", str(pyi / "dist"), "--workpath", str(pyi / "work"), "--specpath", str(pyi),
          # Subcommands import their modules lazily and passthrough strategies by name: take them all.
          "--collect-submodules", "agentctl",
-         # Package data (the hub's page under agentctl/upstream/static) is not code: name it too.
+         # Package data (the hub's page under agentctl/hub/static) is not code: name it too.
          "--collect-data", "agentctl",
          "--strip", "--log-level", "WARN", str(HERE / "pyinstaller_entry.py")],
         cwd=work,

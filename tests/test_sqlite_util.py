@@ -14,7 +14,7 @@ import pytest
 from agentctl.backend.base import BackendError
 from agentctl.backend.embedded import EmbeddedBackend, TaskStoreError
 from agentctl.sqlite_util import open_sqlite, open_sqlite_readonly
-from agentctl.upstream.hub_store import HubStore, HubStoreError
+from agentctl.hub.hub_store import HubStore, HubStoreError
 from tests.conftest import REPO, agentctl_cmd
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS t (x INTEGER);"

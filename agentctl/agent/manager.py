@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from agentctl.agent.outcome import AgentError
 from agentctl.agent.supervisor import AgentStartError, ExitInfo, Supervisor
 from agentctl.bundled import bundled_command
-from agentctl.daemon.context import DaemonContext
+from agentctl.context import DaemonContext
 from agentctl.evidence.ledger import ServerSeed
 
 if TYPE_CHECKING:

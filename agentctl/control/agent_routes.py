@@ -17,7 +17,7 @@ from aiohttp import web
 
 from agentctl.agent.outcome import AgentError, SessionOutcome
 from agentctl.control.server import BodyError, decode_body, error_response, json_response
-from agentctl.daemon.context import DaemonContext
+from agentctl.context import DaemonContext
 from agentctl.evidence.contract import McpConfig, SessionResult, StderrView
 
 STDERR_WARNING = (

@@ -29,7 +29,7 @@ from agentctl.control.socket import (
     resolve_socket_path,
     start_unix_site,
 )
-from agentctl.daemon.context import CTX_KEY, DaemonContext
+from agentctl.context import CTX_KEY, DaemonContext
 from agentctl.daemon.health import install_health_routes
 from agentctl.daemon.systemd import Notifier
 from agentctl.diagnostics.routes import install_diagnostics_routes, tester_of

@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from agentctl.daemon.context import DaemonContext
+from agentctl.context import DaemonContext
 
 
 def _agent(ctx: DaemonContext) -> dict[str, Any] | None:

@@ -70,7 +70,7 @@ async def run_main_job(
     if daemon.spec.upstream.socket:
         return await _run_main_job(daemon, prompt=prompt, as_json=as_json, out=out, signals=signals)
     from agentctl.evidence.store import ensure_state_dir
-    from agentctl.upstream.hub import embedded_hub
+    from agentctl.hub.hub import embedded_hub
 
     state_dir = daemon.ctx.state_dir
     ensure_state_dir(state_dir, daemon.ctx.identity.execution_id)

@@ -1,1 +1,1 @@
-"""Upstream: the frame protocol (protocol.py), the daemon's publisher and tool tunnel, and the reference hub."""
+"""Upstream, the daemon's side: the frame protocol (protocol.py, which the hub speaks too), the publisher and the tool tunnel."""

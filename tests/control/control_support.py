@@ -14,7 +14,7 @@ from aiohttp import web
 from agentctl.control.commands import add_client_commands
 from agentctl.control.server import install_control_routes
 from agentctl.control.socket import prepare_socket_path, start_unix_site
-from agentctl.daemon.context import DaemonContext
+from agentctl.context import DaemonContext
 from agentctl.evidence.contract import Identity
 from agentctl.evidence.ledger import Ledger, ServerSeed
 from agentctl.spec import IdentitySpec, Spec

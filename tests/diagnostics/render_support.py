@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
-from agentctl.daemon.context import Readiness
+from agentctl.context import Readiness
 from agentctl.diagnostics.diagnostics import build_diagnostics
 from agentctl.evidence.contract import Diagnostics, EndpointTestResult, Identity
 from agentctl.evidence.ledger import Ledger, ServerSeed

@@ -78,7 +78,7 @@ def test_wheel_carries_both_console_scripts_and_the_reference_agent(dist):
         names = set(archive.namelist())
         entry_points = archive.read(f"agentctl-{__version__}.dist-info/entry_points.txt").decode()
     assert {"agentctl/cli.py", "agentctl/bundled.py", "agentctl/testing/reference_agent.py", "agentctl/py.typed"} <= names
-    assert "agentctl/upstream/static/index.html" in names, "the hub's page ships in the wheel"
+    assert "agentctl/hub/static/index.html" in names, "the hub's page ships in the wheel"
     assert not any("__pycache__" in name or name.startswith("tests/") for name in names)
     assert "agentctl = agentctl.cli:main" in entry_points
     assert "agentctl-reference-agent = agentctl.testing.reference_agent:main" in entry_points
@@ -123,7 +123,7 @@ def test_onedir_runs_the_demo_from_an_empty_directory_with_no_python_on_path(dis
     empty.mkdir()
     env = _minimal_env(tmp_path, "/nonexistent")
     _run_demo([str(binary)], empty, env)
-    pages = list((dist / build.onedir_name()).rglob("agentctl/upstream/static/index.html"))
+    pages = list((dist / build.onedir_name()).rglob("agentctl/hub/static/index.html"))
     assert pages, "the frozen build carries the hub's page"
 
 

@@ -33,7 +33,7 @@ import pytest
 
 from agentctl.evidence.store import read_report
 from agentctl.spec import AgentSpec, DaemonSpec
-from agentctl.upstream.web import is_loopback, parse_listen
+from agentctl.hub.web import is_loopback, parse_listen
 from tests.conftest import REPO
 
 UNITS = sorted((REPO / "systemd").glob("*.service"))
@@ -157,7 +157,7 @@ def test_each_unit_sets_a_descriptor_limit_its_full_connection_caps_fit_under():
     from agentctl.control.socket import CONTROL_CONNECTIONS
     from agentctl.daemon.app import MCP_CONNECTIONS
     from agentctl.listener_guard import connection_caps
-    from agentctl.upstream.hub import DAEMON_CONNECTIONS, PAGE_CONNECTIONS
+    from agentctl.hub.hub import DAEMON_CONNECTIONS, PAGE_CONNECTIONS
 
     wanted = {
         "agentctl@.service": {"mcp": MCP_CONNECTIONS, "control": CONTROL_CONNECTIONS},

@@ -102,7 +102,7 @@ def test_malformed_requests_carrying_the_page_token_log_one_line_on_the_hub_page
 # ---- control characters from frames ---------------------------------------------------------------------
 
 ESCAPES = "\x1b[2J\x1b[H\x1b]0;owned\x07"              # clear the screen, home the cursor, set the title
-FORGED = "agentctl INFO agentctl.upstream.hub: forged"  # what a line break in an id would start
+FORGED = "agentctl INFO agentctl.hub.hub: forged"  # what a line break in an id would start
 HOSTILE_SESSION = f"s1\n{FORGED}"
 HOSTILE_SERVER = f"docs{ESCAPES}"
 HOSTILE_SUMMARY = f"refused \u202eenil-eno\u202c by {ESCAPES}server\x85next"

@@ -39,7 +39,7 @@ from agentctl.evidence.contract import (
 from agentctl.evidence.ledger import Ledger, ServerSeed
 from agentctl.evidence.store import ensure_state_dir, read_report, report_path, write_atomic
 from agentctl.upstream import protocol as P
-from agentctl.upstream.hub_store import enforce_bounds
+from agentctl.hub.hub_store import enforce_bounds
 from tests.evidence.fixed import IDENT, T0
 from tests.evidence.test_reducer import CONTACT_KINDS, expected_status
 from tests.reliability.strategies import FUZZ

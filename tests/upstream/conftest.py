@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agentctl.upstream.hub import Hub
+from agentctl.hub.hub import Hub
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 
 from agentctl.control.client import ControlClient
 from agentctl.evidence.contract import encode
-from agentctl.upstream.hub_store import HubStore, HubStoreError
+from agentctl.hub.hub_store import HubStore, HubStoreError
 from tests.conftest import REPO, agentctl_cmd
 
 REF_AGENT = str(Path(sys.executable).parent / "agentctl-reference-agent")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 
-from agentctl.daemon.context import DaemonContext
+from agentctl.context import DaemonContext
 from agentctl.evidence.contract import Identity
 from agentctl.evidence.ledger import Ledger, ServerSeed
 from agentctl.spec import parse_spec

@@ -23,8 +23,8 @@ from agentctl.evidence.contract import (
     encode,
 )
 from agentctl.upstream import protocol as P
-from agentctl.upstream.hub import Hub
-from agentctl.upstream.hub_store import HubStore, status_view
+from agentctl.hub.hub import Hub
+from agentctl.hub.hub_store import HubStore, status_view
 from agentctl.upstream.publisher import Publisher
 from tests.upstream.support import SEEDS, RawClient, eventually, identity, make_ctx
 

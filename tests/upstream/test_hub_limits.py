@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 from agentctl.evidence.contract import encode
 from agentctl.evidence.ledger import Ledger
 from agentctl.upstream import protocol as P
-from agentctl.upstream.hub import Hub
-from agentctl.upstream.hub_store import HubStore, status_view
+from agentctl.hub.hub import Hub
+from agentctl.hub.hub_store import HubStore, status_view
 from tests.upstream.support import SEEDS, RawClient, eventually, identity
 
 CANARY = "CANARY-hub-9c41"

@@ -15,7 +15,7 @@ from agentctl.daemon.app import Daemon
 from agentctl.evidence.contract import encode
 from agentctl.spec import parse_spec
 from agentctl.upstream import protocol as P
-from agentctl.upstream.hub import Hub
+from agentctl.hub.hub import Hub
 from agentctl.upstream.publisher import QUEUE_MAX_BYTES, WRITE_HIGH_WATER, Publisher
 from agentctl.upstream.tunnel import NOT_CONNECTED, TunnelBackend
 from tests.upstream.support import SEEDS, eventually, identity, make_ctx

@@ -10,7 +10,7 @@ import pytest
 
 from agentctl.daemon.app import Daemon
 from agentctl.spec import parse_spec
-from agentctl.upstream.hub import Hub, HubRequestError
+from agentctl.hub.hub import Hub, HubRequestError
 from agentctl.upstream.protocol import MAX_STDERR_BYTES, MAX_STDERR_LINES
 from tests.upstream.support import eventually
 

@@ -16,7 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from agentctl.cli import main
 from agentctl.evidence.contract import encode
-from agentctl.upstream.hub_store import HubStore
+from agentctl.hub.hub_store import HubStore
 from agentctl.upstream.publisher import Publisher
 from tests.upstream.procs import control, start_daemon, start_hub, write_spec
 from tests.upstream.support import SEEDS, Relay, eventually, identity, make_ctx

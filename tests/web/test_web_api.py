@@ -169,7 +169,7 @@ async def test_the_page_says_what_the_cli_says(running):
     `agentctl diagnostics` checklist, word for word."""
     from agentctl.diagnostics.diagnostics import build_diagnostics
     from agentctl.diagnostics.render import render_diagnostics
-    from agentctl.upstream.commands import render_hub_status
+    from agentctl.hub.commands import render_hub_status
 
     async with aiohttp.ClientSession(headers={"Authorization": "Bearer " + TOKEN}) as http:
         async with http.get(running.url + "api/status") as resp:

@@ -9,7 +9,7 @@ import pytest
 
 from agentctl.control.render import display_label, row_explanation
 from agentctl.evidence.contract import Attempt, EndpointTestResult, ServerRow
-from agentctl.upstream.web_view import attempt_view, server_view
+from agentctl.hub.web_view import attempt_view, server_view
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 

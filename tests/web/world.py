@@ -19,8 +19,8 @@ from pathlib import Path
 
 from agentctl.daemon.app import Daemon
 from agentctl.spec import parse_spec
-from agentctl.upstream.hub import Hub
-from agentctl.upstream.web import HubWeb
+from agentctl.hub.hub import Hub
+from agentctl.hub.web import HubWeb
 
 PY = sys.executable
 REF_AGENT = str(Path(sys.executable).parent / "agentctl-reference-agent")

@@ -44,7 +44,7 @@ from agentctl.agent.passthrough.journal import Journal
 from agentctl.agent.passthrough.recovery import PrivateDir
 from agentctl.agent.passthrough.workspace import cleanup
 from agentctl.agent.supervisor import AgentProcess, AgentStartError, ExitInfo, Supervisor
-from agentctl.daemon.context import DaemonContext
+from agentctl.context import DaemonContext
 from agentctl.evidence.ledger import ServerSeed
 from agentctl.evidence.sanitize import summarize
 

@@ -1,6 +1,6 @@
 """`agentctl hub serve --http HOST:PORT`: the hub's read-only status page, its JSON API and live updates.
 
-The page (agentctl/upstream/static/: one HTML file, one script, one stylesheet, nothing external) reads
+The page (agentctl/hub/static/: one HTML file, one script, one stylesheet, nothing external) reads
 `/api/*`; `/api/events` streams server-sent events when evidence reaches the hub. What it shows is built by
 web_view.py with the CLI's own wording.
 
@@ -45,8 +45,8 @@ from agentctl.listener_guard import (
 )
 from agentctl.logs import http_server_logging
 from agentctl.private_files import UnsafePath, check_private_file
-from agentctl.upstream.hub import Hub, HubRequestError, listener_caps
-from agentctl.upstream.web_view import (
+from agentctl.hub.hub import Hub, HubRequestError, listener_caps
+from agentctl.hub.web_view import (
     diagnostics_text,
     endpoint_test_view,
     history_view,

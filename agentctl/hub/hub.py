@@ -14,7 +14,7 @@ Orchestrator rules, per frame:
 
 State lives in memory (hydrated from the database at start) and dirty rows are flushed every
 `flush_interval`; past `hot_sessions`, the sessions least recently in contact leave memory once flushed
-and are read from the database on demand (agentctl.upstream.hub_store). Tool calls are answered by an
+and are read from the database on demand (agentctl.hub.hub_store). Tool calls are answered by an
 EmbeddedBackend on the hub's own task database (a separate file: tool arguments never reach the evidence
 tables or the log).
 """
@@ -56,8 +56,8 @@ from agentctl.listener_guard import (
     name_listener,
 )
 from agentctl.upstream import protocol as P
-from agentctl.upstream.hub_conn import Refused, HubConnection
-from agentctl.upstream.hub_store import (
+from agentctl.hub.hub_conn import Refused, HubConnection
+from agentctl.hub.hub_store import (
     HOT_SESSIONS,
     ExecutionState,
     HubStore,

@@ -90,7 +90,7 @@ def _hub_serve(args: argparse.Namespace, signals: Any) -> int:
     from agentctl.backend.embedded import TaskStoreError
     from agentctl.control.socket import ControlSocketError
     from agentctl.logs import configure_logging
-    from agentctl.upstream.hub_store import HubStoreError
+    from agentctl.hub.hub_store import HubStoreError
 
     configure_logging(args.log_level)
     try:
@@ -98,7 +98,7 @@ def _hub_serve(args: argparse.Namespace, signals: Any) -> int:
         db = Path(args.db).expanduser().absolute() if args.db else default_db()
     except ControlSocketError as exc:
         return _err(f"hub socket: {exc}", 2)
-    from agentctl.upstream.web import WebConfigError, load_token, parse_listen
+    from agentctl.hub.web import WebConfigError, load_token, parse_listen
 
     web_args = None
     try:
@@ -135,7 +135,7 @@ async def _serve(socket_path: Path, db: Path, tasks_db: str | None, web_args: tu
     from agentctl.control.socket import cleanup_socket_path
     from agentctl.lifecycle import serve_until_signalled
     from agentctl.runtime import freeze_startup_heap
-    from agentctl.upstream.hub import Hub
+    from agentctl.hub.hub import Hub
 
     hub = Hub(socket_path, db, tasks_db=tasks_db)
     page = None
@@ -146,7 +146,7 @@ async def _serve(socket_path: Path, db: Path, tasks_db: str | None, web_args: tu
         ready = {"event": "ready", "socket": str(hub.socket_path), "db": str(hub.db_path),
                  "tasks_db": str(hub.tasks_db), "pid": os.getpid()}
         if web_args is not None:
-            from agentctl.upstream.web import HubWeb
+            from agentctl.hub.web import HubWeb
 
             host, port, token, generated, token_file = web_args
             page = HubWeb(hub, host, port, token=token)
@@ -182,7 +182,7 @@ async def _serve(socket_path: Path, db: Path, tasks_db: str | None, web_args: tu
 
 
 def _load(args: argparse.Namespace):
-    from agentctl.upstream.hub_store import HubStore, HubStoreError
+    from agentctl.hub.hub_store import HubStore, HubStoreError
 
     db = Path(args.db).expanduser().absolute() if args.db else default_db()
     try:
@@ -198,7 +198,7 @@ def _load(args: argparse.Namespace):
 def cmd_hub_status(args: argparse.Namespace) -> int:
     import msgspec
 
-    from agentctl.upstream.hub_store import status_view
+    from agentctl.hub.hub_store import status_view
 
     sessions = _load(args)
     if isinstance(sessions, str):
@@ -216,7 +216,7 @@ def cmd_hub_status(args: argparse.Namespace) -> int:
 def cmd_hub_report(args: argparse.Namespace) -> int:
     import msgspec
 
-    from agentctl.upstream.hub_store import report_view
+    from agentctl.hub.hub_store import report_view
 
     sessions = _load(args)
     if isinstance(sessions, str):

@@ -12,7 +12,7 @@ from typing import Any
 from agentctl.backend.base import BackendError
 from agentctl.control.socket import peer_cred
 from agentctl.upstream import protocol as P
-from agentctl.upstream.hub_store import ExecutionState, SessionState
+from agentctl.hub.hub_store import ExecutionState, SessionState
 
 log = logging.getLogger("agentctl.hub")
 
