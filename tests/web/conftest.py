@@ -20,7 +20,6 @@ from tests.conftest import eventually as _eventually
 from tests.web.world import World, world
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
-O200K = Path(__file__).resolve().parents[3] / "shared" / "data" / "o200k_base.tiktoken"
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -49,8 +48,8 @@ def chromium_path() -> str | None:
 def _env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("AGENTCTL_SOCKET", "RUNTIME_DIRECTORY", "NO_COLOR", "TERM"):
         monkeypatch.delenv(name, raising=False)
-    if O200K.is_file():  # token estimates in the catalog, without a network
-        monkeypatch.setenv("AGENTCTL_O200K_PATH", str(O200K))
+    # Token estimates come from the encoding shipped in the package, with no network.
+    monkeypatch.delenv("AGENTCTL_O200K_PATH", raising=False)
 
 
 @pytest.fixture
