@@ -69,11 +69,12 @@ async def eventually(predicate, timeout: float = 15.0, what: str = "condition"):
 async def running(short_dir: Path) -> AsyncIterator[World]:
     """The world with both sessions opened: session-a (mixed states) and session-b (lazy: delivered)."""
     async with world(short_dir) as w:
-        for daemon in (w.a, w.b):
-            loader = daemon.endpoint.estimator_loader
-            await eventually(lambda: loader is None or loader.ready, 60, "the token estimator")
         await w.a.agent.acp.new_session()
         await w.b.agent.acp.new_session()
+        # session-a's agent lists the tools, which loads the vocabulary; the list is then recorded again
+        # with estimates (session-b's agent never lists, so its daemon never loads one).
+        loader = w.a.endpoint.estimator_loader
+        await eventually(lambda: loader is None or loader.ready, 60, "the token estimator")
         for sid in ("session-a", "session-b"):
             await eventually(lambda: (r := w.hub.report(sid)) and r.history and r.history.current, what=f"{sid} at the hub")
         yield w
