@@ -33,13 +33,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentctl.agent.manager import DAEMON_SECRET_ENV_PREFIXES
+from agentctl.agent.delivery import ServerEntry, drop
 from agentctl.agent.passthrough.base import (
-    NAME_UNSUPPORTED,
+    CliReceiver,
     Materialization,
     MaterializeRequest,
-    ServerEntry,
-    drop,
-    plan_servers,
+    plan_materialization,
     unsupported,
 )
 from agentctl.daemon.systemd import SERVICE_MANAGER_ENV_PREFIXES
@@ -72,15 +71,16 @@ def toml_value(value: Any) -> str:
     raise TypeError(f"no TOML literal for {type(value).__name__}")
 
 
+def _refused_name(name: str) -> str | None:
+    return None if _BARE_KEY.match(name) else "Codex server names allow only letters, digits, '-' and '_'"
+
+
 class CodexStrategy:
     name = "codex"
-    transports = frozenset({"http", "stdio"})
+    receiver = CliReceiver(frozenset({"http", "stdio"}), refuse_name=_refused_name)
 
     def materialize(self, req: MaterializeRequest) -> Materialization:
-        plan = plan_servers(req, self.transports)
-        for entry in list(plan.delivered):
-            if not _BARE_KEY.match(entry.name):
-                drop(plan, entry, NAME_UNSUPPORTED, "Codex server names allow only letters, digits, '-' and '_'")
+        plan = plan_materialization(req, self.receiver)
         forwarded = _forward_env(plan, req)
         argv: list[str] = []
 
