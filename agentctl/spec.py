@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 from urllib.parse import urlsplit
 
 import msgspec
@@ -16,6 +16,10 @@ from agentctl.evidence.secret_registry import SecretRegistry, url_parts
 AF_UNIX_PATH_MAX = 107
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+
+
+# The passthrough strategies, one module each in agentctl/agent/passthrough/ (a test keeps the two equal).
+StrategyName = Literal["claude", "codex", "cursor", "gemini", "opencode"]
 
 
 class SpecError(Exception):
@@ -37,7 +41,7 @@ class IdentitySpec(_S):
 class AgentSpec(_S):
     command: list[str]
     protocol: Literal["acp", "passthrough"] = "acp"
-    strategy: str | None = None
+    strategy: StrategyName | None = None
     workdir: str | None = None
     env: dict[str, str] = {}
     permission: Literal["allow", "deny", "ask"] = "deny"  # answer to the agent's permission requests
@@ -161,7 +165,11 @@ def parse_spec(raw: bytes, *, source: str = "<spec>", fmt: str = "toml") -> Spec
         spec = msgspec.convert(data, type=Spec, strict=True)
     except msgspec.ValidationError as exc:
         msg = str(exc)
-        raise _fail(source, _field_path(msg), _describe(msg)) from None
+        path = _field_path(msg)
+        if path == "agent.strategy" and msg.startswith("Invalid enum value"):
+            known = ", ".join(get_args(StrategyName))
+            raise _fail(source, path, f"unknown passthrough strategy (known: {known})") from None
+        raise _fail(source, path, _describe(msg)) from None
     except RecursionError:
         raise _fail(source, "(top level)", "nested too deeply") from None
     _check(spec, source)
@@ -182,11 +190,6 @@ def _check(spec: Spec, source: str) -> None:
             raise _fail(source, "agent.command", "must be a non-empty argv list")
         if agent.protocol == "acp" and agent.strategy is not None:
             raise _fail(source, "agent.strategy", "only valid with protocol = \"passthrough\"")
-        if agent.protocol == "passthrough" and agent.strategy is not None:
-            from agentctl.agent.passthrough import STRATEGY_NAMES  # here: the strategies import this module
-
-            if agent.strategy not in STRATEGY_NAMES:
-                raise _fail(source, "agent.strategy", f"unknown passthrough strategy (known: {', '.join(STRATEGY_NAMES)})")
     mcp = spec.mcp
     _check_listen(mcp.listen, source)
     if not _NAME_RE.match(mcp.builtin_name):
