@@ -24,7 +24,7 @@ import msgspec
 from agentctl.backend.base import TASK_STATUSES, BackendError, timeout_message
 from agentctl.evidence.contract import Identity
 from agentctl.evidence.sanitize import target_for_command, target_for_url
-from agentctl.private_files import UnsafePath
+from agentctl.safe_files import UnsafePath
 from agentctl.sqlite_util import open_sqlite
 
 logger = logging.getLogger(__name__)
