@@ -344,6 +344,26 @@ def is_own_temp(name: str, target: str) -> bool:
     return name.startswith(f".{target}.agentctl-") and name.endswith(".tmp")
 
 
+def remove_stale_temps(path: str | os.PathLike[str]) -> list[Path]:
+    """Remove the temporary files killed writers of `path` left beside it, and return them. For a file in
+    a private directory only: every `.<name>.*.tmp` there is taken for one (`write_atomic`'s, and the
+    `.<name>.<pid>.<hex>.tmp` an older agentctl made)."""
+    path = Path(path)
+    removed: list[Path] = []
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return removed
+    for name in names:
+        if name.startswith(f".{path.name}.") and name.endswith(".tmp"):
+            try:
+                os.unlink(path.parent / name)
+            except OSError:
+                continue
+            removed.append(path.parent / name)
+    return removed
+
+
 def unlink_quietly(name: str, dir_fd: int) -> None:
     try:
         os.unlink(name, dir_fd=dir_fd)

@@ -36,12 +36,11 @@ import platformdirs
 from agentctl.evidence.contract import CONTRACT_VERSION, AttachmentHistory, decode_history, encode
 from agentctl.evidence.ledger import Ledger
 from agentctl.logs import log_failure
-from agentctl.safe_files import UnsafePath, ensure_private_dir, open_private, write_atomic
+from agentctl.safe_files import UnsafePath, ensure_private_dir, open_private, remove_stale_temps, write_atomic
 
 log = logging.getLogger(__name__)
 
 REPORT_NAME = "report.json"
-_TMP_SUFFIX = ".tmp"
 # The reason code of a report that could not be written (disk full, read-only, ...): the live report is whole,
 # the file on disk is the last good one, and the write is retried.
 REPORT_WRITE_FAILED = "report_write_failed"
@@ -185,34 +184,6 @@ def _lock_holder(fd: int) -> str:
     except (OSError, UnicodeDecodeError):
         return ""
     return f" (pid {text})" if text.isdigit() else ""
-
-
-# --------------------------------------------------------------------------------- stale temp files
-
-
-def _is_own_tmp(path: Path, name: str) -> bool:
-    # write_atomic's temp files for `path` (`.report.json.agentctl-<hex>.tmp`), and those of the naming an
-    # older agentctl used (`.report.json.<pid>.<hex>.tmp`).
-    return name.startswith(f".{path.name}.") and name.endswith(_TMP_SUFFIX)
-
-
-def remove_stale_temps(path: Path) -> list[Path]:
-    """Remove temp files of write_atomic's naming for `path` (left by a writer killed mid-write)."""
-    path = Path(path)
-    removed: list[Path] = []
-    try:
-        names = os.listdir(path.parent)
-    except OSError:
-        return removed
-    for name in names:
-        if _is_own_tmp(path, name):
-            candidate = path.parent / name
-            try:
-                os.unlink(candidate)
-            except OSError:
-                continue
-            removed.append(candidate)
-    return removed
 
 
 # ---------------------------------------------------------------------------------------------- reading

@@ -30,7 +30,8 @@ from agentctl.evidence.contract import (
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 1024 * 1024  # JSON bytes of one frame, not counting the newline
 STREAM_LIMIT = MAX_FRAME_BYTES + 1  # asyncio StreamReader limit: a whole line including its newline
-# The on-demand agent output window (DESIGN.md): the smaller of 50 lines and 16 KiB.
+# The on-demand agent output window (docs/design.md, "Release-safe report"): the smaller of 50 lines and
+# 16 KiB, never persisted.
 MAX_STDERR_LINES = 50
 MAX_STDERR_BYTES = 16 * 1024
 
