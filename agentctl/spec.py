@@ -14,8 +14,9 @@ from agentctl.evidence.contract import Transport
 from agentctl.evidence.secret_registry import SecretRegistry, url_parts
 
 AF_UNIX_PATH_MAX = 107
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+# Used with fullmatch: `$` alone would also accept a trailing line break.
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 
 
 # The passthrough strategies, one module each in agentctl/agent/passthrough/ (a test keeps the two equal).
@@ -182,7 +183,7 @@ def _check(spec: Spec, source: str) -> None:
         value = getattr(ident, field)
         if value is None:
             continue
-        if not _ID_RE.match(value):
+        if not _ID_RE.fullmatch(value):
             raise _fail(source, f"identity.{field}", "must be 1-128 characters of letters, digits, '_', '.', ':' or '-'")
     if spec.agent is not None:
         agent = spec.agent
@@ -192,11 +193,11 @@ def _check(spec: Spec, source: str) -> None:
             raise _fail(source, "agent.strategy", "only valid with protocol = \"passthrough\"")
     mcp = spec.mcp
     _check_listen(mcp.listen, source)
-    if not _NAME_RE.match(mcp.builtin_name):
+    if not _NAME_RE.fullmatch(mcp.builtin_name):
         raise _fail(source, "mcp.builtin_name", "must be 1-64 characters of letters, digits, '_', '.' or '-'")
     for i, server in enumerate(mcp.servers):
         where = f"mcp.servers[{i}]"
-        if not _NAME_RE.match(server.name):
+        if not _NAME_RE.fullmatch(server.name):
             raise _fail(source, f"{where}.name", "must be 1-64 characters of letters, digits, '_', '.' or '-'")
         if server.type in ("http", "sse"):
             if not server.url:

@@ -45,7 +45,7 @@ from agentctl.daemon.systemd import SERVICE_MANAGER_ENV_PREFIXES
 
 TOKEN_ENV = "AGENTCTL_MCP_BEARER_TOKEN"
 HEADER_ENV = "AGENTCTL_MCP_HEADER_{server}_{header}"
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")  # with fullmatch: `$` would also accept a trailing line break
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ENV_UNSUPPORTED = unsupported("env")
 # Ours (the token and header variables), or stripped from every agent environment by the supervisor.
@@ -53,7 +53,7 @@ _RESERVED_ENV = ("AGENTCTL_", *SERVICE_MANAGER_ENV_PREFIXES)
 
 
 def toml_key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else json.dumps(key, ensure_ascii=False)
+    return key if _BARE_KEY.fullmatch(key) else json.dumps(key, ensure_ascii=False)
 
 
 def toml_value(value: Any) -> str:
@@ -72,7 +72,7 @@ def toml_value(value: Any) -> str:
 
 
 def _refused_name(name: str) -> str | None:
-    return None if _BARE_KEY.match(name) else "Codex server names allow only letters, digits, '-' and '_'"
+    return None if _BARE_KEY.fullmatch(name) else "Codex server names allow only letters, digits, '-' and '_'"
 
 
 class CodexStrategy:
