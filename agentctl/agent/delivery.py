@@ -12,7 +12,7 @@ the caller records the evidence and sends or writes the entries.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from agentctl.evidence.contract import Transport
 from agentctl.evidence.sanitize import target_for_command, target_for_url
@@ -71,22 +71,29 @@ class Omitted:
     summary: str
 
 
+class Refusal(NamedTuple):
+    """Why a receiver cannot take a server: a stable reason code and a sanitized summary."""
+
+    reason_code: str
+    summary: str
+
+
 class Receiver(Protocol):
-    """What the receiving side can take, and how it words what it cannot (reason code and summary)."""
+    """What the receiving side can take, and how it words what it cannot."""
 
     @property
     def transports(self) -> frozenset[str]: ...
 
-    def transport_refused(self, transport: str) -> tuple[str, str]:
+    def transport_refused(self, transport: str) -> Refusal:
         """Why a profile server of `transport` (one not in `transports`) is left out."""
         ...
 
-    def builtin_refused(self, wanted: str) -> tuple[str, str]:
+    def builtin_refused(self, wanted: str) -> Refusal:
         """Why the built-in server is left out when policy allows `wanted` (its first remote transport)
         but the receiver takes none of the remote transports policy allows."""
         ...
 
-    def name_refused(self, name: str) -> tuple[str, str] | None:
+    def name_refused(self, name: str) -> Refusal | None:
         """Why a server of this name cannot be handed over, or None: the name is accepted."""
         ...
 
@@ -101,14 +108,18 @@ class AcpReceiver:
     def transports(self) -> frozenset[str]:
         return frozenset({"stdio", *(["http"] if self.caps.http else []), *(["sse"] if self.caps.sse else [])})
 
-    def transport_refused(self, transport: str) -> tuple[str, str]:
-        code = HTTP_UNSUPPORTED if transport == "http" else SSE_UNSUPPORTED
-        return code, f"the agent does not advertise {transport} MCP"
+    def transport_refused(self, transport: str) -> Refusal:
+        return Refusal(
+            reason_code=HTTP_UNSUPPORTED if transport == "http" else SSE_UNSUPPORTED,
+            summary=f"the agent does not advertise {transport} MCP",
+        )
 
-    def builtin_refused(self, wanted: str) -> tuple[str, str]:
-        return NO_SUPPORTED_TRANSPORT, "the agent advertises neither http nor sse MCP transport"
+    def builtin_refused(self, wanted: str) -> Refusal:
+        return Refusal(
+            reason_code=NO_SUPPORTED_TRANSPORT, summary="the agent advertises neither http nor sse MCP transport"
+        )
 
-    def name_refused(self, name: str) -> tuple[str, str] | None:
+    def name_refused(self, name: str) -> Refusal | None:
         return None
 
 
@@ -138,7 +149,8 @@ def plan_servers(spec: Spec, builtin: BuiltinEndpoint, receiver: Receiver) -> Se
         if not wanted and supported & set(BUILTIN_TRANSPORTS):
             plan.filtered.append(Omitted(builtin.name, POLICY_DENIED, "executor policy allows neither http nor sse"))
         else:
-            plan.filtered.append(Omitted(builtin.name, *receiver.builtin_refused((wanted or ["http"])[0])))
+            refusal = receiver.builtin_refused((wanted or ["http"])[0])
+            plan.filtered.append(Omitted(builtin.name, refusal.reason_code, refusal.summary))
 
     seen = {builtin.name}
     for server in spec.mcp.servers:
@@ -150,7 +162,8 @@ def plan_servers(spec: Spec, builtin: BuiltinEndpoint, receiver: Receiver) -> Se
             plan.filtered.append(Omitted(server.name, POLICY_DENIED, f"executor policy does not allow {server.type}"))
             continue
         if server.type not in supported:
-            plan.filtered.append(Omitted(server.name, *receiver.transport_refused(server.type)))
+            refusal = receiver.transport_refused(server.type)
+            plan.filtered.append(Omitted(server.name, refusal.reason_code, refusal.summary))
             continue
         if server.type == "stdio":
             plan.delivered.append(ServerEntry(
@@ -166,9 +179,9 @@ def plan_servers(spec: Spec, builtin: BuiltinEndpoint, receiver: Receiver) -> Se
     # Last, over every server still planned (the built-in one included), so a name is never the reason
     # for a server that policy or the transport already left out.
     for entry in list(plan.delivered):
-        refused = receiver.name_refused(entry.name)
-        if refused is not None:
-            drop(plan, entry, *refused)
+        refusal = receiver.name_refused(entry.name)
+        if refusal is not None:
+            drop(plan, entry, refusal.reason_code, refusal.summary)
     return plan
 
 

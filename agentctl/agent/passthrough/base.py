@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from agentctl.agent.delivery import BuiltinEndpoint, ServerPlan, plan_servers
+from agentctl.agent.delivery import BuiltinEndpoint, Refusal, ServerPlan, plan_servers
 from agentctl.spec import Spec
 
 MATERIALIZE_FAILED = "materialize_failed"
@@ -108,15 +108,17 @@ class CliReceiver:
     transports: frozenset[str]
     refuse_name: Callable[[str], str | None] | None = field(default=None, compare=False)
 
-    def transport_refused(self, transport: str) -> tuple[str, str]:
-        return unsupported(transport), f"this CLI's configuration cannot express {transport}"
+    def transport_refused(self, transport: str) -> Refusal:
+        return Refusal(
+            reason_code=unsupported(transport), summary=f"this CLI's configuration cannot express {transport}"
+        )
 
-    def builtin_refused(self, wanted: str) -> tuple[str, str]:
+    def builtin_refused(self, wanted: str) -> Refusal:
         return self.transport_refused(wanted)
 
-    def name_refused(self, name: str) -> tuple[str, str] | None:
+    def name_refused(self, name: str) -> Refusal | None:
         why = self.refuse_name(name) if self.refuse_name is not None else None
-        return None if why is None else (NAME_UNSUPPORTED, why)
+        return None if why is None else Refusal(reason_code=NAME_UNSUPPORTED, summary=why)
 
 
 def plan_materialization(req: MaterializeRequest, receiver: CliReceiver) -> Materialization:
