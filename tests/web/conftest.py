@@ -77,7 +77,17 @@ async def running(short_dir: Path) -> AsyncIterator[World]:
         await eventually(lambda: loader is None or loader.ready, 60, "the token estimator")
         for sid in ("session-a", "session-b"):
             await eventually(lambda: (r := w.hub.report(sid)) and r.history and r.history.current, what=f"{sid} at the hub")
+        if loader is not None:
+            # The listing recorded again with estimates reaches the hub before a page opens, so no test sees
+            # the page change under it.
+            await eventually(lambda: _estimates_at_hub(w), 30, "the estimates at the hub")
         yield w
+
+
+def _estimates_at_hub(w: World) -> bool:
+    report = w.hub.report("session-a")
+    rows = report.history.current.servers if report and report.history and report.history.current else []
+    return any(row.catalog is not None and row.catalog.estimator for row in rows)
 
 
 @pytest.fixture
