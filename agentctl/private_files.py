@@ -27,7 +27,7 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["MAX_SYMLINKS", "UnsafePath", "check_private_file", "ensure_private_dir", "open_private"]
+__all__ = ["MAX_SYMLINKS", "UnsafePath", "check_private_file", "ensure_private_dir", "open_private", "read_secret_file"]
 
 MAX_SYMLINKS = 40  # as the kernel's own limit: a loop is refused, not followed forever
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
@@ -164,3 +164,32 @@ def open_private(path: str | os.PathLike[str], flags: int = os.O_RDWR) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def read_secret_file(path: str | os.PathLike[str], max_bytes: int = 64 * 1024) -> str:
+    """The text of a file holding a secret (a connection string with its password), whitespace around it
+    stripped: a regular file of ours, opened without following a symbolic link, that no other user may read.
+    A group- or world-readable one is refused, not tightened: what it holds may already have been read.
+    Raises UnsafePath, OSError, or ValueError (too large, not UTF-8, empty), each one line."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePath(f"{path} is a symbolic link; refusing to follow it") from None
+        raise
+    with os.fdopen(fd, "rb") as src:
+        st = os.fstat(src.fileno())
+        check_private_file(Path(path), st)
+        if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise UnsafePath(f"{path} is readable by other users (mode {stat.S_IMODE(st.st_mode):04o}): chmod 600 "
+                             "it, and change the secret it holds if others could have read it")
+        data = src.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"{path} is larger than {max_bytes} bytes")
+    try:
+        text = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text") from None
+    if not text:
+        raise ValueError(f"{path} is empty")
+    return text
