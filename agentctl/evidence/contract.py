@@ -638,5 +638,6 @@ class HubMigration(Base, kw_only=True):
     schema_from: int
     schema_to: int
     schema_latest: int
-    adopted: bool = False
-    applied: list[MigrationStep] = []
+    # Required, so `--json` always has them (a default would be omitted): `"applied": []` when up to date.
+    adopted: bool
+    applied: list[MigrationStep]

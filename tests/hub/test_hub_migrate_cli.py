@@ -70,7 +70,7 @@ def test_a_sqlite_file_is_created_then_up_to_date_and_a_file_from_before_migrati
     again = _run("migrate", "--db", str(db), "--json")
     assert json.loads(again.stdout) == {"version": 1, "database": str(db), "engine": "sqlite",
                                         "schema_from": HUB.latest, "schema_to": HUB.latest,
-                                        "schema_latest": HUB.latest}
+                                        "schema_latest": HUB.latest, "adopted": False, "applied": []}
     assert _run("migrate", "--db", str(db)).stdout == f"hub database {db}: schema version {HUB.latest}, up to date\n"
 
     old = tmp_path / "old.sqlite3"
