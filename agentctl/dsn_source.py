@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentctl.dsn import DsnError, PostgresDsn, SqlitePath, parse_location
-from agentctl.private_files import UnsafePath, read_secret_file
+from agentctl.safe_files import UnsafePath, read_secret_file
 
 ARGV_PASSWORD_WARNING = ("the --db value holds a password, which other local users can read in the process list; "
                          "use --db-file PATH, PGPASSFILE or PGPASSWORD instead")

@@ -41,7 +41,7 @@ from agentctl.evidence.contract import (
 )
 from agentctl.hub.migrations import HUB
 from agentctl.migrations import MigrationError, MigrationResult, SqliteDialect, open_migrated_sqlite, require_latest
-from agentctl.private_files import UnsafePath
+from agentctl.safe_files import UnsafePath
 from agentctl.sqlite_util import open_sqlite_readonly
 
 BUSY_TIMEOUT_MS = 5000
