@@ -24,6 +24,8 @@ class Reason(NamedTuple):
 # One row per code: (code, where, what it means, what to do). Kept sorted within each group.
 TABLE: tuple[Reason, ...] = tuple(Reason(*row) for row in (
     # ---- server rows: failed (an explicit, attributable attachment error) ------------------------------------
+    ("agent_reported_failed", "row", "the agent itself reported that this server failed to connect (reported by the agent, not observed by agentctl)", "Read the summary (the agent's words, redacted); check that the server runs at its URL or command, and test reachability from the daemon with `agentctl test-endpoint NAME`."),
+    ("agent_reported_needs_auth", "row", "the agent itself reported that this server needs authentication first (reported by the agent, not observed by agentctl)", "Give the server its credentials in the profile (headers or env), or log the agent in to it (for example `codex mcp login NAME`, or `/mcp` in Claude Code)."),
     ("attachment_error", "row", "an attachment error was reported for this server without a reason", "Read the summary beside the code and the agent's output (`agentctl stderr`)."),
     ("initialize_failed", "row", "an MCP initialize request failed", "On the built-in row: a client sent an initialize the endpoint refused; a later successful initialize or tools/list of the attempt clears it. In an endpoint test: the server refused the test's initialize."),
     ("session_pool_full", "row", "the built-in endpoint refused the agent a legacy MCP session (503): every session within the bound was busy", "Look at the agent's output (`agentctl stderr`) for a client that opens sessions and keeps a stream open on each; the row recovers once a session is free."),
