@@ -45,6 +45,7 @@ TABLE: tuple[Reason, ...] = tuple(Reason(*row) for row in (
     ("sse_unsupported", "row", "not sent: the agent does not advertise MCP over SSE", "Use an agent that advertises sse in mcpCapabilities, or configure the server over http or stdio."),
     ("sse_unsupported_by_strategy", "row", "not sent: this CLI's configuration cannot express an SSE server", "Configure the server with a transport this CLI supports, or run the agent over ACP."),
     ("stdio_unsupported_by_strategy", "row", "not sent: this CLI's configuration cannot express a stdio server", "Configure the server with a transport this CLI supports, or run the agent over ACP."),
+    ("untrusted_folder", "row", "disabled by the agent: Gemini CLI does not trust the working directory, so it starts none of its MCP servers", "Trust the folder in Gemini (`gemini` in that folder, then \"Trust folder\"; or a `TRUST_FOLDER` rule for it in ~/.gemini/trustedFolders.json), or let this run skip the check with `--skip-trust` or `GEMINI_CLI_TRUST_WORKSPACE=true` in the agent's command or environment. agentctl never changes your Gemini settings."),
     # ---- session errors (report level: no row is failed) and agent answers -----------------------------------
     ("agent_exited", "session", "the agent process exited", "See how it ended in `agentctl diagnostics` (code or signal) and its last output in `agentctl stderr`; start a new execution."),
     ("agent_not_running", "session", "there is no running agent to ask", "The agent exited or never started: see `agentctl diagnostics`."),
