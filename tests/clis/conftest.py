@@ -48,3 +48,7 @@ def real_cli() -> Callable[[str], Path]:
 def clean_env(home: Path, **extra: str) -> dict[str, str]:
     """An environment with nothing of the user's: a throw-away HOME, and PATH so that `node` is found."""
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8", **extra}
+
+
+# The real built-in endpoint the smoke tests' CLIs reach (in-process: the MCP endpoint tests' harness).
+from tests.mcp_endpoint.conftest import make_harness  # noqa: E402,F401
