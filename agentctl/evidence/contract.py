@@ -58,8 +58,8 @@ RawState = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 # `<method>:<hex digest>`; CATALOG_HASH_METHOD names the one this version computes.
 CatalogHash = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9]+:[a-z0-9-]+:[0-9a-f]{16,128}$")]
 
-# Bounds from DESIGN.md "Release-safe report". They live here because they are part of the contract:
-# a consumer may rely on them.
+# The report's bounds (docs/design.md, "Release-safe report"). They live here because they are part of the
+# contract: a consumer may rely on them.
 MAX_ATTEMPTS = 3
 MAX_EVENTS_PER_ATTEMPT = 64
 MAX_SUMMARY_BYTES = 256
@@ -703,7 +703,8 @@ class HubStatus(Base, kw_only=True):
     """`agentctl hub status --json`: every session the hub has heard of, most recent contact first."""
 
     version: int
-    sessions: list[HubSession] = []
+    # Required, so an empty hub still prints `"sessions": []` (a default would be omitted).
+    sessions: list[HubSession]
 
 
 class HubSessionReport(Base, kw_only=True):
