@@ -7,8 +7,9 @@ and is refused ("cannot be run as root"), it has no way to run the server as ano
 listens on TCP (the port found by probing). This module is the ~200 lines it would have needed around it.
 
 The fixtures (`pg_server` for the session, `pg_db` for one test) are wired in tests/conftest.py. When the
-binaries or the driver are missing the fixtures fail with what to install; they skip instead only when
-AGENTCTL_SKIP_POSTGRES=1 is set and AGENTCTL_REQUIRE_POSTGRES (set by .ci/run) is not.
+binaries or the driver are missing the fixtures skip, saying what to install, so a newcomer's `make test`
+runs; where AGENTCTL_REQUIRE_POSTGRES is set (.ci/run sets it) they fail instead. AGENTCTL_SKIP_POSTGRES=1
+skips them on a machine that has the server.
 """
 
 from __future__ import annotations
@@ -41,10 +42,10 @@ START_TIMEOUT = 60
 
 
 def unavailable(reason: str) -> None:
-    """Fail, or skip where the developer asked to (never where REQUIRE is set)."""
-    if os.environ.get(SKIP) == "1" and not os.environ.get(REQUIRE):
-        pytest.skip(f"{reason} ({SKIP}=1)")
-    pytest.fail(f"{reason}; set {SKIP}=1 to skip the PostgreSQL tests on this machine", pytrace=False)
+    """Fail where REQUIRE is set (CI); skip elsewhere, saying what to install (a newcomer's `make test`)."""
+    if not os.environ.get(REQUIRE):
+        pytest.skip(reason + (f" ({SKIP}=1)" if os.environ.get(SKIP) == "1" else ""))
+    pytest.fail(f"{reason}; {REQUIRE} is set, so the PostgreSQL tests must run here", pytrace=False)
 
 
 def find_bindir() -> Path | None:
@@ -311,6 +312,8 @@ def pg_server_fixture() -> Iterator[PgServer]:
         import psycopg  # noqa: F401
     except ImportError:
         unavailable("the PostgreSQL tests need psycopg (the `test` extra: pip install -e '.[test]')")
+    if os.environ.get(SKIP) == "1" and not os.environ.get(REQUIRE):
+        pytest.skip(f"the PostgreSQL tests are skipped on this machine ({SKIP}=1)")
     server = started_server()
     try:
         yield server
