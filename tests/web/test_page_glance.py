@@ -299,7 +299,16 @@ async def test_dark_mode_follows_the_system_with_the_same_contrast_checks_as_lig
         await panel.locator("button.server[data-server='docs']").click()
         await expect(panel.locator("li[data-step='failed'] .plain")).to_be_visible()
         checked += await _contrast(page)
+        await page.keyboard.press("Escape")
+        await _row(page, "session-b").locator(".mcp-trigger").click()  # amber whatever the machine's load
+        await expect(_row(page, "session-b").locator(".panel .state.tone-amber").first).to_be_visible()
+        checked += await _contrast(page)
         assert checked > 40  # the check saw the page, not an empty one
+        # And it can fail: a text made too faint for this scheme is reported.
+        await page.evaluate("document.querySelectorAll('.attention').forEach((el) => { "
+                            "el.style.color = '#777'; el.style.background = '#888'; })")
+        faint = await page.evaluate(CONTRAST)
+        assert faint["failures"] and all("need attention" in f or "needs attention" in f for f in faint["failures"])
         await context.close()
     assert backgrounds == {"light": "rgb(255, 255, 255)", "dark": "rgb(13, 17, 23)"}
 
