@@ -39,7 +39,7 @@ from agentctl.evidence.contract import (
     Identity,
     encode,
 )
-from agentctl.private_files import UnsafePath
+from agentctl.safe_files import UnsafePath
 from agentctl.sqlite_util import open_sqlite, open_sqlite_readonly
 
 SCHEMA_VERSION = 1
