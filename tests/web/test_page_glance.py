@@ -82,7 +82,7 @@ async def test_cards_count_servers_needing_attention_filter_search_and_sort_with
     a, b = _row(page, "session-a"), _row(page, "session-b")
     # session-a: `docs` failed (the agent refused the session); `local` is third-party and delivered, which
     # is all agentctl can see of it, and `legacy` is filtered: neither needs attention. (On a loaded machine
-    # the strict agent's own 5 s connect bound can fail the others too: the count follows the evidence.)
+    # the strict agent's own connect bound can fail the others too: the count follows the evidence.)
     rows = running.hub.report("session-a").history.current.servers
     failed = [row.name for row in rows if row.status == "failed"]
     assert "docs" in failed and "legacy" not in failed
