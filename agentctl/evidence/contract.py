@@ -618,3 +618,26 @@ class HubSessionReport(Base, kw_only=True):
     session: HubSession
     executions: list[HubExecution] = []
     history: AttachmentHistory | None = None  # the current execution's, unless another was asked for
+
+
+class MigrationStep(Base, kw_only=True):
+    version: int
+    description: str
+
+
+class HubMigration(Base, kw_only=True):
+    """`agentctl hub migrate --json`: the schema version found, the one left, and the steps applied between.
+
+    `database` is the location as displayed: a path, or a connection string with its secrets as `***`.
+    `adopted`: the database was written before versioned migrations and recorded as `schema_to` as it was.
+    """
+
+    version: int
+    database: str
+    engine: Literal["sqlite", "postgresql"]
+    schema_from: int
+    schema_to: int
+    schema_latest: int
+    # Required, so `--json` always has them (a default would be omitted): `"applied": []` when up to date.
+    adopted: bool
+    applied: list[MigrationStep]
