@@ -36,7 +36,7 @@ from agentctl.backend.embedded import EmbeddedBackend
 from agentctl.control.socket import bind_unix_socket, cleanup_socket_path, peer_allowed, prepare_socket_path
 from agentctl.evidence import reducer
 from agentctl.evidence.contract import (
-    CONTRACT_VERSION,
+    READABLE_CONTRACT_VERSIONS,
     EndpointTestResult,
     HubSession,
     HubSessionReport,
@@ -422,11 +422,12 @@ class Hub:
     def _hello(self, conn: HubConnection, hello: P.HelloFrame) -> None:
         if conn.identity is not None:
             self._fatal(conn, "duplicate_hello", "hello was already received on this connection")
-        if hello.contract_version != CONTRACT_VERSION:
+        if hello.contract_version not in READABLE_CONTRACT_VERSIONS:  # an older daemon's shapes are a subset
             self._fatal(
                 conn,
                 "contract_mismatch",
-                f"contract version {hello.contract_version}; this hub reads {CONTRACT_VERSION}",
+                f"contract version {hello.contract_version}; this hub reads versions "
+                f"{', '.join(map(str, READABLE_CONTRACT_VERSIONS))}",
             )
         ident = hello.identity
         now = self._clock()
