@@ -23,7 +23,7 @@ REFERENCE_LINK = re.compile(r"^\s{0,3}\[[^\]\n]+\]:\s*(\S+)", re.MULTILINE)
 HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
 # Switches of the quick loop: each is read by the tests or .ci/run, and CONTRIBUTING.md explains it.
 SWITCHES = ("AGENTCTL_SKIP_PACKAGING", "AGENTCTL_REQUIRE_BROWSER", "AGENTCTL_CHROMIUM", "AGENTCTL_FAST_AGENT",
-            "AGENTCTL_O200K_PATH")
+            "AGENTCTL_O200K_PATH", "AGENTCTL_AGENT_BIN")
 
 
 def _skipped(path: Path) -> bool:

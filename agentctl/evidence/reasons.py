@@ -107,7 +107,7 @@ TABLE: tuple[Reason, ...] = tuple(Reason(*row) for row in (
     ("unreachable", "upstream", "the upstream socket could not be reached", "Check that the hub runs and that [upstream] socket names its socket; evidence is buffered meanwhile."),
     ("unsupported_version", "upstream", "a frame of another protocol version arrived", "Run daemon and hub from the same agentctl release."),
     # ---- tool catalog ------------------------------------------------------------------------------------------
-    ("encoding_unavailable", "tools", "the o200k_base encoding could not be loaded, so there are no token estimates", "Point $AGENTCTL_O200K_PATH at an o200k_base.tiktoken file, or fill tiktoken's cache; nothing else is affected."),
+    ("encoding_unavailable", "tools", "the o200k_base encoding could not be loaded, so there are no token estimates", "The copy shipped in the package is missing or damaged (reinstall agentctl), or $AGENTCTL_O200K_PATH names a file that is not o200k_base (unset it); nothing else is affected."),
     ("estimator_loading", "tools", "the token estimator is still loading", "List the tools again in a moment."),
     # ---- the report itself ----------------------------------------------------------------------------------
     ("invalid_reason_code", "report", "a reason code that was not a stable code was replaced", "A bug in the emitter; the summary still says what happened. Please report it."),

@@ -9,7 +9,8 @@ the ASGI scope; the SDK hands the scope back as `ctx.request.scope`):
   "modern", no connection id).
 - `tools_list_observed`: tool count and the bounded catalog (evidence/catalog.py) with token estimates
   when the estimator has loaded; `EstimatorLoader.get()` never blocks, and the catalog is built once per
-  distinct tool set, off the request path.
+  distinct tool set, off the request path. The first tools/list starts loading the vocabulary; a list
+  built while it loads is recorded again, with estimates, when loading ends.
 - `tool_call_observed`: the tool name (only if it is a well-formed tool name) and the outcome, never
   arguments or results.
 - `explicit_error`: only for a failed legacy `initialize` or a failed `tools/list` (reason code and the
@@ -58,6 +59,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from agentctl.evidence import reasons
 from agentctl.evidence.catalog import EstimatorLoader, build_catalog
+from agentctl.evidence.encoding import REASON_ESTIMATOR_LOADING
 from agentctl.evidence.contract import ClientInfo, ToolCatalog
 from agentctl.evidence.ledger import Ledger
 from agentctl.evidence.sanitize import bounded_text
@@ -77,6 +79,8 @@ _TOOL_NAME: Final = re.compile(r"[A-Za-z0-9_.\-/]{1,128}")
 _VERSION_TEXT: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
 MAX_MODERN_CLIENTS: Final = 512
 MAX_CATALOG_CACHE: Final = 8
+# tools/list results waiting for the estimator (the newest per attempt); attempts are bounded already.
+MAX_PENDING_LISTS: Final = 64
 INITIALIZE_FAILED: Final = reasons.code("initialize_failed")
 TOOLS_LIST_FAILED: Final = reasons.code("tools_list_failed")
 
@@ -136,6 +140,8 @@ class Observer:
         self.connections: dict[str, Connection] = {}
         self._modern_seen: set[tuple[str, Any, Any, str]] = set()
         self._catalogs: dict[tuple[int, str | None], tuple[int, ToolCatalog]] = {}
+        self._pending_lists: dict[str, tuple[Any, ...]] = {}
+        self._estimates_awaited = False
         self.hook_missing = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -350,6 +356,8 @@ class Observer:
         self, attempt_id: str, tools: list[Any], era: str, connection_id: str | None, occurred_at: Any
     ) -> None:
         tool_count, catalog = self.catalog_for(tools)
+        if catalog.estimator_unavailable_reason == REASON_ESTIMATOR_LOADING:
+            self._await_estimates(attempt_id, (attempt_id, tools, era, connection_id, occurred_at))
         self._record(
             "tools_list_observed",
             attempt_id,
@@ -362,9 +370,44 @@ class Observer:
             },
         )
 
+    def _await_estimates(self, attempt_id: str, args: tuple[Any, ...]) -> None:
+        """Record this tools/list again, with estimates, once the estimator has loaded.
+
+        The vocabulary is loaded only when a first tools/list wants estimates, so that list is built
+        while it loads; an agent may list its tools once per session, and that one list must not stay
+        without estimates. The repeat carries the original time, so the reducer keeps whichever list is
+        newest, and only the newest pending list of each attempt is kept.
+        """
+        loader = self.estimator_loader
+        loop = self._loop
+        if loader is None or loop is None:
+            return
+        self._pending_lists.pop(attempt_id, None)
+        if len(self._pending_lists) >= MAX_PENDING_LISTS:
+            self._pending_lists.pop(next(iter(self._pending_lists)))
+        self._pending_lists[attempt_id] = args
+        if self._estimates_awaited:
+            return
+        self._estimates_awaited = True
+
+        def ready() -> None:  # on the loader's thread
+            try:
+                loop.call_soon_threadsafe(self._safely, self._record_pending_lists, ())
+            except RuntimeError:  # loop closed: nobody is left to report to
+                pass
+
+        loader.when_ready(ready)
+
+    def _record_pending_lists(self) -> None:
+        pending, self._pending_lists = self._pending_lists, {}
+        for args in pending.values():
+            self._record_tools_list(*args)
+
     def catalog_for(self, tools: list[Any]) -> tuple[int, ToolCatalog]:
         """Build (or reuse) the bounded catalog of a tool list; estimator state is part of the key."""
         loader = self.estimator_loader
+        if loader is not None:
+            loader.start()  # idempotent; the first list that wants estimates loads the vocabulary
         estimator = loader.get() if loader is not None else None
         reason = loader.unavailable_reason if loader is not None else None
         try:

@@ -79,7 +79,7 @@ class McpEndpoint:
     """The built-in MCP server of one daemon (one execution generation).
 
     `backend_getter` is called on every tool call (tools.py); `estimator_loader` provides token
-    estimates for the catalog when loaded (started here, never waited for).
+    estimates for the catalog when loaded (started by the first tools/list, never waited for).
     """
 
     _set_app_status_class: bool = False  # this process set sse_starlette's global AppStatus.should_exit
@@ -199,8 +199,6 @@ class McpEndpoint:
         AppStatus.should_exit = False
         McpEndpoint._set_app_status_class = False
         install_sdk_log_redaction()  # again: SDK modules imported since construction have new loggers
-        if self.estimator_loader is not None:
-            self.estimator_loader.start()
         self.bridge.start()
         self.ledger.subscribe(self._on_ledger_change)
         started = asyncio.Event()

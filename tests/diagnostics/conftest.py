@@ -25,7 +25,6 @@ from tests.conftest import eventually, serve_asgi
 FIXTURES = Path(__file__).parent / "fixtures"
 PY = sys.executable
 REF_AGENT = str(Path(sys.executable).parent / "agentctl-reference-agent")
-O200K = Path(__file__).resolve().parents[3] / "shared" / "data" / "o200k_base.tiktoken"
 
 
 @pytest.fixture(autouse=True)

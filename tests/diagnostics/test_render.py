@@ -14,7 +14,6 @@ from agentctl.diagnostics.diagnostics import ToolLookupError, build_tools_view, 
 from agentctl.diagnostics.render import render_diagnostics, render_endpoint_test, render_tool, render_tools
 from agentctl.evidence.catalog import build_catalog, load_estimator
 from agentctl.evidence.contract import EndpointTestResponse, EndpointTestResult
-from tests.diagnostics.conftest import O200K
 from tests.diagnostics.render_support import every_state_ctx, every_state_diagnostics
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -255,9 +254,8 @@ def _with_catalog(tools: list[dict], estimator=None):
     return ctx
 
 
-@pytest.mark.skipif(not O200K.exists(), reason="the o200k_base file is not in ../shared/data")
 def test_tools_lists_the_catalog_with_token_estimates_and_says_they_are_estimates() -> None:
-    ctx = _with_catalog(TOOLS, load_estimator(str(O200K)))
+    ctx = _with_catalog(TOOLS, load_estimator())
     text = _norm(render_tools(build_tools_view(ctx), color=False))
     assert text == (
         "kandev tools in attempt att_X: 2 tools, ~126 tokens in all\n"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
+import hashlib
 import threading
 import time
 from pathlib import Path
@@ -10,7 +10,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from agentctl.evidence import catalog as catalog_mod
+from agentctl.evidence import encoding as encoding_mod
 from agentctl.evidence.catalog import EstimatorLoader, TokenEstimator, build_catalog, load_estimator
 from agentctl.evidence.contract import (
     MAX_CATALOG_SCHEMA_BYTES,
@@ -20,24 +20,19 @@ from agentctl.evidence.contract import (
     TOKEN_ESTIMATE_METHOD,
 )
 
-# The repo ships no encoding; shared/ sits beside the checkout, here and in CI.
-O200K_FILE = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "o200k_base.tiktoken"
-needs_o200k = pytest.mark.skipif(
-    not O200K_FILE.is_file(),
-    reason=f"o200k_base ranks not found at {O200K_FILE} (shared/data beside the repo)",
-)
+# The encoding ships in the package, so none of these tests depends on anything outside the repo.
+O200K_FILE = Path(encoding_mod.__file__).parent / "data" / "o200k_base.tiktoken"
 
 
 @pytest.fixture(scope="module")
 def estimator(tmp_path_factory: pytest.TempPathFactory) -> TokenEstimator:
-    if not O200K_FILE.is_file():
-        pytest.skip(f"o200k_base ranks not found at {O200K_FILE}")
-    # tiktoken copies even local files into its cache; keep that copy out of the real cache.
+    cache = tmp_path_factory.mktemp("tiktoken-cache")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path_factory.mktemp("tiktoken-cache")))
-        mp.delenv(catalog_mod.ENV_O200K_PATH, raising=False)
-        est = load_estimator(str(O200K_FILE))
+        mp.setenv("TIKTOKEN_CACHE_DIR", str(cache))
+        mp.delenv(encoding_mod.ENV_O200K_PATH, raising=False)
+        est = load_estimator()
     assert est is not None
+    assert list(cache.iterdir()) == [], "loading the packaged file writes nothing to tiktoken's cache"
     return est
 
 
@@ -73,7 +68,7 @@ def schema_of_size(n: int) -> dict:
 # --- estimator -------------------------------------------------------------------------------------------
 
 
-def test_hello_world_encodes_to_two_tokens_with_the_shared_file(estimator: TokenEstimator) -> None:
+def test_hello_world_encodes_to_two_tokens_with_the_packaged_file(estimator: TokenEstimator) -> None:
     assert estimator.count("hello world") == 2
     assert estimator._encoding.encode_ordinary("hello world") == [24912, 2375]
 
@@ -112,12 +107,29 @@ def test_estimate_is_taken_before_truncation(estimator: TokenEstimator) -> None:
 def test_load_estimator_uses_the_env_path_when_no_path_given(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, no_network: None
 ) -> None:
-    if not O200K_FILE.is_file():
-        pytest.skip(f"o200k_base ranks not found at {O200K_FILE}")
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv(catalog_mod.ENV_O200K_PATH, str(O200K_FILE))
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "cache"))
+    named = tmp_path / "ranks.tiktoken"
+    named.write_bytes(O200K_FILE.read_bytes())
+    monkeypatch.setenv(encoding_mod.ENV_O200K_PATH, str(named))
     est = load_estimator()
     assert est is not None and est.count("hello world") == 2
+
+
+def test_a_named_file_that_is_wrong_is_refused_even_though_the_package_has_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # An operator who names a file gets that file or no estimates, never a silent substitute.
+    named = tmp_path / "ranks.tiktoken"
+    named.write_bytes(O200K_FILE.read_bytes()[:-100])
+    monkeypatch.setenv(encoding_mod.ENV_O200K_PATH, str(named))
+    assert load_estimator() is None
+
+
+def test_the_packaged_file_is_the_genuine_o200k_base_that_tiktoken_expects() -> None:
+    data = encoding_mod.packaged_ranks()
+    assert hashlib.sha256(data).hexdigest() == encoding_mod.PACKAGED_SHA256
+    assert encoding_mod._o200k_recipe().expected_hash == encoding_mod.PACKAGED_SHA256
+    assert len(data.splitlines()) == 199_998
 
 
 def test_a_file_with_the_wrong_hash_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -127,32 +139,32 @@ def test_a_file_with_the_wrong_hash_is_refused(monkeypatch: pytest.MonkeyPatch, 
     assert load_estimator(str(bogus)) is None
 
 
-@needs_o200k
-def test_load_estimator_uses_tiktokens_cache_when_the_file_is_there(
+def damage_the_packaged_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A damaged installation cannot be produced without writing into the installed package, so the
+    # packaged bytes are swapped for the same bytes with one rank changed.
+    damaged = O200K_FILE.read_bytes().replace(b" 1000\n", b" 1001\n", 1)
+    monkeypatch.setattr(encoding_mod, "packaged_ranks", lambda: damaged)
+
+
+def test_a_damaged_packaged_file_is_refused_and_tiktokens_cache_is_used(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, no_network: None
 ) -> None:
+    damage_the_packaged_file(monkeypatch)
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv(catalog_mod.ENV_O200K_PATH, raising=False)
-    cache_file = catalog_mod._o200k_cache_path(catalog_mod._o200k_recipe().source)
+    monkeypatch.delenv(encoding_mod.ENV_O200K_PATH, raising=False)
+    assert load_estimator() is None, "damaged package and empty cache: no estimator"
+    cache_file = encoding_mod._o200k_cache_path(encoding_mod._o200k_recipe().source)
     assert cache_file is not None and Path(cache_file).parent == tmp_path
-    shutil.copyfile(O200K_FILE, cache_file)
+    Path(cache_file).write_bytes(O200K_FILE.read_bytes())
     est = load_estimator()
     assert est is not None and est.count("hello world") == 2
-
-
-def test_load_estimator_returns_none_without_network_when_nothing_is_cached(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, no_network: None
-) -> None:
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv(catalog_mod.ENV_O200K_PATH, raising=False)
-    assert load_estimator() is None
 
 
 def test_recipe_comes_from_tiktoken_without_touching_its_module(no_network: None) -> None:
     from tiktoken_ext import openai_public
 
     before = openai_public.load_tiktoken_bpe
-    recipe = catalog_mod._o200k_recipe()
+    recipe = encoding_mod._o200k_recipe()
     assert openai_public.load_tiktoken_bpe is before
     assert recipe.source.endswith("o200k_base.tiktoken")
     assert len(recipe.expected_hash) == 64
@@ -267,13 +279,17 @@ def test_loader_loads_once_and_reports_a_failed_load_as_unavailable() -> None:
     assert loader.unavailable_reason == "encoding_unavailable"
 
 
-@needs_o200k
-def test_loader_with_the_shared_file_becomes_ready_in_the_background(
+def test_loader_with_the_packaged_file_becomes_ready_in_the_background_and_tells_who_waits(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
-    loader = EstimatorLoader(str(O200K_FILE))
+    monkeypatch.delenv(encoding_mod.ENV_O200K_PATH, raising=False)
+    loader = EstimatorLoader()
+    told = threading.Event()
+    loader.when_ready(told.set)
+    assert not loader.started and not told.is_set(), "nothing loads before start()"
     loader.start()
+    assert told.wait(60)
     assert loader.wait(60)
     est = loader.get()
     assert est is not None and est.count("hello world") == 2

@@ -29,7 +29,6 @@ from tests.conftest import eventually as _eventually
 
 BUILTIN = "kandev"
 MODERN = "2026-07-28"
-O200K_FILE = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "o200k_base.tiktoken"
 
 
 async def eventually(predicate, timeout: float = 5.0, what: str = "condition"):
@@ -239,11 +238,10 @@ async def harness(make_harness: Callable[..., Awaitable[Harness]]) -> Harness:
 
 @pytest.fixture
 def loaded_estimator(tmp_path_factory: pytest.TempPathFactory) -> EstimatorLoader:
-    if not O200K_FILE.is_file():
-        pytest.skip(f"o200k_base ranks not found at {O200K_FILE}")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path_factory.mktemp("tiktoken-cache")))
-        loader = EstimatorLoader(str(O200K_FILE))
+        mp.delenv("AGENTCTL_O200K_PATH", raising=False)
+        loader = EstimatorLoader()  # the encoding shipped in the package
         loader.start()
         assert loader.wait(60), "o200k_base did not load"
     assert loader.get() is not None

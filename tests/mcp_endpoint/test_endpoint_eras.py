@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import re
 
+import threading
+
 import pytest
 
+from agentctl.evidence.catalog import EstimatorLoader, load_estimator
 from agentctl.evidence.contract import TOKEN_ESTIMATE_METHOD
 from tests.mcp_endpoint.conftest import MODERN, Harness, eventually
 
@@ -122,6 +125,34 @@ async def test_tools_list_records_a_catalog_with_estimates_once_the_encoding_is_
     assert len(catalog.tools) == TASK_TOOL_COUNT
     assert all(t.token_estimate and t.token_estimate > 0 for t in catalog.tools)
     assert [t.name for t in catalog.tools] == sorted(t.name for t in catalog.tools)
+
+
+async def test_the_vocabulary_loads_on_the_first_tools_list_and_that_list_is_recorded_again_with_estimates(
+    make_harness, monkeypatch
+):
+    monkeypatch.delenv("AGENTCTL_O200K_PATH", raising=False)
+    gate = threading.Event()
+
+    def gated_load(path):  # the real packaged encoding, held back until the first list is recorded
+        assert gate.wait(30), "the first tools/list was never recorded"
+        return load_estimator(path)
+
+    loader = EstimatorLoader(load=gated_load)
+    harness: Harness = await make_harness(estimator_loader=loader)
+    assert not loader.started, "a started endpoint holds no vocabulary until tools are listed"
+    attempt, token = harness.new_attempt()
+    async with harness.client(token, mode=MODERN) as client:
+        await client.list_tools()
+    await harness.wait_events(attempt, "tools_list_observed")
+    assert loader.started
+    first = harness.row(attempt).catalog
+    assert first is not None and first.estimator_unavailable_reason == "estimator_loading"
+    gate.set()
+    await harness.wait_events(attempt, "tools_list_observed", count=2, timeout=60)
+    catalog = harness.row(attempt).catalog
+    assert catalog is not None and catalog.estimator == TOKEN_ESTIMATE_METHOD
+    assert all(t.token_estimate and t.token_estimate > 0 for t in catalog.tools)
+    assert len(harness.events(attempt, "tools_list_observed")) == 2, "recorded again once, not per poll"
 
 
 async def test_without_an_encoding_the_catalog_says_the_estimator_is_unavailable_and_has_no_estimates(

@@ -9,6 +9,7 @@ completion, including the bundled reference agent the example names.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -21,11 +22,13 @@ from pathlib import Path
 import pytest
 
 from agentctl import __version__
+from agentctl.evidence.encoding import PACKAGED_SHA256
 from agentctl.evidence.store import read_report
 from tests.conftest import REPO
 from tests.packaging.support import load_build_module
 
 DEMO = REPO / "examples" / "demo.toml"
+ENCODING = "agentctl/evidence/data/o200k_base.tiktoken"
 BUILD_TIMEOUT = 900  # a cold build venv on a busy 2-core machine; warm builds take well under a minute
 
 pytestmark = pytest.mark.timeout(BUILD_TIMEOUT + 300)
@@ -55,6 +58,10 @@ def shiv_root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("shiv")
 
 
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def _minimal_env(home: Path, path: str, **extra: str) -> dict[str, str]:
     return {"PATH": path, "HOME": str(home), "LANG": "C.UTF-8", "NO_COLOR": "1", **extra}
 
@@ -79,6 +86,7 @@ def test_wheel_carries_both_console_scripts_and_the_reference_agent(dist):
         entry_points = archive.read(f"agentctl-{__version__}.dist-info/entry_points.txt").decode()
     assert {"agentctl/cli.py", "agentctl/bundled.py", "agentctl/testing/reference_agent.py", "agentctl/py.typed"} <= names
     assert "agentctl/hub/static/index.html" in names, "the hub's page ships in the wheel"
+    assert ENCODING in names, "token estimates need no network: the encoding ships in the wheel"
     assert not any("__pycache__" in name or name.startswith("tests/") for name in names)
     assert "agentctl = agentctl.cli:main" in entry_points
     assert "agentctl-reference-agent = agentctl.testing.reference_agent:main" in entry_points
@@ -97,6 +105,7 @@ def test_zipapp_runs_the_demo_from_an_empty_directory_on_a_bare_cpython(dist, sh
     [unpacked] = shiv_root.glob("*/site-packages")
     tag = sys.implementation.cache_tag
     assert (unpacked / "agentctl" / "__pycache__" / f"cli.{tag}.pyc").is_file(), "unpacked with compiled bytecode"
+    assert _sha256(unpacked / ENCODING) == PACKAGED_SHA256, "the zipapp carries the encoding, intact"
 
 
 def test_zipapp_refuses_another_cpython_with_one_clear_line(dist, shiv_root, tmp_path):
@@ -125,6 +134,8 @@ def test_onedir_runs_the_demo_from_an_empty_directory_with_no_python_on_path(dis
     _run_demo([str(binary)], empty, env)
     pages = list((dist / build.onedir_name()).rglob("agentctl/hub/static/index.html"))
     assert pages, "the frozen build carries the hub's page"
+    [encoding] = (dist / build.onedir_name()).rglob(ENCODING)
+    assert _sha256(encoding) == PACKAGED_SHA256, "the frozen build carries the encoding, intact"
 
 
 def test_readme_install_section_names_what_the_build_makes():

@@ -20,7 +20,6 @@ from tests.conftest import eventually as _eventually
 from tests.web.world import World, world
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
-O200K = Path(__file__).resolve().parents[3] / "shared" / "data" / "o200k_base.tiktoken"
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -49,8 +48,8 @@ def chromium_path() -> str | None:
 def _env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("AGENTCTL_SOCKET", "RUNTIME_DIRECTORY", "NO_COLOR", "TERM"):
         monkeypatch.delenv(name, raising=False)
-    if O200K.is_file():  # token estimates in the catalog, without a network
-        monkeypatch.setenv("AGENTCTL_O200K_PATH", str(O200K))
+    # Token estimates come from the encoding shipped in the package, with no network.
+    monkeypatch.delenv("AGENTCTL_O200K_PATH", raising=False)
 
 
 @pytest.fixture
@@ -70,14 +69,25 @@ async def eventually(predicate, timeout: float = 15.0, what: str = "condition"):
 async def running(short_dir: Path) -> AsyncIterator[World]:
     """The world with both sessions opened: session-a (mixed states) and session-b (lazy: delivered)."""
     async with world(short_dir) as w:
-        for daemon in (w.a, w.b):
-            loader = daemon.endpoint.estimator_loader
-            await eventually(lambda: loader is None or loader.ready, 60, "the token estimator")
         await w.a.agent.acp.new_session()
         await w.b.agent.acp.new_session()
+        # session-a's agent lists the tools, which loads the vocabulary; the list is then recorded again
+        # with estimates (session-b's agent never lists, so its daemon never loads one).
+        loader = w.a.endpoint.estimator_loader
+        await eventually(lambda: loader is None or loader.ready, 60, "the token estimator")
         for sid in ("session-a", "session-b"):
             await eventually(lambda: (r := w.hub.report(sid)) and r.history and r.history.current, what=f"{sid} at the hub")
+        if loader is not None:
+            # The listing recorded again with estimates reaches the hub before a page opens, so no test sees
+            # the page change under it.
+            await eventually(lambda: _estimates_at_hub(w), 30, "the estimates at the hub")
         yield w
+
+
+def _estimates_at_hub(w: World) -> bool:
+    report = w.hub.report("session-a")
+    rows = report.history.current.servers if report and report.history and report.history.current else []
+    return any(row.catalog is not None and row.catalog.estimator for row in rows)
 
 
 @pytest.fixture

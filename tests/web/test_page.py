@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from tests.web.conftest import NO_DRIVER, O200K, REQUIRE, desktop, eventually, open_page, phone
+from tests.web.conftest import NO_DRIVER, REQUIRE, desktop, eventually, open_page, phone
 from tests.web.world import TOKEN, hub_with_page, leaks, world
 
 try:
@@ -147,9 +147,9 @@ async def test_server_checklists_with_times_and_the_catalog_with_back_to_the_lis
     await expect(tools.first).to_be_visible()
     count = await tools.count()
     assert count >= 8
-    if O200K.is_file():  # estimates need the encoding (shared/data beside the checkout, as in CI)
-        await expect(tools.locator(".tokens")).to_have_text([re.compile(r"^~[\d,]+ tokens$")] * count)
-        await expect(panel.get_by_text("o200k_base over each tool's JSON definition; the agent may tokenize differently")).to_be_visible()
+    # Estimates come from the encoding shipped in the package: always there.
+    await expect(tools.locator(".tokens")).to_have_text([re.compile(r"^~[\d,]+ tokens$")] * count)
+    await expect(panel.get_by_text("o200k_base over each tool's JSON definition; the agent may tokenize differently")).to_be_visible()
     # Pick a tool low in the list, so its position is worth keeping.
     chosen = panel.locator("button.tool[data-key='tool:update_task']")
     await chosen.scroll_into_view_if_needed()
