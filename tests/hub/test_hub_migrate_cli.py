@@ -5,6 +5,8 @@ environment, PGPASSWORD, PGPASSFILE, a service file), with the password in no ou
 from __future__ import annotations
 
 import json
+
+from agentctl.evidence.contract import CONTRACT_VERSION
 import os
 import shutil
 import subprocess
@@ -68,7 +70,7 @@ def test_a_sqlite_file_is_created_then_up_to_date_and_a_file_from_before_migrati
     assert created.returncode == 0, created.stderr
     assert created.stdout == f"created hub database {db} at schema version {HUB.latest}\n"
     again = _run("migrate", "--db", str(db), "--json")
-    assert json.loads(again.stdout) == {"version": 1, "database": str(db), "engine": "sqlite",
+    assert json.loads(again.stdout) == {"version": CONTRACT_VERSION, "database": str(db), "engine": "sqlite",
                                         "schema_from": HUB.latest, "schema_to": HUB.latest,
                                         "schema_latest": HUB.latest, "adopted": False, "applied": []}
     assert _run("migrate", "--db", str(db)).stdout == f"hub database {db}: schema version {HUB.latest}, up to date\n"
