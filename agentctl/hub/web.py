@@ -35,6 +35,7 @@ import msgspec
 from aiohttp import web
 
 from agentctl.evidence.contract import encode
+from agentctl.lifecycle import StopStack
 from agentctl.listener_guard import (
     HTTP_REFUSAL,
     GuardedSite,
@@ -172,17 +173,33 @@ class HubWeb:
         self._token = token.encode()
         self._streams: set[_Stream] = set()
         self._closing = False
-        self._runner: web.AppRunner | None = None
         self._allowed_hosts: set[str] | None = None
         self.guard = ListenerGuard("page", listener_caps()["page"], refusal=HTTP_REFUSAL)
-        self._uninstall_accept_log: Any = None
+        self._stops: StopStack | None = None  # the stops of what started, while running
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/"
 
+    async def __aenter__(self) -> HubWeb:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
     async def start(self) -> None:
+        """Serve the page; each step pushes its own stop, and a start that fails stops what it started."""
+        self._stops = StopStack(log)
+        try:
+            await self._start(self._stops)
+        except BaseException:
+            await self.stop()
+            raise
+        log.info("hub page at %s", self.url)
+
+    async def _start(self, stops: StopStack) -> None:
         app = web.Application(middlewares=[track_requests, self._guard], client_max_size=MAX_BODY_BYTES)
         runner_logging = http_server_logging(app, "hub page")
         for route, (name, kind) in ASSETS.items():
@@ -199,16 +216,14 @@ class HubWeb:
         app.on_shutdown.append(self._on_shutdown)
         runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0, **runner_logging)
         await runner.setup()
+        stops.push("page server", runner.cleanup)  # its site too
+        site = GuardedSite(runner, self.guard, host=self.host, port=self.port)
         try:
-            site = GuardedSite(runner, self.guard, host=self.host, port=self.port)
             await site.start()
         except OSError as exc:
-            await runner.cleanup()
             raise WebConfigError(f"--http: cannot listen on {self.host}:{self.port}: {exc.strerror}") from None
-        self._runner = runner
-        self._uninstall_accept_log = install_accept_error_log()
-        if site.sockets:
-            self.port = site.sockets[0].getsockname()[1]
+        if site.addresses:
+            self.port = site.addresses[0][1]
         if is_loopback(self.host):
             names = {"127.0.0.1", "localhost", "[::1]", f"[{self.host}]" if ":" in self.host else self.host}
             self._allowed_hosts = {f"{name}:{self.port}" for name in names}
@@ -216,19 +231,20 @@ class HubWeb:
             log.warning("the hub page listens on %s, not loopback: its token crosses the network in clear text",
                         self.host)
         self.hub.subscribe(self._changed)
-        log.info("hub page at %s", self.url)
+        stops.push("live updates", self._end_streams)
+        stops.push("accept error log", install_accept_error_log())
 
     async def stop(self) -> None:
-        if self._uninstall_accept_log is not None:
-            self._uninstall_accept_log()
-            self._uninstall_accept_log = None
+        """Stop in reverse order of start; idempotent."""
+        stops, self._stops = self._stops, None
+        if stops is not None:
+            await stops.aclose()
+
+    def _end_streams(self) -> None:
         self.hub.unsubscribe(self._changed)
         self._closing = True
         for stream in self._streams:
             stream.wake.set()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
 
     async def _on_shutdown(self, app: web.Application) -> None:
         self._closing = True
