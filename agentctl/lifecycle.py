@@ -30,7 +30,7 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Self, TypeVar
 
 log = logging.getLogger("agentctl.lifecycle")
 
@@ -81,6 +81,38 @@ class StopStack:
 
     async def aclose(self) -> None:
         await self._stack.aclose()
+
+
+class StackedService:
+    """A service that is an async context manager over its StopStack: `_start(stops)` starts it step by step,
+    each step pushing its own stop; a start that fails or is cancelled stops what it started, in reverse, before
+    it raises; `stop()` runs the stops in reverse and is idempotent."""
+
+    stop_log: ClassVar[logging.Logger] = log
+    _stops: StopStack | None = None  # the stops of what started, while running
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        self._stops = StopStack(self.stop_log)
+        try:
+            await self._start(self._stops)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self, stops: StopStack) -> None:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        stops, self._stops = self._stops, None
+        if stops is not None:
+            await stops.aclose()
 
 
 class Signals:

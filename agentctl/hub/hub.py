@@ -63,7 +63,7 @@ from agentctl.hub.hub_store import (
 )
 from agentctl.hub.state import ExecutionState, SessionState
 from agentctl.hub.views import evict, report_view, status_view
-from agentctl.lifecycle import StopStack
+from agentctl.lifecycle import StackedService, StopStack
 from agentctl.upstream import protocol as P
 
 log = logging.getLogger("agentctl.hub")
@@ -94,7 +94,12 @@ class HubRequestError(Exception):
         self.code = code
 
 
-class Hub:
+class Hub(StackedService):
+    """The hub: its socket, its sessions in memory and in the database, its task store. `async with Hub(...)`
+    starts and stops it."""
+
+    stop_log = log
+
     def __init__(
         self,
         socket_path: str | os.PathLike[str],
@@ -118,7 +123,6 @@ class Hub:
         self.backend: EmbeddedBackend | None = None
         self._server: asyncio.AbstractServer | None = None
         self.guard: ListenerGuard | None = None
-        self._stops: StopStack | None = None  # the stops of what started, while running
         self._conns: set[HubConnection] = set()
         self._handlers: set[asyncio.Task[Any]] = set()
         self._tool_tasks: set[asyncio.Task[Any]] = set()
@@ -137,21 +141,9 @@ class Hub:
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
-    async def __aenter__(self) -> Hub:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
-
     async def start(self) -> None:
         """Open the stores, hydrate, then serve; a start that fails stops what it started, in reverse."""
-        self._stops = StopStack(log)
-        try:
-            await self._start(self._stops)
-        except BaseException:
-            await self.stop()
-            raise
+        await super().start()
         log.info("hub serving %s (database %s, %d sessions)", self.socket_path, self.db_path, len(self.sessions))
 
     async def _start(self, stops: StopStack) -> None:
@@ -200,9 +192,7 @@ class Hub:
     async def stop(self) -> None:
         """Stop in reverse order of start; idempotent."""
         self._stopping = True  # connections closing now are the hub's doing: nobody is asked to reconnect
-        stops, self._stops = self._stops, None
-        if stops is not None:
-            await stops.aclose()
+        await super().stop()
 
     async def _stop_serving(self) -> None:
         server, self._server = self._server, None

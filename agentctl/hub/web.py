@@ -35,7 +35,7 @@ import msgspec
 from aiohttp import web
 
 from agentctl.evidence.contract import encode
-from agentctl.lifecycle import StopStack
+from agentctl.lifecycle import StackedService, StopStack
 from agentctl.listener_guard import (
     HTTP_REFUSAL,
     GuardedSite,
@@ -163,8 +163,10 @@ def _error(status: int, message: str, code: str | None = None) -> web.Response:
     return _json({"error": message, **({"code": code} if code else {})}, status)
 
 
-class HubWeb:
+class HubWeb(StackedService):
     """The page's HTTP server, on the hub's event loop, reading the hub's in-memory state."""
+
+    stop_log = log
 
     def __init__(self, hub: Hub, host: str = "127.0.0.1", port: int = 0, *, token: str) -> None:
         self.hub = hub
@@ -175,28 +177,15 @@ class HubWeb:
         self._closing = False
         self._allowed_hosts: set[str] | None = None
         self.guard = ListenerGuard("page", listener_caps()["page"], refusal=HTTP_REFUSAL)
-        self._stops: StopStack | None = None  # the stops of what started, while running
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/"
 
-    async def __aenter__(self) -> HubWeb:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
-
     async def start(self) -> None:
         """Serve the page; each step pushes its own stop, and a start that fails stops what it started."""
-        self._stops = StopStack(log)
-        try:
-            await self._start(self._stops)
-        except BaseException:
-            await self.stop()
-            raise
+        await super().start()
         log.info("hub page at %s", self.url)
 
     async def _start(self, stops: StopStack) -> None:
@@ -233,12 +222,6 @@ class HubWeb:
         self.hub.subscribe(self._changed)
         stops.push("live updates", self._end_streams)
         stops.push("accept error log", install_accept_error_log())
-
-    async def stop(self) -> None:
-        """Stop in reverse order of start; idempotent."""
-        stops, self._stops = self._stops, None
-        if stops is not None:
-            await stops.aclose()
 
     def _end_streams(self) -> None:
         self.hub.unsubscribe(self._changed)
