@@ -22,6 +22,7 @@ import asyncio
 import logging
 import os
 import secrets
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -174,7 +175,7 @@ class Hub(StackedService):
         stops.push("hub socket", self._stop_serving)
         stops.push("accept error log", install_accept_error_log())
 
-    async def _serve(self, sock: Any) -> asyncio.AbstractServer:
+    async def _serve(self, sock: socket.socket) -> asyncio.AbstractServer:
         """`asyncio.start_unix_server`, with every connection through the listener guard."""
         loop = asyncio.get_running_loop()
         caps = listener_caps()

@@ -520,7 +520,7 @@ class Publisher:
                 return
             self._dispatch(received)
 
-    def _dispatch(self, received: Any) -> None:
+    def _dispatch(self, received: P.UpstreamFrame) -> None:
         if isinstance(received, P.ToolResultFrame):
             if self.tunnel is not None:
                 self.tunnel.on_result(received)
