@@ -2,7 +2,7 @@
 and schema version check, so every store gets the same durability and privacy settings.
 
 A file this opens is the user's data (tool arguments among it). Its directory must be safe
-(agentctl.private_files: ours, writable by no other user, no link of theirs on the way; created 0700 when
+(agentctl.safe_files: ours, writable by no other user, no link of theirs on the way; created 0700 when
 missing), and it is opened by that directory's real path. The database file is created 0600 from the
 first instant (O_EXCL, O_NOFOLLOW), and before SQLite opens anything, the database and its `-wal`,
 `-shm` and `-journal` companions, where they exist, must be regular files of ours (never links: SQLite
@@ -19,7 +19,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from agentctl.private_files import check_private_file, ensure_private_dir, open_private
+from agentctl.safe_files import check_private_file, ensure_private_dir, open_private
 
 BUSY_TIMEOUT_MS = 5000
 

@@ -37,8 +37,8 @@ Era = Literal["legacy", "modern"]
 AttemptOrigin = Literal["session_new", "session_load", "reset", "passthrough_start", "manual"]
 ToolOutcome = Literal["ok", "error"]
 
-# Bounds from DESIGN.md "Release-safe report". They live here because they are part of the contract:
-# a consumer may rely on them.
+# The report's bounds (docs/design.md, "Release-safe report"). They live here because they are part of the
+# contract: a consumer may rely on them.
 MAX_ATTEMPTS = 3
 MAX_EVENTS_PER_ATTEMPT = 64
 MAX_SUMMARY_BYTES = 256

@@ -33,7 +33,7 @@ import msgspec
 from agentctl.evidence.contract import AttachmentHistory, HubSession, Identity, encode
 from agentctl.hub.state import ExecutionState, SessionState
 from agentctl.hub.views import session_listing
-from agentctl.private_files import UnsafePath
+from agentctl.safe_files import UnsafePath
 from agentctl.sqlite_util import open_sqlite, open_sqlite_readonly
 
 SCHEMA_VERSION = 1
