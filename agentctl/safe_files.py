@@ -200,6 +200,35 @@ def read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
+def read_secret_file(path: str | os.PathLike[str], max_bytes: int = 64 * 1024) -> str:
+    """The text of a file holding a secret (a connection string with its password), whitespace around it
+    stripped: a regular file of ours, opened without following a symbolic link, that no other user may read.
+    A group- or world-readable one is refused, not tightened: what it holds may already have been read.
+    Raises UnsafePath, OSError, or ValueError (too large, not UTF-8, empty), each one line."""
+    try:
+        fd = open_nofollow(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePath(f"{path} is a symbolic link; refusing to follow it") from None
+        raise
+    with os.fdopen(fd, "rb") as src:
+        st = os.fstat(src.fileno())
+        check_private_file(Path(path), st)
+        if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise UnsafePath(f"{path} is readable by other users (mode {stat.S_IMODE(st.st_mode):04o}): chmod 600 "
+                             "it, and change the secret it holds if others could have read it")
+        data = src.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"{path} is larger than {max_bytes} bytes")
+    try:
+        text = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text") from None
+    if not text:
+        raise ValueError(f"{path} is empty")
+    return text
+
+
 def open_own_dir(path: str | os.PathLike[str]) -> int:
     """An fd of the directory `path`, opened without following a symbolic link (OSError ELOOP or ENOTDIR:
     a link or a file is in the way), which must be ours (UnsafePath otherwise), tightened to 0700."""

@@ -1,8 +1,9 @@
-"""Owns the bounded tool catalog of the built-in server and its o200k_base token estimates, loaded offline."""
+"""Owns the bounded tool catalog of the built-in server, its hash and its o200k_base token estimates (offline)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import tempfile
@@ -13,6 +14,7 @@ from typing import Any, Callable
 import msgspec
 
 from agentctl.evidence.contract import (
+    CATALOG_HASH_METHOD,
     MAX_CATALOG_SCHEMA_BYTES,
     MAX_CATALOG_TOOLS,
     MAX_DESCRIPTION_BYTES,
@@ -27,6 +29,7 @@ __all__ = [
     "EstimatorLoader",
     "TokenEstimator",
     "build_catalog",
+    "catalog_hash",
     "load_estimator",
 ]
 
@@ -103,8 +106,53 @@ def build_catalog(
         schemas_truncated=budget_exhausted,
         estimator=TOKEN_ESTIMATE_METHOD if estimator is not None else None,
         estimator_unavailable_reason=None if estimator is not None else unavailable_reason,
+        hash=catalog_hash(ordered),
     )
     return tool_count, catalog
+
+
+def catalog_hash(tools: list[Any]) -> str | None:
+    """`sha256:mcp-tools-v1:<hex>` of a tools/list result's tools, before any bound, so truncation never
+    changes it and any change of a name, description or input schema does.
+
+    Each tool (a JSON object) is the canonical JSON of `[name, description, inputSchema]` (a value of the
+    wrong type is null); the tools are sorted by that text, and the hash is sha256 over the UTF-8 of their
+    JSON array. Canonical JSON: keys sorted, no whitespace, non-ASCII as itself, an integral float as an
+    integer (1.0 and 1 are one JSON number). Order, other fields (annotations, output schemas) and the
+    estimator never change the hash. None when a schema is not JSON at all (NaN, too deep to encode).
+    """
+    entries: list[str] = []
+    for tool in tools:
+        if not isinstance(tool, dict):
+            continue
+        name, description, schema = tool.get("name"), tool.get("description"), tool.get("inputSchema")
+        entry = [
+            name if isinstance(name, str) else None,
+            description if isinstance(description, str) else None,
+            schema if isinstance(schema, dict) else None,
+        ]
+        try:
+            entries.append(_canonical_json(entry))
+        except (TypeError, ValueError, RecursionError):
+            log.debug("a tool schema is not canonical JSON; the catalog has no hash")
+            return None
+    entries.sort()
+    digest = hashlib.sha256(("[" + ",".join(entries) + "]").encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{CATALOG_HASH_METHOD}:{digest}"
+
+
+def _canonical_json(value: Any) -> str:
+    return json.dumps(_integral(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _integral(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_integral(v) for v in value]
+    return value
 
 
 def _tool_name(tool: dict[str, Any]) -> str:

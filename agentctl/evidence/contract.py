@@ -1,17 +1,23 @@
 """The one versioned report contract: every shape the daemon persists, sends upstream or prints with --json.
 
 Nothing else in agentctl defines a second shape for the same data. Adding a field with a default is a
-compatible change; removing or renaming one bumps CONTRACT_VERSION.
+compatible change for this release's readers; removing or renaming one, or adding a value to a Literal
+(older decoders refuse unknown fields and values), bumps CONTRACT_VERSION.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
-CONTRACT_VERSION = 1
+# 2 added agent-reported evidence (kind `agent_reported`, ServerRow.reported and status_source) and the
+# built-in catalog's hash (ToolCatalog.hash, ServerRow.catalog_hash).
+CONTRACT_VERSION = 2
+# Every version this release reads. A version-1 report is a subset of version 2 (nothing was removed or
+# renamed), so it decodes with these types as it is; a newer version is refused by name, never guessed at.
+READABLE_CONTRACT_VERSIONS: tuple[int, ...] = (1, 2)
 
 Status = Literal["configured", "filtered", "unavailable", "delivered", "connected", "active", "failed"]
 STATUSES: tuple[str, ...] = ("configured", "filtered", "unavailable", "delivered", "connected", "active", "failed")
@@ -28,6 +34,7 @@ EvidenceKind = Literal[
     "explicit_error",
     "connection_closed",
     "attempt_superseded",
+    "agent_reported",
 ]
 EVIDENCE_KINDS: tuple[str, ...] = EvidenceKind.__args__  # type: ignore[attr-defined]
 
@@ -36,6 +43,20 @@ Source = Literal["builtin", "profile"]
 Era = Literal["legacy", "modern"]
 AttemptOrigin = Literal["session_new", "session_load", "reset", "passthrough_start", "manual"]
 ToolOutcome = Literal["ok", "error"]
+
+# A server's state as the agent itself reported it, normalized across providers. `unknown`: a state this
+# version does not know (its raw token is kept as `raw_state`).
+ReportedState = Literal["connected", "failed", "needs_auth", "pending", "disabled", "cancelled", "unknown"]
+REPORTED_STATES: tuple[str, ...] = ReportedState.__args__  # type: ignore[attr-defined]
+# Whose evidence a row's status rests on: agentctl's own observation, or the agent's report.
+StatusSource = Literal["observed", "reported"]
+# The provider contract a report came from, `<agent>:<contract>` (e.g. `claude:stream-json-init`). A
+# pattern, not a list: a new provider is a compatible addition.
+ReportSource = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9-]{0,23}:[a-z][a-z0-9-]{0,47}$")]
+# The provider's own word for the state (`needs-auth`, `ready`, `authenticationRequired`): a bounded token.
+RawState = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")]
+# `<method>:<hex digest>`; CATALOG_HASH_METHOD names the one this version computes.
+CatalogHash = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9]+:[a-z0-9-]+:[0-9a-f]{16,128}$")]
 
 # The report's bounds (docs/design.md, "Release-safe report"). They live here because they are part of the
 # contract: a consumer may rely on them.
@@ -47,6 +68,9 @@ MAX_DESCRIPTION_BYTES = 1024
 MAX_SCHEMA_BYTES = 64 * 1024
 MAX_CATALOG_SCHEMA_BYTES = 512 * 1024
 TOKEN_ESTIMATE_METHOD = "o200k_base:mcp-tool-json-v1"
+# sha256 over the canonical JSON of the whole tool list (before any bound above): equal hashes mean the
+# same names, descriptions and input schemas. agentctl.evidence.catalog.catalog_hash says exactly how.
+CATALOG_HASH_METHOD = "sha256:mcp-tools-v1"
 
 
 class Base(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
@@ -95,6 +119,8 @@ class ToolCatalog(Base, kw_only=True):
     schemas_truncated: bool = False
     estimator: str | None = None  # TOKEN_ESTIMATE_METHOD, or None when the encoding could not be loaded
     estimator_unavailable_reason: str | None = None
+    # `CATALOG_HASH_METHOD:<hex>` of the whole list, computed before the bounds: truncation never changes it.
+    hash: CatalogHash | None = None
 
 
 class EndpointTestResult(Base, kw_only=True):
@@ -109,7 +135,12 @@ class EndpointTestResult(Base, kw_only=True):
 
 
 class EvidenceEvent(Base, kw_only=True):
-    """One timestamped observation. `server` None means attempt level (or a report-level diagnostic)."""
+    """One timestamped observation. `server` None means attempt level (or a report-level diagnostic).
+
+    `agent_reported` is what the agent said about one delivered server (`reported_state`, `raw_state`,
+    `report_source`, the server's `tool_count` when the agent listed its tools, a reason and a redacted
+    summary): never agentctl's own observation, and nothing else of the agent's output.
+    """
 
     kind: EvidenceKind
     occurred_at: datetime
@@ -135,6 +166,22 @@ class EvidenceEvent(Base, kw_only=True):
     catalog: ToolCatalog | None = None
     tool_name: str | None = None
     outcome: ToolOutcome | None = None
+    reported_state: ReportedState | None = None
+    raw_state: RawState | None = None
+    report_source: ReportSource | None = None
+
+
+class AgentReport(Base, kw_only=True):
+    """The newest status the agent itself reported for a row (by occurrence time; at one instant a failure
+    wins). The agent's claim, normalized and sanitized: kept beside agentctl's evidence, never merged into it."""
+
+    state: ReportedState
+    source: ReportSource
+    reported_at: datetime
+    raw_state: RawState | None = None
+    tool_count: int | None = None  # the server's tools in the agent's own list, when it gives one
+    reason_code: str | None = None
+    summary: str | None = None
 
 
 class ServerRow(Base, kw_only=True):
@@ -143,6 +190,10 @@ class ServerRow(Base, kw_only=True):
     `connection_id` is the newest legacy connection seen (`connection_seen_at` its newest contact) and
     `disconnected_at` says it has closed: a closed connection is never shown as the current one. A later
     modern-era contact carries no connection; it shows in the contact times and `era`, not here.
+
+    `status_source` says whose evidence `status` rests on: `observed` (agentctl's own) or `reported` (the
+    agent's report in `reported`, for a delivered row with no observation of contact or failure). Host
+    observation always outranks a report; agentctl.evidence.display shows both when they disagree.
     """
 
     name: str
@@ -177,6 +228,10 @@ class ServerRow(Base, kw_only=True):
     # detail after a later contact made it no longer current; `reason_code`/`summary` carry it only while
     # the row is `failed`.
     last_failure: ErrorSummary | None = None
+    status_source: StatusSource = "observed"
+    reported: AgentReport | None = None
+    # The newest tools/list's ToolCatalog.hash, kept when a superseded attempt drops the catalog.
+    catalog_hash: CatalogHash | None = None
 
 
 class Attempt(Base, kw_only=True):
@@ -343,6 +398,27 @@ ChecklistStepName = Literal[
 ]
 
 
+class RowView(Base, kw_only=True):
+    """How one server row reads on every surface (agentctl.evidence.display.row_view): the display state,
+    its label, and whose evidence it rests on. Never stored: derived from the row each time.
+
+    `observed` is agentctl's own evidence alone; `sources` lists every source that said something about
+    the row, the one the state rests on first (`agentctl`, or a report source such as
+    `claude:stream-json-init`). `report` is the agent's report in words; `disagreement` says when the
+    agent's report and agentctl's observation contradict each other (both are shown, neither is hidden).
+    """
+
+    state: Status
+    label: str
+    observed: Status
+    status_source: StatusSource = "observed"
+    sources: list[str] = []
+    reporter: str | None = None  # the agent that reported, by name ("Claude Code")
+    reported: ReportedState | None = None
+    report: str | None = None
+    disagreement: str | None = None
+
+
 class ChecklistStep(Base, kw_only=True):
     """One step of a server's attachment checklist: observed or not, when, and a short value-free detail."""
 
@@ -441,7 +517,27 @@ def encode(obj: Any) -> bytes:
     return _encoder.encode(obj)
 
 
+class _Versioned(msgspec.Struct):
+    version: Any = None
+
+
+class UnreadableVersion(msgspec.ValidationError):
+    """A report of a contract version this release does not read (a newer agentctl wrote it)."""
+
+
 def decode_history(data: bytes | str) -> AttachmentHistory:
+    """A report of any READABLE_CONTRACT_VERSIONS. A newer one is refused by its version first: its new
+    fields would otherwise read as a confusing "unknown field" error."""
+    try:
+        version = msgspec.json.decode(data, type=_Versioned).version
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        version = None  # not a JSON object: the typed decode below says what is wrong
+    if isinstance(version, int) and not isinstance(version, bool) and version not in READABLE_CONTRACT_VERSIONS:
+        shown = version if abs(version) < 2**31 else "unknown"
+        raise UnreadableVersion(
+            f"contract version {shown}; this agentctl reads versions "
+            f"{', '.join(map(str, READABLE_CONTRACT_VERSIONS))}"
+        )
     return msgspec.json.decode(data, type=AttachmentHistory)
 
 
@@ -618,3 +714,26 @@ class HubSessionReport(Base, kw_only=True):
     session: HubSession
     executions: list[HubExecution] = []
     history: AttachmentHistory | None = None  # the current execution's, unless another was asked for
+
+
+class MigrationStep(Base, kw_only=True):
+    version: int
+    description: str
+
+
+class HubMigration(Base, kw_only=True):
+    """`agentctl hub migrate --json`: the schema version found, the one left, and the steps applied between.
+
+    `database` is the location as displayed: a path, or a connection string with its secrets as `***`.
+    `adopted`: the database was written before versioned migrations and recorded as `schema_to` as it was.
+    """
+
+    version: int
+    database: str
+    engine: Literal["sqlite", "postgresql"]
+    schema_from: int
+    schema_to: int
+    schema_latest: int
+    # Required, so `--json` always has them (a default would be omitted): `"applied": []` when up to date.
+    adopted: bool
+    applied: list[MigrationStep]

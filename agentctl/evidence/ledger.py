@@ -10,6 +10,7 @@ Listeners are called synchronously and must only schedule work: the MCP request 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -29,7 +30,7 @@ from agentctl.evidence.contract import (
     Source,
     Transport,
 )
-from agentctl.evidence.sanitize import scrub
+from agentctl.evidence.sanitize import redact, scrub
 from agentctl.evidence.secret_registry import SecretRegistry
 from agentctl.identity import TokenRegistry, new_attempt_id
 from agentctl.logs import log_failure
@@ -55,6 +56,15 @@ class ServerSeed(msgspec.Struct, frozen=True, kw_only=True):
 
 # Agent fields that are text the agent chose (or our words around it).
 _AGENT_TEXT_FIELDS = frozenset({"name", "version", "exit_reason"})
+# The contract's RawState: a provider's word for a state, never free text.
+_RAW_STATE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")
+
+
+def raw_state_token(value: Any, secrets: SecretRegistry) -> str | None:
+    """A provider's raw state word as evidence: a short token that no redaction rule touches, else None."""
+    if not isinstance(value, str) or not _RAW_STATE.fullmatch(value):
+        return None
+    return value if redact(value, secrets) == value else None
 
 
 class Ledger:
@@ -144,6 +154,8 @@ class Ledger:
             return None
         if fields.get("summary"):
             fields["summary"] = self.scrub(fields["summary"])
+        if "raw_state" in fields:
+            fields["raw_state"] = raw_state_token(fields["raw_state"], self.secrets)
         self._seq += 1
         ident = self.identity
         event = EvidenceEvent(

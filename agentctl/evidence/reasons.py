@@ -24,6 +24,8 @@ class Reason(NamedTuple):
 # One row per code: (code, where, what it means, what to do). Kept sorted within each group.
 TABLE: tuple[Reason, ...] = tuple(Reason(*row) for row in (
     # ---- server rows: failed (an explicit, attributable attachment error) ------------------------------------
+    ("agent_reported_failed", "row", "the agent itself reported that this server failed to connect (reported by the agent, not observed by agentctl)", "Read the summary (the agent's words, redacted); check that the server runs at its URL or command, and test reachability from the daemon with `agentctl test-endpoint NAME`."),
+    ("agent_reported_needs_auth", "row", "the agent itself reported that this server needs authentication first (reported by the agent, not observed by agentctl)", "Give the server its credentials in the profile (headers or env), or log the agent in to it (for example `codex mcp login NAME`, or `/mcp` in Claude Code)."),
     ("attachment_error", "row", "an attachment error was reported for this server without a reason", "Read the summary beside the code and the agent's output (`agentctl stderr`)."),
     ("initialize_failed", "row", "an MCP initialize request failed", "On the built-in row: a client sent an initialize the endpoint refused; a later successful initialize or tools/list of the attempt clears it. In an endpoint test: the server refused the test's initialize."),
     ("session_pool_full", "row", "the built-in endpoint refused the agent a legacy MCP session (503): every session within the bound was busy", "Look at the agent's output (`agentctl stderr`) for a client that opens sessions and keeps a stream open on each; the row recovers once a session is free."),
@@ -43,6 +45,7 @@ TABLE: tuple[Reason, ...] = tuple(Reason(*row) for row in (
     ("sse_unsupported", "row", "not sent: the agent does not advertise MCP over SSE", "Use an agent that advertises sse in mcpCapabilities, or configure the server over http or stdio."),
     ("sse_unsupported_by_strategy", "row", "not sent: this CLI's configuration cannot express an SSE server", "Configure the server with a transport this CLI supports, or run the agent over ACP."),
     ("stdio_unsupported_by_strategy", "row", "not sent: this CLI's configuration cannot express a stdio server", "Configure the server with a transport this CLI supports, or run the agent over ACP."),
+    ("untrusted_folder", "row", "disabled by the agent: Gemini CLI does not trust the working directory, so it starts none of its MCP servers", "Trust the folder in Gemini (`gemini` in that folder, then \"Trust folder\"; or a `TRUST_FOLDER` rule for it in ~/.gemini/trustedFolders.json), or let this run skip the check with `--skip-trust` or `GEMINI_CLI_TRUST_WORKSPACE=true` in the agent's command or environment. agentctl never changes your Gemini settings."),
     # ---- session errors (report level: no row is failed) and agent answers -----------------------------------
     ("agent_exited", "session", "the agent process exited", "See how it ended in `agentctl diagnostics` (code or signal) and its last output in `agentctl stderr`; start a new execution."),
     ("agent_not_running", "session", "there is no running agent to ask", "The agent exited or never started: see `agentctl diagnostics`."),

@@ -16,6 +16,7 @@ from agentctl.evidence import reasons
 from agentctl.evidence.contract import (
     MAX_ATTEMPTS,
     MAX_EVENTS_PER_ATTEMPT,
+    AgentReport,
     Attempt,
     AttachmentHistory,
     AttemptOrigin,
@@ -25,15 +26,23 @@ from agentctl.evidence.contract import (
     RefusalCount,
     ServerRow,
     Status,
+    StatusSource,
 )
 
-ApplyResult = Literal["applied", "duplicate", "unknown_attempt", "foreign_execution"]
+ApplyResult = Literal["applied", "duplicate", "unknown_attempt", "foreign_execution", "unknown_server"]
 
 # Kinds that prove the built-in endpoint was reached; they carry the connection (legacy) if any.
 _CONTACT_KINDS = frozenset({"initialize_observed", "tools_list_observed", "tool_call_observed"})
 # The reasons of an error recorded without one: server-specific, and report-level.
 ATTACHMENT_ERROR = reasons.code("attachment_error")
 SESSION_ERROR = reasons.code("session_error")
+# The reasons of a reported failure recorded without one.
+REPORTED_FAILED = reasons.code("agent_reported_failed")
+REPORTED_NEEDS_AUTH = reasons.code("agent_reported_needs_auth")
+# Reported states that are an explicit agent error naming the server (an attachment failure).
+REPORTED_FAILURES = frozenset({"failed", "needs_auth"})
+# Observed states that outrank any report: agentctl saw contact, or a current failure, itself.
+_OBSERVED_ATTACHMENT = frozenset({"failed", "active", "connected"})
 
 
 def failure_is_current(row: ServerRow) -> bool:
@@ -50,7 +59,31 @@ def failure_is_current(row: ServerRow) -> bool:
 
 
 def derive_status(row: ServerRow) -> Status:
-    """The strongest current evidence: failed > active > connected > delivered > filtered/unavailable > configured.
+    """The row's status: agentctl's observation (`observed_status`), or the agent's report where that is
+    stronger evidence than anything agentctl observed (see `status_with_source`)."""
+    return status_with_source(row)[0]
+
+
+def status_with_source(row: ServerRow) -> tuple[Status, StatusSource]:
+    """The status and whose evidence it rests on. Host observation always outranks a report about the same
+    server: a report counts only on a delivered row where agentctl observed neither contact nor a current
+    failure. There a reported failure (`failed`, `needs_auth`) is an explicit agent error (`failed`), and a
+    reported connection is `active` when the agent listed tools of the server, else `connected`. Every other
+    reported state (pending, disabled, cancelled, unknown) is detail: it claims nothing agentctl can show."""
+    observed = observed_status(row)
+    report = row.reported
+    if report is None or observed in _OBSERVED_ATTACHMENT or row.delivered_at is None:
+        return observed, "observed"
+    if report.state in REPORTED_FAILURES:
+        return "failed", "reported"
+    if report.state == "connected":
+        return ("active" if report.tool_count else "connected"), "reported"
+    return observed, "observed"
+
+
+def observed_status(row: ServerRow) -> Status:
+    """The strongest current evidence agentctl observed itself: failed > active > connected > delivered >
+    filtered/unavailable > configured.
 
     Derived from which evidence exists and when it occurred, never from arrival order, so a late event
     cannot weaken a row and the absence of evidence can never produce `failed`. A failure that a later
@@ -127,7 +160,7 @@ def _supersede(attempt: Attempt, now: datetime) -> None:
         attempt_id=attempt.attempt_id,
     )
     _append_event(attempt, ident_event)
-    # Superseded attempts keep the tool count but not the catalog: history stays small.
+    # Superseded attempts keep the tool count and the catalog's hash but not the catalog: history stays small.
     for row in attempt.servers:
         row.catalog = None
 
@@ -148,23 +181,36 @@ def apply(history: AttachmentHistory, event: EvidenceEvent) -> ApplyResult:
     if attempt is None:
         history.rejected_events += 1
         return "unknown_attempt"
+    if event.server is None:
+        if event.kind == "agent_reported":
+            history.rejected_events += 1  # a report names a server or says nothing
+            return "unknown_server"
+        _log(history, attempt, event)
+        _apply_attempt_level(attempt, event)
+        return "applied"
+    row = find_row(attempt, event.server)
+    if row is None:
+        if event.kind == "agent_reported":
+            # A name the agent chose never creates a row: only servers agentctl configured have one.
+            history.rejected_events += 1
+            return "unknown_server"
+        row = ServerRow(name=event.server, source=event.source or "profile", status="configured")
+        attempt.servers.append(row)
+    _log(history, attempt, event)
+    reported_failure_shown = row.status_source == "reported" and row.status == "failed"
+    _apply_row(attempt, row, event)
+    _show_failure_reason(row)
+    row.status, row.status_source = status_with_source(row)
+    _show_reported_reason(attempt, row, reported_failure_shown)
+    return "applied"
+
+
+def _log(history: AttachmentHistory, attempt: Attempt, event: EvidenceEvent) -> None:
     # The catalog lives on the row only: one bounded copy per attempt, not one per logged event.
     logged = msgspec.structs.replace(event, catalog=None) if event.catalog is not None else event
     _append_event(attempt, logged)
     attempt.updated_at = _later(attempt.updated_at, event.occurred_at)
     history.updated_at = _later(history.updated_at, event.occurred_at)
-
-    if event.server is None:
-        _apply_attempt_level(attempt, event)
-        return "applied"
-    row = find_row(attempt, event.server)
-    if row is None:
-        row = ServerRow(name=event.server, source=event.source or "profile", status="configured")
-        attempt.servers.append(row)
-    _apply_row(attempt, row, event)
-    _show_failure_reason(row)
-    row.status = derive_status(row)
-    return "applied"
 
 
 def _apply_attempt_level(attempt: Attempt, event: EvidenceEvent) -> None:
@@ -238,6 +284,43 @@ def _apply_row(attempt: Attempt, row: ServerRow, event: EvidenceEvent) -> None:
             row.disconnected_at = t
     elif kind in _CONTACT_KINDS:
         _apply_contact(attempt, row, event)
+    elif kind == "agent_reported":
+        _apply_report(row, event)
+
+
+def _apply_report(row: ServerRow, event: EvidenceEvent) -> None:
+    """Keep the newest report (by occurrence time; at one instant a failure, then by content, so that the
+    result never depends on arrival order). A report without a state or a source is not one."""
+    if event.reported_state is None or event.report_source is None:
+        return
+    failure = event.reported_state in REPORTED_FAILURES
+    reason = event.reason_code
+    if failure and not reason:
+        reason = REPORTED_NEEDS_AUTH if event.reported_state == "needs_auth" else REPORTED_FAILED
+    report = AgentReport(
+        state=event.reported_state,
+        source=event.report_source,
+        reported_at=event.occurred_at,
+        raw_state=event.raw_state,
+        tool_count=event.tool_count,
+        reason_code=reason,
+        summary=event.summary or None,
+    )
+    if row.reported is None or _report_key(report) > _report_key(row.reported):
+        row.reported = report
+
+
+def _report_key(report: AgentReport) -> tuple:
+    return (
+        report.reported_at,
+        report.state in REPORTED_FAILURES,
+        report.state,
+        report.source,
+        -1 if report.tool_count is None else report.tool_count,
+        report.reason_code or "",
+        report.summary or "",
+        report.raw_state or "",
+    )
 
 
 def _reason_kind(row: ServerRow) -> str | None:
@@ -294,6 +377,9 @@ def _apply_contact(attempt: Attempt, row: ServerRow, event: EvidenceEvent) -> No
             if event.tool_count is not None:
                 row.tool_count = event.tool_count
             row.catalog = None if superseded else event.catalog
+            # The hash goes with the newest list: an older list's hash beside a newer count would claim
+            # "same tools" about tools nobody hashed.
+            row.catalog_hash = event.catalog.hash if event.catalog is not None else None
             row.era = event.era or row.era
     elif kind == "tool_call_observed":
         row.tool_calls += 1
@@ -331,6 +417,23 @@ def _show_failure_reason(row: ServerRow) -> None:
         row.reason_code, row.summary = failure.reason_code, failure.summary or None
     else:
         row.reason_code = row.summary = None
+
+
+def _show_reported_reason(attempt: Attempt, row: ServerRow, was_shown: bool) -> None:
+    """While a reported failure is the row's status, its reason is the row's. When it stops being the
+    status, the reason the row would have without it comes back: a current observed failure's (already
+    set), else the newest filtering or unavailability decision still in the log, else none."""
+    report = row.reported
+    if row.status_source == "reported" and row.status == "failed" and report is not None:
+        row.reason_code, row.summary = report.reason_code, report.summary
+    elif was_shown and row.failed_at is None:
+        row.reason_code = row.summary = None
+        for kind in ("filtered", "unavailable"):
+            decisions = [e for e in attempt.evidence if e.kind == kind and e.server == row.name]
+            if decisions:
+                newest = max(decisions, key=lambda e: (e.occurred_at, e.seq))
+                row.reason_code, row.summary = newest.reason_code, newest.summary
+                break
 
 
 def record_endpoint_test(

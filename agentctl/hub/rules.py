@@ -14,7 +14,7 @@ times come from the caller. Like the evidence reducer, these functions change on
 - When the current instance of an execution leaves, the older instances of it still connected (alive: they
   talk) are asked to reconnect; the next hello and its snapshot make one of them current again. An older
   execution is never asked back: a newer execution superseded it.
-- A connection's first frame is its hello, once, of this contract version. A snapshot comes before evidence
+- A connection's first frame is its hello, once, of a contract version this hub reads. A snapshot comes before evidence
   and agent frames; a snapshot names the hello's identity, an event its task and session.
 - A snapshot replaces the execution's history within the reducer's bounds (3 attempts, 64 events each); an
   evidence frame is folded by the reducer itself, never by a second one.
@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Generic, Literal, TypeVar
 
 from agentctl.evidence import reducer
-from agentctl.evidence.contract import CONTRACT_VERSION, Identity
+from agentctl.evidence.contract import READABLE_CONTRACT_VERSIONS, Identity
 from agentctl.hub.state import ExecutionState, SessionState
 from agentctl.upstream import protocol as P
 
@@ -79,16 +79,18 @@ def superseded(why: Standing) -> Notice:
 
 
 def admit(identified: bool, frame: P.DaemonFrame) -> Refusal | None:
-    """A connection's first frame is its hello, once, of this contract version."""
+    """A connection's first frame is its hello, once, of a contract version this hub reads."""
     if not isinstance(frame, P.HelloFrame):
         if identified:
             return None
         return Refusal("expected_hello", "the first frame of a connection must be hello")
     if identified:
         return Refusal("duplicate_hello", "hello was already received on this connection")
-    if frame.contract_version != CONTRACT_VERSION:
+    if frame.contract_version not in READABLE_CONTRACT_VERSIONS:  # an older daemon's shapes are a subset
         return Refusal(
-            "contract_mismatch", f"contract version {frame.contract_version}; this hub reads {CONTRACT_VERSION}"
+            "contract_mismatch",
+            f"contract version {frame.contract_version}; this hub reads versions "
+            f"{', '.join(map(str, READABLE_CONTRACT_VERSIONS))}",
         )
     return None
 

@@ -25,6 +25,8 @@ def test_schema_names_every_status_and_evidence_kind():
     text = json.dumps(history_schema())
     for word in ("configured", "filtered", "unavailable", "delivered", "connected", "active", "failed",
                  "session_accepted", "initialize_observed", "tools_list_observed", "tool_call_observed",
-                 "explicit_error", "connection_closed", "attempt_superseded"):
+                 "explicit_error", "connection_closed", "attempt_superseded", "agent_reported",
+                 "needs_auth", "pending", "disabled", "cancelled", "observed", "reported"):
         assert f'"{word}"' in text
-    assert CONTRACT_VERSION == 1
+    # 2: agent-reported evidence and the catalog hash (a new kind and Literal values old decoders refuse).
+    assert CONTRACT_VERSION == 2

@@ -6,7 +6,9 @@ endpoint tests, refused requests, agent updates and self-test traffic. After eac
 "Evidence model", "Ownership and attempts", "Release-safe report") is checked against the ledger, the report
 round-trips through the contract, and an upstream receiver that folds only the published frames (snapshots
 and evidence lines, as agentctl.upstream.publisher sends them) holds exactly the ledger's history.
-tests/evidence/test_reducer.py has the single-rule tests and the status property over the pure reducer.
+tests/evidence/test_reducer.py has the single-rule tests and the status property over the pure reducer;
+tests/evidence/test_reducer_reports.py the single rules of agent-reported evidence, which the machine mixes in
+(reports about known, unknown and undelivered servers, beside observations, in any order).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from agentctl.evidence import reducer
 from agentctl.evidence.contract import (
+    REPORTED_STATES,
     MAX_ATTEMPTS,
     MAX_EVENTS_PER_ATTEMPT,
     AttachmentHistory,
@@ -36,6 +39,7 @@ from agentctl.evidence.contract import (
     decode_history,
     encode,
 )
+from agentctl.evidence.display import reporter_name, row_view
 from agentctl.evidence.ledger import Ledger, ServerSeed
 from agentctl.evidence.store import ensure_state_dir, read_report, report_path, write_atomic
 from agentctl.upstream import protocol as P
@@ -51,6 +55,11 @@ ROW_KINDS = ("configured", "filtered", "unavailable", "delivered", "initialize_o
 TIMESTAMPED = {"configured", "filtered", "unavailable", "delivered", "initialize_observed",
                "tools_list_observed", "tool_call_observed"}
 NEVER = "att_never_begun"
+REPORT_SOURCES = ("claude:stream-json-init", "codex:app-server")
+# Provider words as they come, and text that is no token at all (the ledger must drop it).
+RAW_STATES = (None, "needs-auth", "ready", "authenticationRequired", "not a token", "x" * 40, "ok\nthen")
+FAILURE_STATES = frozenset({"failed", "needs_auth"})
+OBSERVED_ATTACHMENT = frozenset({"failed", "active", "connected"})
 
 
 @dataclass(frozen=True)
@@ -68,6 +77,23 @@ def _newest(observations: list[Obs]) -> list[Obs]:
         return []
     latest = max(o.t for o in observations)
     return [o for o in observations if o.t == latest]
+
+
+def _reported_status(observed: str, seen: list[Obs]) -> set[tuple[str, str]]:
+    """Every (status, status_source) the rules allow for a row: host observation first; otherwise the newest
+    report of a delivered row (at one instant a failure; among other ties, any of them)."""
+    reports = _newest([o for o in seen if o.kind == "agent_reported"])
+    if not reports or observed in OBSERVED_ATTACHMENT or not any(o.kind == "delivered" for o in seen):
+        return {(observed, "observed")}
+    if any(o.fields["reported_state"] in FAILURE_STATES for o in reports):
+        return {("failed", "reported")}
+    allowed = set()
+    for o in reports:
+        if o.fields["reported_state"] == "connected":
+            allowed.add(("active" if o.fields.get("tool_count") else "connected", "reported"))
+        else:
+            allowed.add((observed, "observed"))
+    return allowed
 
 
 class LedgerMachine(RuleBasedStateMachine):
@@ -226,6 +252,58 @@ class LedgerMachine(RuleBasedStateMachine):
             self._record("tool_call_observed", self._attempt_id(0), server, minutes, tool_name="burst",
                          outcome="error" if i % 7 == 0 else "ok", connection_id="conn_a", era="legacy")
 
+    def _report(self, attempt_id: str, server: str, minutes: int, fields: dict[str, Any]) -> None:
+        # A report lands only on a row agentctl has: a name the agent chose never makes one.
+        at = self.now + timedelta(minutes=minutes)
+        current = self.ledger.history.current
+        before = encode(current) if current is not None and current.attempt_id != attempt_id else None
+        event = self.ledger.record("agent_reported", attempt_id, server, occurred_at=at, **fields)
+        self.records += 1
+        if attempt_id not in self._kept() or (attempt_id, server) not in self.rows:
+            assert event is None, "a report made a row, or landed in an attempt no longer kept"
+            self.rejected += 1
+        else:
+            assert event is not None and event.seq == self.records
+            self.logged[attempt_id] += 1
+            self.rows[(attempt_id, server)].append(Obs("agent_reported", at, dict(fields, raw_state=event.raw_state)))
+        if before is not None:
+            assert encode(self.ledger.history.current) == before, "a report for another attempt changed the current one"
+
+    @rule(server=st.sampled_from(SERVERS), back=st.sampled_from([0, 0, 0, 1, 3]), minutes=st.integers(-60, 2),
+          state=st.sampled_from(REPORTED_STATES), source=st.sampled_from(REPORT_SOURCES),
+          tools=st.none() | st.integers(0, 3), raw=st.sampled_from(RAW_STATES), reasoned=st.booleans())
+    def agent_report(self, server: str, back: int, minutes: int, state: str, source: str, tools: int | None,
+                     raw: str | None, reasoned: bool) -> None:
+        fields: dict[str, Any] = {"reported_state": state, "report_source": source, "tool_count": tools,
+                                  "raw_state": raw}
+        if reasoned:
+            fields.update(reason_code="agent_reported_failed", summary=f"said {state} at {minutes}")
+        self._report(self._attempt_id(back), server, minutes, fields)
+
+    @rule(server=st.sampled_from(SERVERS[:2]), gap=st.integers(-2, 2), contact=st.sampled_from(
+          [None, None, "initialize_observed", "tools_list_observed", "explicit_error", "filtered"]),
+          state=st.sampled_from(["failed", "connected", "needs_auth", "pending"]), report_first=st.booleans())
+    def report_and_observation(self, server: str, gap: int, contact: str | None, state: str,
+                               report_first: bool) -> None:
+        # A delivered server, the agent's report and (maybe) one observation `gap` minutes apart (ties included),
+        # in either arrival order: the agreements and disagreements a random walk rarely builds on its own.
+        self._record("delivered", self._attempt_id(0), server, -3, transport="http")
+        fields: dict[str, Any] = {"era": "modern"}
+        if contact == "initialize_observed":
+            fields["client"] = ClientInfo(name="reported-client")
+        elif contact == "tools_list_observed":
+            fields.update(tool_count=2, catalog=ToolCatalog(tools=[ToolSummary(name="a"), ToolSummary(name="b")]))
+        elif contact == "explicit_error":
+            fields = {"reason_code": "session_rejected", "summary": "refused"}
+        elif contact == "filtered":
+            fields = {"reason_code": "policy_denied", "summary": "not allowed"}
+        report = {"reported_state": state, "report_source": REPORT_SOURCES[0], "tool_count": 2}
+        steps = [lambda: self._report(self._attempt_id(0), server, 0, report)]
+        if contact is not None:
+            steps.append(lambda: self._record(contact, self._attempt_id(0), server, gap, **fields))
+        for step in steps if report_first else reversed(steps):
+            step()
+
     @rule(back=st.sampled_from([0, 0, 1, 2, 3]), server=st.sampled_from(SERVERS), ok=st.booleans())
     def endpoint_test(self, back: int, server: str, ok: bool) -> None:
         attempt_id = self._attempt_id(back)
@@ -335,6 +413,11 @@ class LedgerMachine(RuleBasedStateMachine):
         for _, row, seen in self._rows():
             if row.status != "failed":
                 continue
+            if row.status_source == "reported":  # the agent's own explicit error naming this delivered server
+                newest = _newest([o for o in seen if o.kind == "agent_reported"])
+                assert any(o.fields["reported_state"] in FAILURE_STATES for o in newest)
+                assert not any(o.kind in CONTACT_KINDS for o in seen), f"{row.name}: observed contact, yet failed"
+                continue
             # A server-specific explicit error, and nothing that proves attachment occurred after it: tool-call
             # errors, failed endpoint tests, session errors and closed connections never make a row red.
             failures = [o.t for o in seen if o.kind == "explicit_error"]
@@ -350,6 +433,29 @@ class LedgerMachine(RuleBasedStateMachine):
                 assert decisions, f"{row.name}: filtered without a filtering decision"
                 assert (row.reason_code, row.summary) in {
                     (o.fields["reason_code"], o.fields["summary"]) for o in decisions}
+
+    @invariant()
+    def a_report_never_outranks_an_observation_of_the_same_server(self) -> None:
+        for _, row, seen in self._rows():
+            observed = expected_status((o.kind, o.t) for o in seen)
+            assert reducer.observed_status(row) == observed
+            if observed in OBSERVED_ATTACHMENT:
+                assert (row.status, row.status_source) == (observed, "observed"), f"{row.name}: a report won"
+            if row.status_source == "reported":
+                assert row.reported is not None and row.delivered_at is not None
+
+    @invariant()
+    def a_reported_state_is_labelled_as_reported_and_an_observed_one_never_is(self) -> None:
+        for _, row, _ in self._rows():
+            view = row_view(row)
+            assert view.state == row.status and view.status_source == row.status_source
+            if row.status_source == "reported":
+                reporter = reporter_name(row.reported.source)
+                assert view.label == f"{row.status} · reported by {reporter}" and view.sources[0] == row.reported.source
+            else:
+                assert "reported by" not in view.label and view.sources[0] == "agentctl"
+            if row.reported is not None:
+                assert row.reported.source in view.sources and view.reported == row.reported.state
 
     @invariant()
     def a_closed_connection_is_never_the_current_one(self) -> None:
@@ -373,7 +479,9 @@ class LedgerMachine(RuleBasedStateMachine):
     def _check_row(self, attempt: Attempt, current: bool, row: Any) -> None:
         seen = self.rows[(attempt.attempt_id, row.name)]
         kinds = [o.kind for o in seen]
-        assert row.status == expected_status((o.kind, o.t) for o in seen), f"{row.name}: {row.status} from {kinds}"
+        observed = expected_status((o.kind, o.t) for o in seen)
+        assert (row.status, row.status_source) in _reported_status(observed, seen), f"{row.name}: {row.status} from {kinds}"
+        self._check_report(row, seen)
         calls = [o for o in seen if o.kind == "tool_call_observed"]
         assert (row.tool_calls, row.tool_errors) == (len(calls), sum(o.fields["outcome"] == "error" for o in calls))
         for kind in TIMESTAMPED:
@@ -394,6 +502,14 @@ class LedgerMachine(RuleBasedStateMachine):
         newest_failure = {(o.fields["reason_code"], o.fields["summary"]) for o in failures}
         last = row.last_failure
         assert (last.reason_code, last.summary) in newest_failure if last else not failures
+        if row.status_source == "reported":
+            if row.status == "failed":  # the report's own reason, or the stable code for its state
+                assert (row.reason_code, row.summary) == (row.reported.reason_code, row.reported.summary)
+                return self._check_tail(attempt, row)
+        elif attempt.dropped_events and (row.reason_code, row.summary) == (None, None) and any(
+                o.kind == "agent_reported" for o in seen) and not failures:
+            # A reported failure stopped being current; the decision it replaced had left the bounded log.
+            return self._check_tail(attempt, row)
         for kind in ("explicit_error", "filtered", "unavailable"):
             newest = _newest([o for o in seen if o.kind == kind])
             if newest and kind == "explicit_error" and row.status != "failed":
@@ -405,9 +521,31 @@ class LedgerMachine(RuleBasedStateMachine):
                 break
         else:
             assert (row.reason_code, row.summary) == (None, None)
+        self._check_tail(attempt, row)
+
+    def _check_tail(self, attempt: Attempt, row: Any) -> None:
         assert row.endpoint_test == self.endpoint_tests.get((attempt.attempt_id, row.name))
         if row.disconnected_at is not None:
             assert row.connection_id is not None
+
+    def _check_report(self, row: Any, seen: list[Obs]) -> None:
+        reports = _newest([o for o in seen if o.kind == "agent_reported"])
+        if not reports:
+            assert row.reported is None
+            return
+        report = row.reported
+        assert report is not None and report.reported_at == reports[0].t
+        assert report.state in {o.fields["reported_state"] for o in reports}
+        if any(o.fields["reported_state"] in FAILURE_STATES for o in reports):
+            assert report.state in FAILURE_STATES, "at one instant a reported failure wins"
+        shown = [o for o in reports if o.fields["reported_state"] == report.state and
+                 o.fields["report_source"] == report.source and o.fields.get("tool_count") == report.tool_count]
+        assert shown, "the shown report is one the agent made"
+        # A raw word is kept only as a short token: never free text.
+        assert report.raw_state in {None, "needs-auth", "ready", "authenticationRequired"}
+        if report.state in FAILURE_STATES:
+            default = "agent_reported_needs_auth" if report.state == "needs_auth" else "agent_reported_failed"
+            assert report.reason_code in {o.fields.get("reason_code") or default for o in shown}
 
     def teardown(self) -> None:
         # Last, the persisted form: the file the daemon writes reads back as the same report.
@@ -418,6 +556,9 @@ class LedgerMachine(RuleBasedStateMachine):
             attempts = ([history.current] if history.current else []) + history.previous
             event(f"attempts begun: {min(len(self.begun), 4)}+")
             event(f"a log overflowed: {any(a.dropped_events for a in attempts)}")
+            rows = [r for a in attempts for r in a.servers]
+            event(f"a status rests on a report: {any(r.status_source == 'reported' for r in rows)}")
+            event(f"a report disagrees with an observation: {any(row_view(r).disagreement for r in rows)}")
         with tempfile.TemporaryDirectory(prefix="actl-fuzz-") as d:
             ensure_state_dir(Path(d), IDENT.execution_id)
             write_atomic(report_path(Path(d), IDENT.execution_id), encode(self.ledger.history))

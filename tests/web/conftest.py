@@ -109,9 +109,9 @@ async def desktop(browser: Any, **extra: Any) -> Any:
     return context
 
 
-async def phone(browser: Any) -> Any:
+async def phone(browser: Any, **extra: Any) -> Any:
     return await browser.new_context(viewport={"width": 390, "height": 844}, has_touch=True, is_mobile=True,
-                                     device_scale_factor=2)
+                                     device_scale_factor=2, **extra)
 
 
 async def open_page(context: Any, w: World) -> Any:

@@ -106,11 +106,13 @@ async def test_desktop_popover_opens_on_hover_and_focus_pins_on_click_and_closes
     await expect(panel).to_be_visible()
     await page.mouse.click(5, 790)
     await expect(panel).to_be_hidden()
-    # One popover at a time.
-    await trigger.click()
+    # One popover at a time. session-a's card comes first (it needs attention), so session-b's popover, which
+    # opens downwards, leaves session-a's trigger uncovered.
     await b.locator(".mcp-trigger").click()
-    await expect(panel).to_be_hidden()
     await expect(b.locator(".panel")).to_be_visible()
+    await trigger.click()
+    await expect(b.locator(".panel")).to_be_hidden()
+    await expect(panel).to_be_visible()
     await context.close()
 
 

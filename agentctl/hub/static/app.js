@@ -1,7 +1,10 @@
 // The hub page: sessions by task, one neutral MCP trigger each; a popover (precise pointer: hover, focus,
 // click to pin) or a bottom drawer (coarse pointer) with the current attempt's servers. Live through
 // server-sent events read with fetch (so the token stays in a header). Text only: see views.js.
-import { el, historyView, outputLines, outputView, serverDetail, serverList, toolDetail, toolList } from "/views.js";
+import {
+  FILTERS, GRACE_TEXT, attention, attentionText, compareKeys, el, historyView, instant, matches, outputLines, outputView,
+  serverDetail, serverList, sortKey, toolDetail, toolList,
+} from "/views.js";
 
 const TOKEN_KEY = "agentctl-hub-token";
 const coarse = matchMedia("(pointer: coarse)");
@@ -14,7 +17,12 @@ const state = {
   outputWarning: "",
   closeTimer: null,
   noFocusOpen: null, // a trigger that must not reopen on focus (after Escape or a closing click)
+  gen: 0, // one sign-in: a new token ends the previous one's update stream
+  abort: null,
+  skew: 0, // the hub's clock minus this browser's, so "delivered for N minutes" does not depend on either
+  arrangeLater: false, // rows do not move under an open panel: the order is applied when it closes
 };
+const now = () => Date.now() + state.skew;
 
 // ---- token and API ---------------------------------------------------------------------------------
 
@@ -27,11 +35,23 @@ function takeToken() {
   return sessionStorage.getItem(TOKEN_KEY);
 }
 
-function needToken() {
+// Signed out: nothing the last token showed stays on the page. `refused`: a token was sent and the hub said no.
+function needToken(refused) {
   sessionStorage.removeItem(TOKEN_KEY);
   state.token = null;
+  state.abort?.abort();
+  close({ focus: false });
+  state.sessions.clear();
+  state.rows.clear();
+  $("tasks").replaceChildren();
+  $("controls").hidden = true;
+  $("empty").hidden = true;
+  $("no-match").hidden = true;
+  $("token-refused").hidden = !refused;
+  $("token-title").textContent = refused ? "The hub refused this token" : "This page needs the hub's token";
   $("token-needed").hidden = false;
-  setLive("not signed in");
+  setLive(refused ? "not signed in: token refused" : "not signed in");
+  $("token-input").focus();
 }
 
 async function api(path, { method = "GET", body } = {}) {
@@ -39,7 +59,7 @@ async function api(path, { method = "GET", body } = {}) {
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const resp = await fetch(path, { method, headers, cache: "no-store", credentials: "omit",
     body: body === undefined ? undefined : JSON.stringify(body) });
-  if (resp.status === 401) { needToken(); throw new Error("the hub token is missing or wrong"); }
+  if (resp.status === 401) { needToken(true); throw new Error("the hub token is missing or wrong"); }
   const data = await resp.json().catch(() => ({}));
   if (!resp.ok) throw new Error(data.error || `the hub answered HTTP ${resp.status}`);
   return data;
@@ -71,12 +91,15 @@ function handleEvent(block) {
   else if (event === "session") upsert(payload);
 }
 
-async function listen() {
+async function listen(gen, signal) {
   let backoff = 500;
-  while (state.token) {
+  const current = () => state.token && state.gen === gen;
+  while (current()) {
     try {
-      const resp = await fetch("/api/events", { headers: { Authorization: `Bearer ${state.token}` }, cache: "no-store" });
-      if (resp.status === 401) { needToken(); return; }
+      const resp = await fetch("/api/events", { headers: { Authorization: `Bearer ${state.token}` }, cache: "no-store",
+        signal });
+      if (!current()) return;
+      if (resp.status === 401) { needToken(true); return; }
       if (!resp.ok || !resp.body) throw new Error(String(resp.status));
       setLive("live");
       backoff = 500;
@@ -84,7 +107,7 @@ async function listen() {
       let buffer = "";
       for (;;) {
         const { value, done } = await reader.read();
-        if (done) break;
+        if (done || !current()) break;
         buffer += value;
         let cut;
         while ((cut = buffer.indexOf("\n\n")) >= 0) {
@@ -92,8 +115,8 @@ async function listen() {
           buffer = buffer.slice(cut + 2);
         }
       }
-    } catch (err) { /* the hub went away: retry below */ }
-    if (!state.token) return;
+    } catch (err) { /* the hub went away (or a new sign-in aborted this one): retry below */ }
+    if (!current()) return;
     setLive("reconnecting…");
     await new Promise((r) => setTimeout(r, backoff));
     backoff = Math.min(backoff * 2, 5000);
@@ -103,9 +126,11 @@ async function listen() {
 // ---- sessions --------------------------------------------------------------------------------------
 
 function applyStatus(status) {
+  const hubNow = instant(status.generated_at);
+  if (hubNow !== null) state.skew = hubNow - Date.now();
   state.outputWarning = status.output_warning;
-  for (const session of status.sessions) upsert(session);
-  $("empty").hidden = state.sessions.size > 0;
+  for (const session of status.sessions) upsert(session, { arrange: false });
+  arrange();
 }
 
 function taskList(taskId) {
@@ -119,12 +144,12 @@ function taskList(taskId) {
   return section.querySelector("ul.sessions");
 }
 
-function upsert(session) {
+function upsert(session, { arrange: rearrange = true } = {}) {
   const sid = session.session_id;
   state.sessions.set(sid, session);
-  $("empty").hidden = true;
   let row = state.rows.get(sid);
   if (!row) row = createRow(session);
+  showAttention(row, session);
   const count = session.attempt ? session.attempt.servers.length : 0;
   row.count.textContent = String(count);
   row.trigger.setAttribute("aria-label", `MCP servers of session ${sid}: ${count}`);
@@ -138,6 +163,65 @@ function upsert(session) {
     row.attempt = attempt;
     if (isOpen(sid)) renderPanel(sid, { live: true });
   }
+  if (rearrange) arrange();
+}
+
+// Next to the trigger, in words: how many servers need attention (the trigger itself stays neutral).
+function showAttention(row, session) {
+  const found = attention(session, now());
+  const text = attentionText(found);
+  if (row.attention.textContent !== text) row.attention.textContent = text;
+  row.attention.classList.toggle("needs", found.needs);
+  const lines = found.servers.map((s) => `${s.name} ${s.why}`);
+  if (found.sessionError) lines.push(session.attempt.session_error); // already in words, with its code as detail
+  row.why.replaceChildren(...lines.map((text) => el("span", { text })));
+  row.why.hidden = !lines.length;
+}
+
+// The filter, the search and the order, applied to the rows in place (a row is moved only when its place changed).
+function arrange() {
+  const filter = $("filter").value || "all";
+  const query = $("search").value.trim();
+  const t = now();
+  const sessions = [...state.sessions.values()];
+  const shown = sessions.filter((s) => matches(s, filter, query, t));
+  if (state.open && !shown.some((s) => s.session_id === state.open.sid)) close({ focus: false });
+  const visible = new Set(shown.map((s) => s.session_id));
+  for (const [sid, row] of state.rows) row.li.hidden = !visible.has(sid);
+  $("controls").hidden = sessions.length === 0;
+  $("empty").hidden = sessions.length > 0;
+  $("no-match").hidden = sessions.length === 0 || shown.length > 0;
+  $("shown").textContent = sessions.length ? `showing ${shown.length} of ${sessions.length} sessions` : "";
+  if (state.open) { state.arrangeLater = true; return; }
+  state.arrangeLater = false;
+  const keys = new Map(sessions.map((s) => [s.session_id, sortKey(s, t)]));
+  const byTask = new Map();
+  for (const s of [...sessions].sort((a, b) => compareKeys(keys.get(a.session_id), keys.get(b.session_id)))) {
+    if (!byTask.has(s.task_id)) byTask.set(s.task_id, []);
+    byTask.get(s.task_id).push(s.session_id);
+  }
+  // A task goes where its first shown session goes; a task with nothing shown is hidden.
+  const tasks = [...byTask.entries()].sort(([, a], [, b]) => {
+    const first = (ids) => ids.find((id) => visible.has(id)) ?? ids[0];
+    return (visible.has(first(a)) ? 0 : 1) - (visible.has(first(b)) ? 0 : 1)
+      || compareKeys(keys.get(first(a)), keys.get(first(b)));
+  });
+  const container = $("tasks");
+  tasks.forEach(([taskId, ids], i) => {
+    const list = taskList(taskId);
+    const section = list.closest("section.task");
+    section.hidden = !ids.some((id) => visible.has(id));
+    if (container.children[i] !== section) container.insertBefore(section, container.children[i] || null);
+    ids.forEach((id, j) => {
+      const li = state.rows.get(id).li;
+      if (list.children[j] !== li) list.insertBefore(li, list.children[j] || null);
+    });
+  });
+}
+
+function refreshAttention() {
+  for (const [sid, row] of state.rows) showAttention(row, state.sessions.get(sid));
+  arrange();
 }
 
 let panelSeq = 0;
@@ -149,12 +233,16 @@ function createRow(session) {
     ariaHaspopup: "dialog", data: { sid } }, el("span", { text: "MCP" }), count);
   const panel = el("div", { class: "panel", id, role: "dialog", ariaLabel: `MCP servers of session ${sid}`, hidden: true });
   const wrap = el("div", { class: "mcp" }, trigger, panel);
+  const attentionEl = el("span", { class: "attention", id: `${id}-attention` });
+  trigger.setAttribute("aria-describedby", attentionEl.id);
+  const why = el("p", { class: "why", hidden: true });
   const link = el("span", { class: "link" });
   const meta = el("p", { class: "secondary" });
   const agent = el("p", { class: "secondary" });
   const li = el("li", { class: "session", data: { sid } },
-    el("div", { class: "info" }, el("p", { class: "sid" }, el("span", { text: sid }), link), meta, agent), wrap);
-  const row = { li, trigger, panel, wrap, count, link, meta, agent, nav: [{ view: "servers" }] };
+    el("div", { class: "info" }, el("p", { class: "sid" }, el("span", { text: sid }), link), why, meta, agent),
+    el("div", { class: "side" }, attentionEl, wrap));
+  const row = { li, trigger, panel, wrap, count, link, meta, agent, attention: attentionEl, why, nav: [{ view: "servers" }] };
   state.rows.set(sid, row);
   wire(sid, row);
   taskList(session.task_id).append(li);
@@ -197,6 +285,7 @@ function close({ focus }) {
   row.trigger.setAttribute("aria-expanded", "false");
   if (wasDrawer) { $("backdrop").hidden = true; document.body.classList.remove("drawer-open"); }
   if (focus) { state.noFocusOpen = row.trigger; row.trigger.focus(); }
+  if (state.arrangeLater) arrange();
 }
 
 function place(row) {
@@ -415,6 +504,14 @@ async function copyDiagnostics(sid) {
 // ---- start -----------------------------------------------------------------------------------------
 
 $("backdrop").addEventListener("click", () => close({ focus: true }));
+$("filter").replaceChildren(...FILTERS.map(([value, label]) => el("option", { value, text: label })));
+$("filter").addEventListener("change", () => arrange());
+$("search").addEventListener("input", () => arrange());
+$("attention-rule").textContent = "Needs attention: a server that failed, or agentctl's own endpoint delivered more " +
+  `than ${GRACE_TEXT} ago without the agent connecting (third-party servers connect to the agent directly, so ` +
+  "they stay “delivered”). Sorted: needs attention first, then the most recent contact.";
+setInterval(() => { if (state.token) refreshAttention(); }, 15000); // "delivered for too long" happens with no event
+
 $("token-form").addEventListener("submit", (e) => {
   e.preventDefault();
   const value = $("token-input").value.trim();
@@ -425,16 +522,27 @@ $("token-form").addEventListener("submit", (e) => {
 });
 
 async function start() {
+  const gen = ++state.gen;
+  state.abort?.abort();
+  const abort = new AbortController();
+  state.abort = abort;
   state.token = takeToken();
-  if (!state.token) { needToken(); return; }
+  if (!state.token) { needToken(false); return; }
   $("token-needed").hidden = true;
+  $("token-refused").hidden = true;
+  setLive("connecting…");
   try {
-    applyStatus(await api("/api/status"));
+    const status = await api("/api/status");
+    if (gen !== state.gen) return;
+    applyStatus(status);
   } catch (err) {
-    if (state.token) setLive(err.message);
-    if (!state.token) return;
+    if (gen !== state.gen || !state.token) return;
+    setLive(err.message);
   }
-  listen();
+  listen(gen, abort.signal);
 }
+
+// An address with #token=… pasted into the open page changes only the fragment: sign in with it, no reload.
+window.addEventListener("hashchange", () => { if (/(?:^#|&)token=/.test(location.hash)) start(); });
 
 start();

@@ -50,12 +50,18 @@ export function serverList(session, onServer) {
     items.length ? el("ul", { class: "servers" }, items) : note("no MCP servers in this attempt")];
 }
 
+// A failed, filtered or unavailable step names its reason code: the row's plain-language line comes first and
+// the bare code stays as detail.
+const REASON_STEPS = new Set(["failed", "filtered", "unavailable"]);
+
 export function checklist(server) {
   const steps = server.steps.map((step) =>
     el("li", { class: step.done ? "done" : "open", data: { step: step.step } },
       el("span", { class: "mark", text: step.mark }),
       el("span", { class: "step", text: step.label }),
       el("span", { class: "when", text: step.text }),
+      step.done && REASON_STEPS.has(step.step) && server.status === step.step
+        ? el("span", { class: "plain", text: server.explanation }) : null,
       step.detail ? el("span", { class: "detail", text: step.detail }) : null));
   return [el("ol", { class: "checklist", ariaLabel: `attachment checklist of ${server.name}` }, steps),
     note(server.hidden_note)];
@@ -166,4 +172,82 @@ export function outputLines(body, data) {
     el("p", { class: "warn", text: `Warning: ${data.view.warning}` }),
     ...data.notes.map((n) => note(n)),
     data.view.empty ? null : el("pre", { class: "stderr", text: data.view.lines.join("\n") }));
+}
+
+// ---- at a glance: which servers need attention, the filter and the order (pure: the clock is passed in) ----
+
+// agentctl's own endpoint sees the agent connect, so "delivered" that lasts is a sign of trouble; third-party
+// servers connect to the agent directly, so "delivered" is all agentctl can ever see of them.
+export const DELIVERED_GRACE_MS = 2 * 60 * 1000;
+export const GRACE_TEXT = "2 minutes";
+
+// "2026-01-02 03:04:05 UTC" (the page's wording) or an ISO instant, as milliseconds; null when neither.
+export function instant(text) {
+  if (!text) return null;
+  const iso = String(text).replace(" UTC", "Z").replace(" ", "T").replace(/(\.\d{3})\d+/, "$1");
+  const ms = Date.parse(iso);
+  return Number.isNaN(ms) ? null : ms;
+}
+
+function ago(ms) {
+  const minutes = Math.floor(ms / 60000);
+  if (minutes < 60) return `${minutes} min`;
+  const hours = Math.floor(minutes / 60);
+  return hours < 48 ? `${hours} h` : `${Math.floor(hours / 24)} days`;
+}
+
+// The servers of the current attempt that need attention, each with why in words, and the session error.
+export function attention(session, now) {
+  const attempt = session.attempt;
+  const servers = [];
+  for (const server of attempt ? attempt.servers : []) {
+    if (server.status === "failed") servers.push({ name: server.name, why: `failed: ${server.explanation}` });
+    else if (server.status === "delivered" && server.builtin) {
+      const at = instant(server.steps.find((s) => s.step === "delivered")?.at);
+      if (at !== null && now - at > DELIVERED_GRACE_MS) {
+        servers.push({ name: server.name, why: `delivered ${ago(now - at)} ago, the agent has not connected` });
+      }
+    }
+  }
+  return { servers, sessionError: Boolean(attempt?.session_error), needs: servers.length > 0 || Boolean(attempt?.session_error) };
+}
+
+export function attentionText(found) {
+  const n = found.servers.length;
+  if (n) return n === 1 ? "1 server needs attention" : `${n} servers need attention`;
+  return found.sessionError ? "session error" : "no server needs attention";
+}
+
+export const FILTERS = [
+  ["all", "All sessions"], ["attention", "Needs attention"], ["connected", "Connected"],
+  ["disconnected", "Not connected"], ["failed", "With a failed server"], ["delivered", "With a delivered server"],
+  ["active", "With an active server"], ["filtered", "With a filtered server"],
+  ["unavailable", "With an unavailable server"],
+];
+
+export function matches(session, filter, query, now) {
+  const servers = session.attempt ? session.attempt.servers : [];
+  const ok = filter === "all" ? true
+    : filter === "attention" ? attention(session, now).needs
+    : filter === "connected" ? session.connected
+    : filter === "disconnected" ? !session.connected
+    : servers.some((s) => s.status === filter);
+  if (!ok) return false;
+  const text = [session.task_id, session.session_id, session.agent].join("\n").toLowerCase();
+  return query.toLowerCase().split(/\s+/).filter(Boolean).every((word) => text.includes(word));
+}
+
+// Needs attention first, then the most recent contact (a connected session's contact is now), then by id: a
+// total order, so sessions keep their places whatever order their updates arrive in.
+export function sortKey(session, now) {
+  const contact = session.connected ? Infinity : (instant(session.last_contact) ?? -Infinity);
+  return [attention(session, now).needs ? 0 : 1, -contact, session.session_id];
+}
+
+export function compareKeys(a, b) {
+  for (let i = 0; i < a.length; i++) {
+    if (a[i] < b[i]) return -1;
+    if (a[i] > b[i]) return 1;
+  }
+  return 0;
 }

@@ -1,0 +1,248 @@
+"""Gemini CLI's folder trust, decided as the CLI decides it: a pure rule over file contents, and a thin reader.
+
+Gemini CLI disables every MCP server (the workspace's and the user's) in a folder it does not trust, so a
+server agentctl gives it there never reaches the agent. The rules, as Gemini CLI 0.61.0 applies them:
+
+1. `GEMINI_RESTRICTED_MODE=true` or `GEMINI_CLI_TRUST_WORKSPACE=false`: untrusted. Otherwise
+   `GEMINI_CLI_TRUST_WORKSPACE=true`, or the `--skip-trust` flag (which sets that variable): trusted.
+2. `security.folderTrust.enabled` (default true; system defaults, then user settings, then system settings,
+   each overriding the one before; the workspace's settings are never consulted) switched off: trusted.
+   A system file counts only when it and every folder above it are root's and writable by no one else
+   (Gemini skips it with a security warning otherwise: one under /tmp never counts).
+3. The trusted-folders file (`~/.gemini/trustedFolders.json`, JSON with comments) maps paths to
+   `TRUST_FOLDER`, `TRUST_PARENT` (the path's parent and below) or `DO_NOT_TRUST`. Paths resolve like
+   Node's `path.resolve` from the working directory and through symlinks; among the rules whose folder holds
+   the working directory, the one with the longest path as written wins. No rule: untrusted.
+4. A trusted-folders file that is not an object of valid levels, or a settings file that is not a JSON
+   object, stops the CLI before it starts any server: the decision is then `trusted=None` with the error.
+
+Not modelled: an IDE companion's own trust answer (no IDE runs under agentctl) and `$VAR` expansion inside
+settings values. Nothing here writes a file: agentctl never changes the user's Gemini settings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import re
+import stat
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+TRUST_LEVELS = ("TRUST_FOLDER", "TRUST_PARENT", "DO_NOT_TRUST")
+REASON_UNTRUSTED = "untrusted_folder"  # what part 2 marks the rows filtered with
+Source = Literal["env", "flag", "setting", "file", "default", "error"]
+
+# Strings first so a `//` inside one is kept: what strip-json-comments removes, and nothing more (a trailing
+# comma stays an error, as it is for Gemini; a JSON5 reader would accept files the CLI refuses).
+_COMMENT_OR_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|//[^\n]*|/\*.*?\*/', re.DOTALL)
+
+
+@dataclass(frozen=True)
+class TrustInputs:
+    """What Gemini reads to decide: file texts (None when the file is absent), the environment, the flag."""
+
+    workdir: str  # absolute, as Gemini's process.cwd() gives it (symlinks resolved)
+    trusted_folders: str | None = None
+    trusted_folders_path: str = "~/.gemini/trustedFolders.json"
+    user_settings: str | None = None
+    system_settings: str | None = None
+    system_defaults: str | None = None
+    env: Mapping[str, str] | None = None
+    skip_trust: bool = False
+
+
+@dataclass(frozen=True)
+class TrustDecision:
+    trusted: bool | None  # None: Gemini would refuse to start at all (`error` says why)
+    source: Source
+    rule: str | None = None  # the trusted-folders path that decided, when the file did
+    error: str | None = None
+
+
+def parse_jsonc(text: str) -> Any:
+    """JSON with `//` and `/* */` comments, as Gemini reads its settings and trusted-folders files."""
+    stripped = _COMMENT_OR_STRING.sub(lambda m: m.group(0) if m.group(0).startswith('"') else " ", text)
+    return json.loads(stripped, parse_constant=_refuse_constant)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def decide(inputs: TrustInputs, realpath: Callable[[str], str] = lambda p: p) -> TrustDecision:
+    """Whether Gemini CLI trusts `inputs.workdir`. `realpath` resolves an existing path's symlinks (the
+    reader passes the file system's; the default leaves paths as written)."""
+    env = inputs.env or {}
+    if env.get("GEMINI_RESTRICTED_MODE") == "true":
+        return TrustDecision(False, "env")
+    if inputs.skip_trust:
+        return TrustDecision(True, "flag")  # the flag overwrites GEMINI_CLI_TRUST_WORKSPACE with true
+    if env.get("GEMINI_CLI_TRUST_WORKSPACE") == "false":
+        return TrustDecision(False, "env")
+    if env.get("GEMINI_CLI_TRUST_WORKSPACE") == "true":
+        return TrustDecision(True, "env")
+    enabled: Any = True
+    for name, text in (("system defaults", inputs.system_defaults), ("user settings", inputs.user_settings),
+                       ("system settings", inputs.system_settings)):
+        settings, error = _object(text, "Settings")
+        if error:
+            return TrustDecision(None, "error", error=f"{name}: {error}")
+        value = _enabled(settings)
+        if value is not _UNSET:
+            enabled = True if value is None else value  # `enabled ?? true`
+    if not _truthy(enabled):
+        return TrustDecision(True, "setting")
+    rules, error = _rules(inputs.trusted_folders, inputs.workdir)
+    if error:
+        return TrustDecision(None, "error", error=f"{inputs.trusted_folders_path}: {error}")
+    return _match(rules, inputs.workdir, realpath)
+
+
+_UNSET: Any = object()
+
+
+def _truthy(value: Any) -> bool:
+    """JavaScript's truthiness, which is how Gemini reads the setting: `"false"` is on, `0` and `""` off."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return value != 0 and value == value  # 0 and NaN are falsy
+    return value != "" and value is not None
+
+
+def _object(text: str | None, what: str) -> tuple[dict[str, Any], str | None]:
+    """A settings-like file's top-level object ({} when absent), or the error that stops Gemini."""
+    if text is None:
+        return {}, None
+    try:
+        parsed = parse_jsonc(text)
+    except ValueError as exc:
+        return {}, f"not valid JSON ({exc.__class__.__name__})"
+    if not isinstance(parsed, dict):
+        return {}, f"{what} file is not a valid JSON object."
+    return parsed, None
+
+
+def _enabled(settings: dict[str, Any]) -> Any:
+    """The file's `security.folderTrust.enabled`, or _UNSET. A non-object on the way (`"security": 1`) is
+    Gemini's `?.` reading undefined."""
+    security = settings.get("security")
+    folder = security.get("folderTrust") if isinstance(security, dict) else None
+    return folder.get("enabled", _UNSET) if isinstance(folder, dict) else _UNSET
+
+
+def _rules(text: str | None, cwd: str) -> tuple[dict[str, str], str | None]:
+    parsed, error = _object(text, "Trusted folders")
+    rules: dict[str, str] = {}
+    for raw_path, level in parsed.items():
+        if level not in TRUST_LEVELS:
+            return {}, f"an invalid trust level for a path (possible values: {', '.join(TRUST_LEVELS)})"
+        rules[_resolve(cwd, raw_path)] = level
+    return rules, error
+
+
+def _resolve(cwd: str, path: str) -> str:
+    """Node's `path.resolve(path)` run from `cwd`: absolute, normalized, no trailing slash."""
+    resolved = posixpath.normpath(posixpath.join(cwd, path))
+    return "/" + resolved.lstrip("/")  # normpath keeps a leading `//`; Node does not
+
+
+def _match(rules: Mapping[str, str], workdir: str, realpath: Callable[[str], str]) -> TrustDecision:
+    location = _resolve("/", realpath(workdir))
+    best: tuple[int, str, str] | None = None
+    for rule_path, level in rules.items():
+        folder = posixpath.dirname(rule_path) if level == "TRUST_PARENT" else rule_path
+        folder = _resolve("/", realpath(folder))
+        if _holds(folder, location) and (best is None or len(rule_path) > best[0]):
+            best = (len(rule_path), rule_path, level)
+    if best is None:
+        return TrustDecision(False, "default")
+    return TrustDecision(best[2] != "DO_NOT_TRUST", "file", rule=best[1])
+
+
+def _holds(folder: str, location: str) -> bool:
+    relative = posixpath.relpath(location, folder)
+    return relative != ".." and not relative.startswith("../")
+
+
+# ---- the thin reader -----------------------------------------------------------------------------------
+
+_ENV_NAMES = ("GEMINI_RESTRICTED_MODE", "GEMINI_CLI_TRUST_WORKSPACE")
+
+
+def skip_trust_in(argv: Sequence[str]) -> bool:
+    """Whether Gemini's arguments carry `--skip-trust` (yargs also takes `--skipTrust` and `=true`)."""
+    for arg in argv:
+        if arg == "--":
+            return False
+        name, _, value = arg.partition("=")
+        if name in ("--skip-trust", "--skipTrust") and value in ("", "true"):
+            return True
+    return False
+
+
+def _home(env: Mapping[str, str]) -> Path:
+    return Path(env.get("GEMINI_CLI_HOME") or env.get("HOME") or os.path.expanduser("~"))
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+
+
+def _existing_realpath(path: str) -> str:
+    return os.path.realpath(path) if os.path.exists(path) else path
+
+
+def _secure_system_file(path: Path) -> bool:
+    """Gemini's check before it reads a system settings file: the file and each folder above it owned by
+    root and not writable by group or others (a symlink among them owned by root as well)."""
+    normalized = Path(os.path.normpath(os.path.abspath(path)))
+    try:
+        for item in (normalized, *normalized.parents):
+            if item.is_symlink() and item.lstat().st_uid != 0:
+                return False
+            st = item.stat()
+            if st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                return False
+        return normalized.is_file()
+    except OSError:
+        return False
+
+
+def _read_system(path: Path) -> str | None:
+    return _read(path) if path.exists() and _secure_system_file(path) else None
+
+
+def read_inputs(workdir: str | os.PathLike[str], env: Mapping[str, str], argv: Sequence[str] = ()) -> TrustInputs:
+    """The files and settings the Gemini CLI run with `env` and `argv` in `workdir` would read."""
+    gemini_dir = _home(env) / ".gemini"
+    runtime_dir = _home(env) / ".cache" / ".gemini" if env.get("SANDBOX") == "sandbox-exec" else gemini_dir
+    folders = Path(env.get("GEMINI_CLI_TRUSTED_FOLDERS_PATH") or runtime_dir / "trustedFolders.json")
+    system = Path(env.get("GEMINI_CLI_SYSTEM_SETTINGS_PATH") or "/etc/gemini-cli/settings.json")
+    defaults = Path(env.get("GEMINI_CLI_SYSTEM_DEFAULTS_PATH") or system.parent / "system-defaults.json")
+    return TrustInputs(
+        workdir=os.path.realpath(workdir),
+        trusted_folders=_read(folders),
+        trusted_folders_path=str(folders),
+        user_settings=_read(gemini_dir / "settings.json"),
+        system_settings=_read_system(system),
+        system_defaults=_read_system(defaults),
+        env={name: env[name] for name in _ENV_NAMES if name in env},
+        skip_trust=skip_trust_in(argv),
+    )
+
+
+def decide_for(workdir: str | os.PathLike[str], env: Mapping[str, str], argv: Sequence[str] = ()) -> TrustDecision:
+    """Whether the Gemini CLI run with `env` and `argv` in `workdir` trusts it, reading what it would read."""
+    try:
+        inputs = read_inputs(workdir, env, argv)
+    except (OSError, UnicodeDecodeError) as exc:
+        return TrustDecision(None, "error", error=f"a trust file could not be read ({exc.__class__.__name__})")
+    return decide(inputs, _existing_realpath)

@@ -1,0 +1,124 @@
+"""Codex's app-server protocol: `mcpServer/startupStatus/updated` notifications and `mcpServerStatus/list` answers.
+
+`codex app-server` speaks JSON lines on stdio (JSON-RPC without the `"jsonrpc"` member). After
+`initialize`, `initialized` and `thread/start` it notifies each configured server's startup:
+`{"method":"mcpServer/startupStatus/updated","params":{"name","status","error","failureReason",...}}` with
+status `starting`, `ready`, `failed` or `cancelled` (failureReason `reauthenticationRequired` or null). The
+request `mcpServerStatus/list` is answered with `{"result":{"data":[{"name","runtimeStatus","tools",
+"toolsError",...}]}}`, runtimeStatus `notStarted`, `starting`, `connected`, `authenticationRequired`,
+`failed`, `cancelled` or `disabled`, and `tools` a map by tool name. Measured with Codex 0.171.0 (its own
+`codex app-server generate-json-schema`). `codex exec --json` emits none of this.
+
+Error texts name the server and embed URLs and Rust type paths: only a redacted, bounded summary is kept (the
+URL reduced to its origin), and only for delivered servers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable
+from typing import Any
+
+import msgspec
+
+from agentctl.agent.reported.base import ReportReader, ServerReport
+from agentctl.evidence.contract import ReportedState
+from agentctl.evidence.sanitize import summarize
+from agentctl.evidence.secret_registry import SecretRegistry
+
+SOURCE = "codex:app-server"
+STARTUP_METHOD = "mcpServer/startupStatus/updated"
+MAX_LINE = 1024 * 1024  # a status list carries every tool's schema: far more than a notification
+STARTUP_STATES: dict[str, ReportedState] = {
+    "starting": "pending",
+    "ready": "connected",
+    "failed": "failed",
+    "cancelled": "cancelled",
+}
+RUNTIME_STATES: dict[str, ReportedState] = {
+    "notStarted": "pending",
+    "starting": "pending",
+    "connected": "connected",
+    "authenticationRequired": "needs_auth",
+    "failed": "failed",
+    "cancelled": "cancelled",
+    "disabled": "disabled",
+}
+REASON_FAILED = "agent_reported_failed"
+REASON_NEEDS_AUTH = "agent_reported_needs_auth"
+# `Transport [codex_rmcp_client::tool_list_changes::ToolListChanges<...>]`: a type path, not a reason.
+_RUST_TYPE = re.compile(r"\s*\[[A-Za-z_]\w*(?:::\w+)+(?:<[^\[\]]*>)?\]")
+
+
+class _Message(msgspec.Struct):
+    # Any, not the expected types: an unexpected shape is skipped, never a decode failure.
+    method: Any = None
+    params: Any = None
+    result: Any = None
+
+
+_decoder = msgspec.json.Decoder(_Message)
+
+
+def parse_message(
+    line: bytes, delivered: Collection[str], secrets: Iterable[str] | SecretRegistry = ()
+) -> list[ServerReport] | None:
+    """The reports of one app-server line, or None when it is neither a startup notification nor a
+    status list answer."""
+    try:
+        message = _decoder.decode(line)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if message.method == STARTUP_METHOD and isinstance(message.params, dict):
+        report = _startup(message.params, delivered, secrets)
+        return [report] if report is not None else []
+    result = message.result
+    if message.method is None and isinstance(result, dict) and isinstance(result.get("data"), list):
+        entries = [e for e in result["data"] if isinstance(e, dict) and "runtimeStatus" in e]
+        if entries or not result["data"]:
+            return [r for r in (_runtime(e, delivered, secrets) for e in entries) if r is not None]
+    return None
+
+
+def _startup(params: dict[str, Any], delivered: Collection[str], secrets: Any) -> ServerReport | None:
+    name, raw = params.get("name"), params.get("status")
+    if not isinstance(name, str) or name not in delivered or not isinstance(raw, str):
+        return None
+    state = STARTUP_STATES.get(raw, "unknown")
+    if state == "failed" and params.get("failureReason") == "reauthenticationRequired":
+        state = "needs_auth"
+    return _report(name, state, raw, None, params.get("error"), secrets)
+
+
+def _runtime(entry: dict[str, Any], delivered: Collection[str], secrets: Any) -> ServerReport | None:
+    name, raw = entry.get("name"), entry.get("runtimeStatus")
+    if not isinstance(name, str) or name not in delivered or not isinstance(raw, str):
+        return None
+    state = RUNTIME_STATES.get(raw, "unknown")
+    tools = entry.get("tools")
+    count = len(tools) if state == "connected" and isinstance(tools, dict) else None
+    return _report(name, state, raw, count, entry.get("toolsError"), secrets)
+
+
+def _report(name: str, state: ReportedState, raw: str, count: int | None, error: Any, secrets: Any) -> ServerReport:
+    reason = summary = None
+    if state in ("failed", "needs_auth"):
+        reason = REASON_NEEDS_AUTH if state == "needs_auth" else REASON_FAILED
+        if isinstance(error, str) and error:
+            summary = summarize(reason, _RUST_TYPE.sub("", error), secrets).summary or None
+    return ServerReport(name=name, state=state, raw_state=raw, tool_count=count, reason_code=reason, summary=summary)
+
+
+class CodexAppServerReader(ReportReader):
+    """Reads `codex app-server` stdout incrementally; returns the reports of each status line it completes."""
+
+    markers = (b"mcpServer/startupStatus", b"runtimeStatus")
+
+    def __init__(
+        self, delivered: Collection[str], secrets: Iterable[str] | SecretRegistry = (), max_line: int = MAX_LINE
+    ) -> None:
+        super().__init__(delivered, max_line)
+        self._secrets = secrets
+
+    def parse_line(self, line: bytes) -> list[ServerReport] | None:
+        return parse_message(line, self.delivered, self._secrets)

@@ -1,0 +1,87 @@
+"""Owns how a server row reads: its display state, label and the sources it rests on (pure, no I/O).
+
+Every renderer (status, report, diagnostics, the hub page) asks `row_view` rather than reading `status`
+alone, so a state the agent reported is never shown as one agentctl observed, and a report that contradicts
+agentctl's observation is shown beside it instead of being resolved silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from agentctl.evidence.contract import AgentReport, RowView, ServerRow
+from agentctl.evidence.reducer import REPORTED_FAILURES, observed_status
+
+DELIVERED_LABEL = "delivered · connection unverified"
+OBSERVER = "agentctl"
+
+# Report sources are `<agent>:<contract>`; the agent's part, as people call the agent.
+REPORTERS: dict[str, str] = {
+    "claude": "Claude Code",
+    "codex": "Codex",
+    "cursor": "Cursor",
+    "gemini": "Gemini CLI",
+    "opencode": "OpenCode",
+}
+_STATE_WORDS = {"needs_auth": "needs authentication", "unknown": "an unknown state"}
+
+
+def reporter_name(source: str) -> str:
+    """The agent a report source names, as people call it (`claude:stream-json-init` -> `Claude Code`)."""
+    agent = source.partition(":")[0]
+    return REPORTERS.get(agent, agent)
+
+
+def row_view(row: ServerRow | Mapping[str, Any]) -> RowView:
+    """The display state, label and sources of a row (a contract struct or its JSON as a dict)."""
+    if not isinstance(row, ServerRow):
+        row = msgspec.convert(row, ServerRow, strict=False)
+    observed = observed_status(row)
+    report = row.reported
+    if report is None:
+        return RowView(state=row.status, label=_label(row.status), observed=observed, sources=[OBSERVER])
+    reporter = reporter_name(report.source)
+    if row.status_source == "reported":
+        label, sources = f"{row.status} · reported by {reporter}", [report.source, OBSERVER]
+    else:
+        label, sources = _label(row.status), [OBSERVER, report.source]
+    return RowView(
+        state=row.status,
+        label=label,
+        observed=observed,
+        status_source=row.status_source,
+        sources=sources,
+        reporter=reporter,
+        reported=report.state,
+        report=_report_words(report, reporter),
+        disagreement=_disagreement(row, observed, report, reporter),
+    )
+
+
+def _label(status: str) -> str:
+    return DELIVERED_LABEL if status == "delivered" else status
+
+
+def _report_words(report: AgentReport, reporter: str) -> str:
+    text = f"{reporter} reported {_STATE_WORDS.get(report.state, report.state)}"
+    if report.state == "unknown" and report.raw_state:
+        text += f" ({report.raw_state})"
+    if report.tool_count is not None:
+        text += f", {report.tool_count} tool" + ("" if report.tool_count == 1 else "s")
+    if report.summary:
+        text += f": {report.summary}"
+    return text
+
+
+def _disagreement(row: ServerRow, observed: str, report: AgentReport, reporter: str) -> str | None:
+    if row.delivered_at is None:
+        return f"{reporter} reported a server of this name, which agentctl did not deliver"
+    said = _STATE_WORDS.get(report.state, report.state)
+    if observed in ("active", "connected") and report.state in REPORTED_FAILURES:
+        return f"agentctl observed {observed}; {reporter} reported {said}"
+    if observed == "failed" and report.state == "connected":
+        return f"agentctl observed failed; {reporter} reported {said}"
+    return None
