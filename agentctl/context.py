@@ -1,21 +1,30 @@
-"""What the daemon's components share: spec, identity, ledger, paths, readiness checks and the stop trigger.
+"""What the daemon's components share: spec, identity, ledger, paths, readiness checks, the components the
+surfaces reach, and the stop trigger.
 
-Built once by the composition root (daemon/app.py) and handed to each component; components never
-reach for globals.
+Built once by the composition root (agentctl.daemon.app) and handed to each component; components never
+reach for globals. The components' own modules are imported for their types only: importing this module
+costs neither the MCP SDK nor the agent's machinery, and no component module imports another through it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
+from agentctl.evidence.contract import AttemptOrigin, EndpointTestResult, Identity
 from agentctl.evidence.ledger import Ledger
 from agentctl.spec import Spec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agentctl.agent.component import Agent
+    from agentctl.diagnostics.endpoint_test import EndpointTester
+    from agentctl.mcp_endpoint.server import McpEndpoint
+    from agentctl.upstream.publisher import Publisher
 
 
 @dataclass
@@ -55,6 +64,12 @@ class Readiness:
         return not self.stopping and bool(self.checks) and all(self.checks.values())
 
 
+class EndpointTestHook(Protocol):
+    """The endpoint test of one stored server, by name, for the upstream's `endpoint_test` request."""
+
+    def __call__(self, name: str, timeout: float | None = None) -> Awaitable[EndpointTestResult]: ...
+
+
 @dataclass
 class DaemonContext:
     spec: Spec
@@ -66,17 +81,19 @@ class DaemonContext:
     mcp_base: str | None = None  # http://host:port of the loopback listener
     mcp_url: str | None = None
     report_path: Path | None = None
-    # Components the control API reaches (None when absent: MCP-only mode has no agent).
-    agent: Any = None  # agentctl.agent.manager.AgentManager
-    endpoint: Any = None  # agentctl.mcp_endpoint.server.McpEndpoint
-    upstream: Any = None  # agentctl.upstream.publisher.Publisher (None without [upstream])
+    # Components the surfaces reach (None when absent: MCP-only mode has no agent, no [upstream] no publisher).
+    agent: Agent | None = None
+    endpoint: McpEndpoint | None = None
+    upstream: Publisher | None = None
     # Opens a new attempt seeded with the configured servers (MCP-only mode and passthrough use it).
-    open_attempt: Callable[[str], tuple[str, str]] | None = None
-    # async (name, timeout) -> EndpointTestResult: the endpoint test by stored name, for upstream requests.
-    extra_endpoint_test: Any = None
+    open_attempt: Callable[[AttemptOrigin], tuple[str, str]] | None = None
+    # The one endpoint tester (its per-name lock is shared by every caller), made on first use.
+    endpoint_tester: EndpointTester | None = None
+    # The endpoint test by stored name, for upstream requests.
+    extra_endpoint_test: EndpointTestHook | None = None
 
     @property
-    def identity(self):
+    def identity(self) -> Identity:
         return self.ledger.identity
 
     def request_stop(self) -> None:

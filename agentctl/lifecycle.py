@@ -14,11 +14,15 @@ uvicorn's server lifecycle (capture signals first, start, serve, drain; a second
 
 The caller turns the `Outcome` into an exit status. A non-main thread (an embedding test) cannot own
 signals: there `Signals` captures nothing and only the service's own trigger ends it.
+
+A service's own start and stop are written with a `StopStack`: each start step pushes its stop, and the stop
+runs them in reverse, so the order of the one is the mirror of the other by construction.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -26,7 +30,7 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Self, TypeVar
 
 log = logging.getLogger("agentctl.lifecycle")
 
@@ -37,6 +41,78 @@ ABORT_TIMEOUT = 3.0
 THREADS_TIMEOUT = 5.0
 
 T = TypeVar("T")
+Stopper = Callable[[], Awaitable[object] | None]
+
+
+class StopStack:
+    """The stops of what a service started, run in reverse order of start by an AsyncExitStack.
+
+    Each start step pushes its own stop, under a name for the log, as soon as there is something to stop. A
+    stop that fails is logged by name and the rest still run: nothing may be left running. A stop that is
+    cancelled (a drain cut short by a second signal or the shutdown bound) ends the unwinding at once: the
+    service's `abort()` does the fast end instead of the remaining stops."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._log = logger
+        self._stack = contextlib.AsyncExitStack()
+        self._cut_short = False
+
+    def push(self, name: str, stop: Stopper) -> None:
+        async def run() -> None:
+            if self._cut_short:
+                return
+            try:
+                pending = stop()
+                if pending is not None:
+                    await pending
+            except Exception as exc:  # the type only: an exception's text may quote what it was handling
+                self._log.warning("stopping %s failed: %s", name, type(exc).__name__)
+            except BaseException:
+                self._cut_short = True
+                raise
+
+        self._stack.push_async_callback(run)
+
+    async def enter(self, name: str, service: contextlib.AbstractAsyncContextManager[T]) -> T:
+        """Start `service` (an async context manager) and push its stop."""
+        started = await service.__aenter__()
+        self.push(name, lambda: service.__aexit__(None, None, None))
+        return started
+
+    async def aclose(self) -> None:
+        await self._stack.aclose()
+
+
+class StackedService:
+    """A service that is an async context manager over its StopStack: `_start(stops)` starts it step by step,
+    each step pushing its own stop; a start that fails or is cancelled stops what it started, in reverse, before
+    it raises; `stop()` runs the stops in reverse and is idempotent."""
+
+    stop_log: ClassVar[logging.Logger] = log
+    _stops: StopStack | None = None  # the stops of what started, while running
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        self._stops = StopStack(self.stop_log)
+        try:
+            await self._start(self._stops)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self, stops: StopStack) -> None:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        stops, self._stops = self._stops, None
+        if stops is not None:
+            await stops.aclose()
 
 
 class Signals:

@@ -319,10 +319,18 @@ async def track_requests(request: web.Request, handler: Any) -> web.StreamRespon
 
 
 class GuardedSite(web.BaseSite):
-    """An aiohttp site served through a ListenerGuard: a pre-bound socket (`sock`, TCP or Unix) or a
-    loopback `host` and `port` to bind."""
+    """An aiohttp site served through a ListenerGuard: a pre-bound socket (`sock`, TCP or Unix) or a loopback
+    `host` and `port` to bind.
 
-    __slots__ = ("_guard", "_sock", "_host", "_port")
+    aiohttp's own sites hand the runner's protocol factory straight to the loop; this one hands it over wrapped
+    by the guard. Only public API is used: BaseSite's constructor, start() and stop() (which register the site
+    with its runner, so `runner.cleanup()` stops it before it shuts the server down), `runner.server` (a
+    protocol factory for the loop's create_server, as aiohttp documents it) and the loop's own servers. The
+    listening server is this site's own, so aiohttp's `runner.addresses` (which reads its own sites' servers)
+    does not list it: the bound addresses are `addresses`.
+    """
+
+    __slots__ = ("_guard", "_owner", "_sock", "_host", "_port", "_listen_backlog", "_listener")
 
     def __init__(
         self,
@@ -336,9 +344,12 @@ class GuardedSite(web.BaseSite):
     ) -> None:
         super().__init__(runner, backlog=backlog)
         self._guard = guard
+        self._owner = runner
         self._sock = sock
         self._host = host
         self._port = port
+        self._listen_backlog = backlog
+        self._listener: asyncio.Server | None = None
 
     @property
     def name(self) -> str:
@@ -346,26 +357,35 @@ class GuardedSite(web.BaseSite):
 
     @property
     def sockets(self) -> tuple[socket.socket, ...]:
-        return tuple(self._server.sockets) if self._server is not None else ()
+        return tuple(self._listener.sockets) if self._listener is not None else ()
+
+    @property
+    def addresses(self) -> list[Any]:
+        """What each listening socket is bound to (`socket.getsockname()`), as `BaseRunner.addresses` gives it."""
+        return [sock.getsockname() for sock in self.sockets]
 
     async def start(self) -> None:
         await super().start()
+        server = self._owner.server
+        if server is None:  # pragma: no cover - BaseSite refuses a runner that is not set up
+            raise RuntimeError("the runner is not set up")
         loop = asyncio.get_running_loop()
-        assert self._runner.server is not None
-        factory = self._guard.wrap(self._runner.server)
+        factory = self._guard.wrap(server)
+        backlog = self._listen_backlog
         if self._sock is not None and self._sock.family == socket.AF_UNIX:
-            server = await loop.create_unix_server(factory, sock=self._sock, backlog=self._backlog)
+            listener = await loop.create_unix_server(factory, sock=self._sock, backlog=backlog)
         elif self._sock is not None:
-            server = await loop.create_server(factory, sock=self._sock, backlog=self._backlog)
+            listener = await loop.create_server(factory, sock=self._sock, backlog=backlog)
         else:
-            server = await loop.create_server(factory, self._host, self._port, backlog=self._backlog,
-                                              reuse_address=True)
-        self._server = server
-        name_listener(server, self._guard.name)
+            listener = await loop.create_server(factory, self._host, self._port, backlog=backlog, reuse_address=True)
+        self._listener = listener
+        name_listener(listener, self._guard.name)
 
     async def stop(self) -> None:
-        if self._server is not None:
-            forget_listener(self._server)
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            forget_listener(listener)
+            listener.close()
         await super().stop()
 
 

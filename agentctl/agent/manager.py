@@ -8,7 +8,7 @@ import os
 import shutil
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from agentctl.agent.outcome import AgentError
 from agentctl.agent.supervisor import AgentStartError, ExitInfo, Supervisor
@@ -49,6 +49,10 @@ def resolve_command(argv: list[str]) -> list[str]:
 
 
 class AgentManager:
+    """The ACP agent component (agentctl.agent.component.AcpAgent)."""
+
+    kind: Literal["acp"] = "acp"
+
     def __init__(self, ctx: DaemonContext, seeds: Callable[[], list[ServerSeed]]) -> None:
         spec = ctx.spec
         assert spec.agent is not None

@@ -10,7 +10,7 @@ import asyncio
 import json
 import logging
 from collections import deque
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 from aiohttp import web
@@ -18,7 +18,11 @@ from aiohttp import web
 from agentctl.agent.outcome import AgentError, SessionOutcome
 from agentctl.control.server import BodyError, decode_body, error_response, json_response
 from agentctl.context import DaemonContext
-from agentctl.evidence.contract import McpConfig, SessionResult, StderrView
+from agentctl.evidence.contract import AttemptOrigin, McpConfig, SessionResult, StderrView
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agentctl.agent.acp import AcpRuntime
+    from agentctl.agent.component import AcpAgent, PassthroughAgent
 
 STDERR_WARNING = (
     "recent agent output may contain sensitive data (prompts, file contents, tokens); "
@@ -106,20 +110,17 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
     def ctx_of(request: web.Request) -> DaemonContext:
         return request.app[ctx_key]
 
-    def is_acp(ctx: DaemonContext) -> bool:
-        # By the component, not by its runtime: an ACP agent that is still starting has no runtime yet, and
-        # must not be taken for MCP-only mode.
-        return ctx.agent is not None and callable(getattr(ctx.agent, "session_runtime", None))
-
-    def is_passthrough(ctx: DaemonContext) -> bool:
-        return ctx.agent is not None and callable(getattr(ctx.agent, "restart", None))
+    def acp_agent(ctx: DaemonContext) -> AcpAgent | None:
+        # By the component's kind, not by its runtime: an ACP agent that is still starting has no runtime yet,
+        # and must not be taken for MCP-only mode.
+        agent = ctx.agent
+        return agent if agent is not None and agent.kind == "acp" else None
 
     def refused(exc: AgentError) -> web.Response:
         return json_response({"error": exc.summary, "reason_code": exc.reason_code}, status=409)
 
-    async def restarted(ctx: DaemonContext) -> web.Response:
+    async def restarted(agent: PassthroughAgent) -> web.Response:
         """A passthrough CLI has no session to open: a new attempt is a new process start."""
-        agent = ctx.agent
         attempt_id = await agent.restart()
         if attempt_id is None:
             return error_response(409, "the daemon is stopping")
@@ -134,18 +135,20 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
             )
         )
 
-    async def open_session(request: web.Request, origin: str) -> web.Response:
+    async def open_session(request: web.Request, origin: AttemptOrigin) -> web.Response:
         ctx = ctx_of(request)
-        if is_passthrough(ctx):
+        agent = ctx.agent
+        if agent is not None and agent.kind == "passthrough":
             # Not a "manual" attempt: that would supersede the running CLI's attempt behind its back.
-            return await restarted(ctx)
-        if not is_acp(ctx):
+            return await restarted(agent)
+        if agent is None:
             # MCP-only mode: an attempt with no agent, so a person can attach an MCP client by hand.
+            assert ctx.open_attempt is not None
             attempt_id, _ = ctx.open_attempt(origin)
             return json_response(SessionResult(attempt_id=attempt_id, accepted=False, with_agent=False))
         try:
             # Waits for the agent's initialize: delivery is planned from what the agent declared.
-            acp = await ctx.agent.session_runtime()
+            acp = await agent.session_runtime()
         except AgentError as exc:
             return refused(exc)
         return json_response(_result(await (acp.reset() if origin == "reset" else acp.new_session())))
@@ -161,21 +164,22 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
             body = await decode_body(request, _LoadBody)
         except BodyError as exc:
             return error_response(exc.status, exc.message)
-        ctx = ctx_of(request)
-        if not is_acp(ctx):
+        agent = acp_agent(ctx_of(request))
+        if agent is None:
             return error_response(409, "session load needs an ACP agent; this daemon has none (MCP only or passthrough)")
         try:
-            acp = await ctx.agent.session_runtime()
+            acp = await agent.session_runtime()
         except AgentError as exc:
             return refused(exc)
         return json_response(_result(await acp.load_session(body.session_id)))
 
-    def runtime_now(ctx: DaemonContext, what: str):
+    def runtime_now(ctx: DaemonContext, what: str) -> AcpRuntime | web.Response:
         """The ACP runtime for prompt and cancel, or the 409 response that says why there is none."""
-        if not is_acp(ctx):
+        agent = acp_agent(ctx)
+        if agent is None:
             return error_response(409, f"{what} needs an ACP agent; this daemon has none (MCP only or passthrough)")
         try:
-            return ctx.agent.runtime_now()
+            return agent.runtime_now()
         except AgentError as exc:
             return refused(exc)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from aiohttp import web
@@ -18,6 +18,9 @@ from aiohttp import web
 from agentctl.control.socket import peer_allowed, peer_cred
 from agentctl.evidence.contract import HealthResponse, StatusResponse, encode
 from agentctl.logs import log_failure
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agentctl.context import DaemonContext
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +80,7 @@ def _is_control_path(path: str) -> bool:
     return path == PREFIX.rstrip("/") or path.startswith(PREFIX)
 
 
-def control_guard(ctx_key: web.AppKey) -> Any:
+def control_guard(ctx_key: web.AppKey[DaemonContext]) -> Any:
     """The middleware guarding `/v1/`: not on TCP, and only for our own uid and root on the Unix socket."""
     warned_uids: set[int | None] = set()
 
@@ -124,7 +127,7 @@ async def _handle(request: web.Request, handler: Any) -> web.StreamResponse:
         return error_response(500, "internal error")
 
 
-def build_status(ctx: Any) -> StatusResponse:
+def build_status(ctx: DaemonContext) -> StatusResponse:
     """The status view of a DaemonContext: what `agentctl status` shows (also used by `agentctl run`)."""
     history = ctx.ledger.history
     return StatusResponse(
@@ -135,13 +138,13 @@ def build_status(ctx: Any) -> StatusResponse:
         report_path=str(ctx.report_path) if ctx.report_path is not None else None,
         mcp_url=ctx.mcp_url,
         rejected_events=history.rejected_events,
-        upstream=ctx.upstream.status() if getattr(ctx, "upstream", None) is not None else None,
+        upstream=ctx.upstream.status() if ctx.upstream is not None else None,
         agent=history.agent,
         degraded=dict(ctx.readiness.degraded),
     )
 
 
-def install_control_routes(app: web.Application, ctx_key: web.AppKey) -> None:
+def install_control_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext]) -> None:
     """Add the guard middleware and the /v1 routes. Call before the app is frozen (before runner.setup)."""
     if app.frozen:
         raise RuntimeError("install_control_routes must run before the application is frozen")

@@ -1,8 +1,10 @@
 """The composition root: builds every component, starts them in order, stops them in reverse.
 
-One aiohttp AppRunner serves one application on two sites: TCP loopback (MCP, /livez, /readyz) and the
-control Unix socket (/v1/...; the control guard refuses those paths over TCP). The shutdown trigger is
-`DaemonContext.request_stop()`, which signals, `agentctl stop` and tests all use.
+`Daemon` is an async context manager: each start step pushes its own stop on an AsyncExitStack, so the stop
+order is the reverse of the start order by construction. One aiohttp AppRunner serves one application on
+two sites: TCP loopback (MCP, /livez, /readyz) and the control Unix socket (/v1/...; the control guard
+refuses those paths over TCP). The shutdown trigger is `DaemonContext.request_stop()`, which signals,
+`agentctl stop` and tests all use.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -34,7 +36,7 @@ from agentctl.daemon.health import install_health_routes
 from agentctl.daemon.systemd import Notifier
 from agentctl.diagnostics.routes import install_diagnostics_routes, tester_of
 from agentctl.evidence.catalog import EstimatorLoader
-from agentctl.evidence.contract import Identity
+from agentctl.evidence.contract import AttemptOrigin, Identity
 from agentctl.evidence.ledger import Clock, Ledger, ServerSeed, utcnow
 from agentctl.evidence.sanitize import summarize, target_for_command, target_for_url
 from agentctl.evidence.store import (
@@ -55,11 +57,15 @@ from agentctl.listener_guard import (
     install_accept_error_log,
     track_requests,
 )
-from agentctl.lifecycle import Signals, serve_until_signalled
+from agentctl.lifecycle import Signals, Stopper, StopStack, serve_until_signalled
 from agentctl.logs import http_server_logging
 from agentctl.mcp_endpoint.server import McpEndpoint
 from agentctl.runtime import freeze_startup_heap
 from agentctl.spec import Spec, listen_address, secret_registry, secret_values
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agentctl.agent.component import Agent
+    from agentctl.upstream.tunnel import TunnelBackend
 
 log = logging.getLogger("agentctl.daemon")
 
@@ -67,7 +73,6 @@ log = logging.getLogger("agentctl.daemon")
 # clients of both eras hold about 200 at once.
 MCP_CONNECTIONS = 512
 
-Stopper = Callable[[], Awaitable[None]]
 # A forced exit's bounds (abort()): the killed agent's exit status, then the last report write.
 ABORT_EXIT_WAIT = 0.5
 ABORT_PERSIST_WAIT = 1.0
@@ -85,6 +90,9 @@ def describe_error(exc: BaseException, spec: Spec | None = None) -> str:
 
 
 class Daemon:
+    """One execution's daemon. `async with Daemon(spec) as daemon:` starts it and stops it; `serve()` runs it
+    until a signal or `agentctl stop`."""
+
     def __init__(
         self,
         spec: Spec,
@@ -112,14 +120,15 @@ class Daemon:
             control_socket=resolve_socket_path(str(socket_path) if socket_path else None, identity.execution_id),
         )
         self.notifier = Notifier(self.environ)
-        self._stoppers: list[tuple[str, Stopper]] = []
+        self._stops: StopStack | None = None  # the stops of what started, while running
         self._runner: web.AppRunner | None = None
         self.listeners: dict[str, ListenerGuard] = {}
         self._watchdog: asyncio.Task[None] | None = None
         self.persister: Persister | None = None
+        self.backend: EmbeddedBackend | None = None
         self.endpoint: McpEndpoint | None = None
-        self.tunnel = None  # agentctl.upstream.tunnel.TunnelBackend when [upstream] is configured
-        self.agent = None
+        self.tunnel: TunnelBackend | None = None  # when [upstream] is configured
+        self.agent: Agent | None = None
         self.ctx.open_attempt = self.open_attempt
 
     @property
@@ -128,15 +137,21 @@ class Daemon:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    async def start(self) -> dict[str, Any]:
-        """Start every component in order; on any failure stop what started, in reverse, and raise."""
-        async def probe_socket() -> None:
-            prepare_socket_path(self.ctx.control_socket)
+    async def __aenter__(self) -> Daemon:
+        await self.start()
+        return self
 
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def start(self) -> dict[str, Any]:
+        """Start every component in order, each step pushing its own stop; on any failure stop what started,
+        in reverse, and raise."""
+        self._stops = StopStack(log)
         steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
             # The socket probe comes first: a second daemon for the same execution must be refused before
-            # it touches that execution's report.
-            ("control socket", probe_socket),
+            # it touches that execution's report. Its stop, the socket file's removal, is therefore the last.
+            ("control socket", self._probe_socket),
             ("state directory and task store", self._start_state),
             # What a daemon killed with SIGKILL left (a merged workspace file holding its token, private
             # config files) is put right before anything new is written.
@@ -180,7 +195,7 @@ class Daemon:
         }
 
     async def stop(self) -> None:
-        """Stop in reverse order of start, each step bounded; idempotent."""
+        """Stop in reverse order of start (the stack's order); idempotent."""
         ctx = self.ctx
         ctx.readiness.stopping = True
         if self.notifier.enabled:
@@ -188,12 +203,14 @@ class Daemon:
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
-        while self._stoppers:
-            name, stopper = self._stoppers.pop()
-            try:
-                await stopper()
-            except Exception as exc:  # keep stopping the rest: nothing may be left running
-                log.warning("stopping %s failed: %s", name, type(exc).__name__)
+        stops, self._stops = self._stops, None
+        if stops is not None:
+            await stops.aclose()
+
+    def _on_stop(self, name: str, stopper: Stopper) -> None:
+        """Push the stop of the start step that just made one necessary."""
+        assert self._stops is not None, "a start step runs only inside start()"
+        self._stops.push(name, stopper)
 
     async def serve(
         self,
@@ -229,7 +246,7 @@ class Daemon:
         file is left to its journal: the next start, or `agentctl recover`, puts it back."""
         ctx = self.ctx
         ctx.readiness.stopping = True
-        supervisor = getattr(self.agent, "supervisor", None)
+        supervisor = self.agent.supervisor if self.agent is not None else None
         if supervisor is not None:
             supervisor.kill_now()
             if supervisor.running:
@@ -238,10 +255,18 @@ class Daemon:
         if self.persister is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.persister.flush(), ABORT_PERSIST_WAIT)
-        if ctx.readiness.checks.get("control_socket"):
-            cleanup_socket_path(ctx.control_socket)
+        self._remove_socket_file()
 
     # -- components --------------------------------------------------------------------------------
+
+    async def _probe_socket(self) -> None:
+        prepare_socket_path(self.ctx.control_socket)
+        self._on_stop("control socket file", self._remove_socket_file)
+
+    def _remove_socket_file(self) -> None:
+        """The control socket's file, once the runner has closed the site, and only if this daemon bound it."""
+        if self.ctx.readiness.checks.get("control_socket"):
+            cleanup_socket_path(self.ctx.control_socket)
 
     async def _start_state(self) -> None:
         ctx = self.ctx
@@ -250,17 +275,13 @@ class Daemon:
         ctx.state_dir = exec_dir.parent
         # Before anything touches this execution's files: a second daemon of it is refused here.
         lock = lock_execution(exec_dir, ctx.identity.execution_id)
-
-        async def release_lock() -> None:
-            os.close(lock)
-
-        self._stoppers.append(("execution lock", release_lock))  # stopped last: after the final report
+        self._on_stop("execution lock", lambda: os.close(lock))  # stopped after the final report
         ctx.report_path = report_path(ctx.state_dir, ctx.identity.execution_id)
         self.persister = Persister(ctx.ledger, ctx.report_path, delay=self.spec.daemon.persist_delay,
                                    on_health=ctx.readiness.persistence_health)
         ctx.readiness.persistence_health(None, None)
         self.persister.start()
-        self._stoppers.append(("persistence", self.persister.stop))
+        self._on_stop("persistence", self.persister.stop)
         self._open_task_store()
 
     async def _recover_leftovers(self) -> None:
@@ -288,7 +309,7 @@ class Daemon:
             ],
             execution_info={"instance_id": ident.instance_id, "execution_id": ident.execution_id},
         )
-        self._stoppers.append(("task store", self._close_backend))
+        self._on_stop("task store", self._close_backend)
 
     async def _start_http(self) -> None:
         ctx = self.ctx
@@ -307,14 +328,15 @@ class Daemon:
         runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=2.0, **runner_logging)
         await runner.setup()
         self._runner = runner
-        self._stoppers.append(("http", runner.cleanup))
+        # Closes every site of the runner (the control socket's too), then its connections.
+        self._on_stop("http", runner.cleanup)
         host, port = listen_address(self.spec)
         site = GuardedSite(runner, self.listeners["mcp"], host=host, port=port)
         try:
             await site.start()
         except OSError as exc:
             raise StartupError(f"cannot listen on {self.spec.mcp.listen}: {exc.strerror or exc}") from None
-        bound = site.sockets[0].getsockname()
+        bound = site.addresses[0]
         host_txt = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
         ctx.mcp_base = f"http://{host_txt}:{bound[1]}"
         ctx.mcp_url = f"{ctx.mcp_base}/mcp"
@@ -329,12 +351,7 @@ class Daemon:
             log.warning("the file descriptor limit is %d: at most %d MCP and %d control connections at once "
                         "(raise LimitNOFILE= or ulimit -n for more)", nofile, caps["mcp"], caps["control"])
         self.listeners = {name: ListenerGuard(name, cap, refusal=HTTP_REFUSAL) for name, cap in caps.items()}
-        uninstall = install_accept_error_log()
-
-        async def restore_exception_handler() -> None:
-            uninstall()
-
-        self._stoppers.append(("accept error log", restore_exception_handler))
+        self._on_stop("accept error log", install_accept_error_log())
 
     def _build_endpoint(self) -> McpEndpoint:
         spec, ctx = self.spec, self.ctx
@@ -348,12 +365,14 @@ class Daemon:
 
     async def _close_backend(self) -> None:
         # close() waits for the store's lock (an in-flight write): not on the event loop.
-        await asyncio.to_thread(self.backend.close)
+        if self.backend is not None:
+            await asyncio.to_thread(self.backend.close)
 
     async def _start_mcp(self) -> None:
+        assert self.endpoint is not None
         await self.endpoint.start()
         # Stopped before the runner: open SSE streams end first, so runner cleanup does not wait on them.
-        self._stoppers.append(("mcp endpoint", self.endpoint.stop))
+        self._on_stop("mcp endpoint", self.endpoint.stop)
         self.ctx.readiness.set("mcp_endpoint", True)
 
     async def _start_upstream(self) -> None:
@@ -367,34 +386,29 @@ class Daemon:
         self.ctx.upstream = publisher
         # Never awaits the upstream: an absent one means "buffering", and readiness stays true.
         publisher.start()
-        self._stoppers.append(("upstream", publisher.stop))
+        self._on_stop("upstream", publisher.stop)
 
     async def _start_agent(self) -> None:
         if self.spec.agent is None:
             return
+        agent: Agent
         if self.spec.agent.protocol == "passthrough":
             from agentctl.agent.passthrough.manager import PassthroughManager
 
-            self.agent = PassthroughManager(self.ctx, self.server_seeds)
+            agent = PassthroughManager(self.ctx, self.server_seeds)
         else:
             from agentctl.agent.manager import AgentManager
 
-            self.agent = AgentManager(self.ctx, self.server_seeds)
-        self.ctx.agent = self.agent
-        self._stoppers.append(("agent", self.agent.stop))
-        await self.agent.start()
+            agent = AgentManager(self.ctx, self.server_seeds)
+        self.agent = self.ctx.agent = agent
+        self._on_stop("agent", agent.stop)  # before its start: a start cancelled midway is stopped too
+        await agent.start()
 
     async def _start_control(self) -> None:
         ctx = self.ctx
         assert self._runner is not None
+        # The runner's cleanup closes this site; the probe's stop removes the file after everything else.
         await start_unix_site(self._runner, ctx.control_socket, self.listeners["control"])
-        path = ctx.control_socket
-
-        async def remove_socket() -> None:
-            cleanup_socket_path(path)
-
-        # Runner cleanup closes the site; the file is removed after it (stoppers run in reverse).
-        self._stoppers.insert(0, ("control socket file", remove_socket))
         ctx.readiness.set("control_socket", True)
 
     # -- attempts ---------------------------------------------------------------------------------
@@ -415,6 +429,6 @@ class Daemon:
             seeds.append(ServerSeed(name=server.name, source="profile", transport=server.type, target=target))
         return seeds
 
-    def open_attempt(self, origin) -> tuple[str, str]:
+    def open_attempt(self, origin: AttemptOrigin) -> tuple[str, str]:
         """A new current attempt (before any delivery) seeded with the configured servers; returns (id, token)."""
         return self.ledger.begin_attempt(origin, self.server_seeds())

@@ -7,17 +7,25 @@ evidence step as it arrives, then the status table and where the report is persi
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import sys
 import tempfile
-from typing import TextIO
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 from agentctl.agent.outcome import AgentError
 from agentctl.daemon.app import Daemon
 from agentctl.evidence.contract import EvidenceEvent, encode
 from agentctl.evidence.reasons import meaning
-from agentctl.lifecycle import Signals, serve_until_signalled
+from agentctl.control.socket import cleanup_socket_path
+from agentctl.lifecycle import Signals, StopStack, serve_until_signalled
 from agentctl.safetext import neutralize
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agentctl.agent.component import Agent
+
+log = logging.getLogger("agentctl.run")
 
 SETTLE_SECONDS = 1.0  # after the session is accepted, give the agent a moment to list tools before the table
 
@@ -63,22 +71,20 @@ async def run_main_job(
     signals: Signals | None = None,
 ) -> int:
     """The main job; with no `[upstream] socket` in the spec it runs an in-process hub, so one command shows
-    the whole path (evidence upstream, the tool tunnel) and `agentctl hub status` can read it afterwards.
+    the whole path (evidence upstream, the tool tunnel) and `agentctl hub status` can read it afterwards. The
+    hub starts before the daemon and stops after it, within the same bounded stop.
 
     `signals`: SIGTERM/SIGINT captured by the CLI before start-up (else from here on); the first stops the
     job and drains (exit 128 + N), a second cuts the drain short."""
     if daemon.spec.upstream.socket:
         return await _run_main_job(daemon, prompt=prompt, as_json=as_json, out=out, signals=signals)
     from agentctl.evidence.store import ensure_state_dir
-    from agentctl.hub.hub import embedded_hub
 
-    state_dir = daemon.ctx.state_dir
-    ensure_state_dir(state_dir, daemon.ctx.identity.execution_id)
+    ensure_state_dir(daemon.ctx.state_dir, daemon.ctx.identity.execution_id)
     # A short private directory: the hub's socket path must fit AF_UNIX's 107 bytes.
     with tempfile.TemporaryDirectory(prefix="agentctl-hub-", dir="/tmp") as tmp:
-        async with embedded_hub(tmp, db_path=state_dir / "hub.sqlite3", tasks_db=state_dir / "tasks.sqlite3") as sock:
-            daemon.spec.upstream.socket = sock
-            return await _run_main_job(daemon, prompt=prompt, as_json=as_json, out=out, signals=signals)
+        return await _run_main_job(daemon, prompt=prompt, as_json=as_json, out=out, signals=signals,
+                                   hub_dir=Path(tmp))
 
 
 async def _run_main_job(
@@ -88,6 +94,7 @@ async def _run_main_job(
     as_json: bool = False,
     out: TextIO | None = None,
     signals: Signals | None = None,
+    hub_dir: Path | None = None,
 ) -> int:
     from agentctl.control.render import render_status, use_color
     from agentctl.control.server import build_status
@@ -118,14 +125,31 @@ async def _run_main_job(
             out.write(f"report persisted to {daemon.ctx.report_path}\n")
         return code
 
+    stops = StopStack(log)
+
     async def start() -> None:
-        await daemon.start()
+        try:
+            if hub_dir is not None:
+                from agentctl.hub.hub import embedded_hub
+
+                state_dir = daemon.ctx.state_dir
+                hub = embedded_hub(hub_dir, db_path=state_dir / "hub.sqlite3", tasks_db=state_dir / "tasks.sqlite3")
+                daemon.spec.upstream.socket = await stops.enter("in-process hub", hub)
+            await stops.enter("daemon", daemon)
+        except BaseException:
+            await stops.aclose()  # a start that failed or was cut short stops what it started
+            raise
         show(f"agentctl: execution {daemon.ctx.identity.execution_id}, MCP at {daemon.ctx.mcp_url}")
+
+    async def abort() -> None:
+        await daemon.abort()
+        if hub_dir is not None:
+            cleanup_socket_path(hub_dir / "hub.sock")  # what the hub flushed is flushed
 
     daemon.ledger.subscribe(on_event)
     try:
         outcome = await serve_until_signalled(
-            start=start, main=job, stop=daemon.stop, abort=daemon.abort,
+            start=start, main=job, stop=stops.aclose, abort=abort,
             shutdown_timeout=daemon.spec.daemon.shutdown_timeout, signals=signals,
         )
     finally:
@@ -152,7 +176,7 @@ async def _job(daemon: Daemon, prompt: str | None, show) -> int:
     elif agent.start_error is not None:
         show(f"the agent did not start: {agent.start_error}")
         code = EXIT_AGENT_FAILED
-    elif getattr(agent, "acp", None) is None:
+    elif agent.kind == "passthrough":
         # A passthrough CLI: its start was the attempt, and it works (and exits) on its own.
         show("agent started (passthrough: its process start is the attempt)")
         if prompt is not None:
@@ -165,14 +189,15 @@ async def _job(daemon: Daemon, prompt: str | None, show) -> int:
     else:
         history = daemon.ledger.history
         show(f"agent {history.agent.name or '?'} {history.agent.version or ''} started".replace("  ", " "))
-        outcome = await agent.acp.new_session()
+        acp = agent.runtime_now()  # started without an error: its runtime is there
+        outcome = await acp.new_session()
         if not outcome.accepted:
             code = EXIT_AGENT_FAILED
         elif prompt is not None:
             show("prompt sent")
             printer = _AnswerPrinter(show)
             try:
-                stop_reason = await agent.acp.prompt(prompt, printer)
+                stop_reason = await acp.prompt(prompt, printer)
                 printer.flush()
                 show(f"  done        {stop_reason}")
             except AgentError as exc:
@@ -185,7 +210,7 @@ async def _job(daemon: Daemon, prompt: str | None, show) -> int:
     return code
 
 
-def _exited_with_error(agent) -> bool:
+def _exited_with_error(agent: Agent) -> bool:
     """The agent's process ended on its own before the job did, with a non-zero code or a signal."""
     info = agent.supervisor.exit_info
     return info is not None and not info.stopped and (info.returncode != 0 or info.signal is not None)

@@ -8,13 +8,14 @@ defence every free-text summary is passed through `redact` with the spec's secre
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from agentctl import __version__
 from agentctl.evidence.contract import (
     CONTRACT_VERSION,
+    AgentState,
     Attempt,
     AttemptDiagnostics,
     ChecklistStep,
@@ -27,6 +28,9 @@ from agentctl.evidence.contract import (
     UpstreamStatus,
 )
 from agentctl.evidence.sanitize import redact
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agentctl.context import DaemonContext
 
 
 def _plural(n: int, word: str) -> str:
@@ -115,9 +119,9 @@ def attempt_diagnostics(attempt: Attempt, secrets: Iterable[str]) -> AttemptDiag
     )
 
 
-def upstream_status(ctx: Any) -> UpstreamStatus | None:
+def upstream_status(ctx: DaemonContext) -> UpstreamStatus | None:
     """The upstream publisher's own status (connected or buffering, counters), when the spec names one."""
-    upstream = getattr(ctx, "upstream", None)
+    upstream = ctx.upstream
     if upstream is None:
         return None
     status = upstream.status()
@@ -126,11 +130,11 @@ def upstream_status(ctx: Any) -> UpstreamStatus | None:
     return status
 
 
-def _secrets(ctx: Any) -> Iterable[str]:
+def _secrets(ctx: DaemonContext) -> Iterable[str]:
     return ctx.ledger.secrets
 
 
-def build_diagnostics(ctx: Any) -> Diagnostics:
+def build_diagnostics(ctx: DaemonContext) -> Diagnostics:
     history = ctx.ledger.history
     secrets = _secrets(ctx)
     return Diagnostics(
@@ -150,7 +154,7 @@ def build_diagnostics(ctx: Any) -> Diagnostics:
     )
 
 
-def _agent(agent: Any, secrets: Iterable[str]) -> Any:
+def _agent(agent: AgentState | None, secrets: Iterable[str]) -> AgentState | None:
     if agent is None or not agent.exit_reason:
         return agent
     return msgspec.structs.replace(agent, exit_reason=_scrub(agent.exit_reason, secrets))
@@ -159,7 +163,7 @@ def _agent(agent: Any, secrets: Iterable[str]) -> Any:
 # ---- tools views ------------------------------------------------------------------------------------------
 
 
-def _builtin_row(ctx: Any) -> tuple[Attempt | None, ServerRow | None]:
+def _builtin_row(ctx: DaemonContext) -> tuple[Attempt | None, ServerRow | None]:
     attempt = ctx.ledger.history.current
     if attempt is None:
         return None, None
@@ -167,14 +171,14 @@ def _builtin_row(ctx: Any) -> tuple[Attempt | None, ServerRow | None]:
     return attempt, next((row for row in attempt.servers if row.name == name), None)
 
 
-def _third_party(ctx: Any, attempt: Attempt | None) -> list[str]:
+def _third_party(ctx: DaemonContext, attempt: Attempt | None) -> list[str]:
     builtin = ctx.spec.mcp.builtin_name
     if attempt is not None:
         return [row.name for row in attempt.servers if row.name != builtin]
     return [server.name for server in ctx.spec.mcp.servers]
 
 
-def build_tools_view(ctx: Any) -> ToolsView:
+def build_tools_view(ctx: DaemonContext) -> ToolsView:
     attempt, row = _builtin_row(ctx)
     loaded = row is not None and row.tools_list_observed_at is not None
     return ToolsView(
@@ -203,7 +207,7 @@ THIRD_PARTY_NOTE = (
 )
 
 
-def find_tool(ctx: Any, name: str) -> ToolDetail:
+def find_tool(ctx: DaemonContext, name: str) -> ToolDetail:
     view = build_tools_view(ctx)
     if name in view.third_party:
         raise ToolLookupError(f"{name!r} is a third-party server: {THIRD_PARTY_NOTE}", third_party=True)

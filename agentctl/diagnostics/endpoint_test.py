@@ -24,13 +24,16 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from agentctl import __version__
 from agentctl.evidence.contract import EndpointTestResponse, EndpointTestResult
 from agentctl.diagnostics.stdio_process import MARKER_ENV, exit_code, pipe_transport, stop_process_tree
 from agentctl.evidence.sanitize import summarize
 from agentctl.evidence.secret_registry import SecretRegistry
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agentctl.context import DaemonContext
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +82,7 @@ class _Failure(Exception):
 class EndpointTester:
     """Runs endpoint tests for one daemon context (spec, ledger, MCP base URL)."""
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: DaemonContext) -> None:
         self.ctx = ctx
         self._running: set[str] = set()
         # pid of the last stdio process per server: tests check by pid that nothing is left.

@@ -7,13 +7,12 @@ header, argument or environment value can ever come from the caller.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 from aiohttp import web
 
 from agentctl.control.server import BodyError, decode_body, error_response, json_response
 from agentctl.diagnostics.diagnostics import ToolLookupError, build_diagnostics, build_tools_view, find_tool
+from agentctl.context import DaemonContext
 from agentctl.diagnostics.endpoint_test import EndpointTester, EndpointTestError
 
 MAX_BODY_BYTES = 4096
@@ -24,16 +23,14 @@ class _TestBody(msgspec.Struct, forbid_unknown_fields=True):
     timeout: float | None = None
 
 
-def tester_of(ctx: Any) -> EndpointTester:
+def tester_of(ctx: DaemonContext) -> EndpointTester:
     """The context's one EndpointTester (its per-name lock must be shared by every caller)."""
-    tester = getattr(ctx, "_endpoint_tester", None)
-    if tester is None:
-        tester = EndpointTester(ctx)
-        ctx._endpoint_tester = tester
-    return tester
+    if ctx.endpoint_tester is None:
+        ctx.endpoint_tester = EndpointTester(ctx)
+    return ctx.endpoint_tester
 
 
-def install_diagnostics_routes(app: web.Application, ctx_key: web.AppKey) -> None:
+def install_diagnostics_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext]) -> None:
     async def test_endpoint(request: web.Request) -> web.Response:
         if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
             return error_response(413, f"request body over {MAX_BODY_BYTES} bytes")

@@ -467,10 +467,27 @@ def _append_event(attempt: Attempt, event: EvidenceEvent) -> None:
     else:
         index = bisect.bisect_right(log, key, key=lambda e: (e.occurred_at, e.seq))
         log.insert(index, event)
-    overflow = len(log) - MAX_EVENTS_PER_ATTEMPT
+    _drop_overflow(attempt)
+
+
+def _drop_overflow(attempt: Attempt) -> None:
+    overflow = len(attempt.evidence) - MAX_EVENTS_PER_ATTEMPT
     if overflow > 0:
-        del log[:overflow]
+        del attempt.evidence[:overflow]
         attempt.dropped_events += overflow
+
+
+def enforce_bounds(history: AttachmentHistory) -> AttachmentHistory:
+    """The reducer's bounds on a history from outside (a snapshot the hub receives): MAX_ATTEMPTS attempts,
+    MAX_EVENTS_PER_ATTEMPT events each, the oldest dropped and counted.
+
+    A history this reducer built already holds them; this only trims one that does not. Nothing is derived,
+    only cut.
+    """
+    del history.previous[MAX_ATTEMPTS - 1 :]
+    for attempt in ([history.current] if history.current else []) + history.previous:
+        _drop_overflow(attempt)
+    return history
 
 
 def _newer(t: datetime, current: datetime | None) -> bool:

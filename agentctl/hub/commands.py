@@ -11,10 +11,13 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentctl.control.commands import _err, _print_json
 from agentctl.safetext import neutralize_data
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agentctl.lifecycle import Signals
 
 ENV_HUB_SOCKET = "AGENTCTL_HUB_SOCKET"
 ENV_HUB_DB = "AGENTCTL_HUB_DB"
@@ -95,7 +98,7 @@ def cmd_hub_serve(args: argparse.Namespace) -> int:
         signals.uninstall()
 
 
-def _hub_serve(args: argparse.Namespace, signals: Any) -> int:
+def _hub_serve(args: argparse.Namespace, signals: Signals) -> int:
     from agentctl.backend.embedded import TaskStoreError
     from agentctl.control.socket import ControlSocketError
     from agentctl.logs import configure_logging
@@ -140,40 +143,39 @@ HUB_SHUTDOWN_TIMEOUT = 10.0
 
 
 async def _serve(socket_path: Path, db: Path, tasks_db: str | None, web_args: tuple | None = None,
-                 signals: Any = None) -> int:
+                 signals: Signals | None = None) -> int:
     """Serve until SIGTERM/SIGINT (agentctl.lifecycle): exit 0 after the drain, 128 + N when a second signal
     N cut it short."""
     import asyncio
     import json
+    import logging
 
     from agentctl.control.socket import cleanup_socket_path
-    from agentctl.lifecycle import serve_until_signalled
+    from agentctl.lifecycle import StopStack, serve_until_signalled
     from agentctl.runtime import freeze_startup_heap
     from agentctl.hub.hub import Hub
 
     hub = Hub(socket_path, db, tasks_db=tasks_db)
-    page = None
+    stops = StopStack(logging.getLogger("agentctl.hub"))
 
     async def start() -> dict[str, Any]:
-        nonlocal page
-        await hub.start()
-        ready = {"event": "ready", "socket": str(hub.socket_path), "db": str(hub.db_path),
-                 "tasks_db": str(hub.tasks_db), "pid": os.getpid()}
-        if web_args is not None:
-            from agentctl.hub.web import HubWeb
+        try:
+            await stops.enter("hub", hub)
+            ready = {"event": "ready", "socket": str(hub.socket_path), "db": str(hub.db_path),
+                     "tasks_db": str(hub.tasks_db), "pid": os.getpid()}
+            if web_args is not None:
+                from agentctl.hub.web import HubWeb
 
-            host, port, token, generated, token_file = web_args
-            page = HubWeb(hub, host, port, token=token)
-            try:
-                await page.start()
-            except BaseException:
-                await hub.stop()
-                raise
-            ready["http"] = page.url
-            # The token goes in the fragment: a browser never sends that part of a URL to any server.
-            ready["page"] = page.url + "#token=" + token if generated else page.url
-            if token_file is not None:
-                ready["token_file"] = str(token_file)
+                host, port, token, generated, token_file = web_args
+                page = await stops.enter("hub page", HubWeb(hub, host, port, token=token))
+                ready["http"] = page.url
+                # The token goes in the fragment: a browser never sends that part of a URL to any server.
+                ready["page"] = page.url + "#token=" + token if generated else page.url
+                if token_file is not None:
+                    ready["token_file"] = str(token_file)
+        except BaseException:
+            await stops.aclose()  # a start that failed or was cut short stops what it started
+            raise
         freeze_startup_heap()
         return ready
 
@@ -182,15 +184,10 @@ async def _serve(socket_path: Path, db: Path, tasks_db: str | None, web_args: tu
         sys.stdout.flush()
         await asyncio.Event().wait()  # until a signal
 
-    async def stop() -> None:
-        if page is not None:
-            await page.stop()
-        await hub.stop()
-
     async def abort() -> None:
         cleanup_socket_path(hub.socket_path)  # what is flushed is flushed; the socket must not outlive us
 
-    outcome = await serve_until_signalled(start=start, main=main, stop=stop, abort=abort,
+    outcome = await serve_until_signalled(start=start, main=main, stop=stops.aclose, abort=abort,
                                           shutdown_timeout=HUB_SHUTDOWN_TIMEOUT, signals=signals)
     return 128 + outcome.forced_by if outcome.forced_by is not None else 0
 
@@ -218,7 +215,7 @@ def _load(args: argparse.Namespace):
 def cmd_hub_status(args: argparse.Namespace) -> int:
     import msgspec
 
-    from agentctl.hub.hub_store import status_view
+    from agentctl.hub.views import status_view
 
     sessions = _load(args)
     if isinstance(sessions, tuple):  # (message, exit code)
@@ -236,7 +233,7 @@ def cmd_hub_status(args: argparse.Namespace) -> int:
 def cmd_hub_report(args: argparse.Namespace) -> int:
     import msgspec
 
-    from agentctl.hub.hub_store import report_view
+    from agentctl.hub.views import report_view
 
     sessions = _load(args)
     if isinstance(sessions, tuple):  # (message, exit code)

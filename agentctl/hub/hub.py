@@ -1,16 +1,13 @@
 """`agentctl hub`: the reference upstream. Many daemons connect to one Unix socket; the hub keeps every
 session's history in SQLite and answers the tool tunnel from a task store.
 
-Orchestrator rules, per frame:
-- per session, the newest execution that said hello is current; frames from an older execution (or an
-  older instance of the current one) are rejected and counted, its tool calls refused, and it is told so
-  (`stale_execution`, `stale_instance`); when the instance that superseded an older instance of the same
-  execution disconnects, the older one (alive, still connected) is asked to reconnect, and its hello and
-  snapshot make it current again;
-- a snapshot replaces the execution's history (trimmed to 3 attempts, 64 events each); an evidence frame
-  is folded with the same pure reducer the daemon uses (agentctl.evidence.reducer), never a second one;
-- a malformed, truncated or oversized frame gets an `error` frame, that connection is closed and one log
-  line written; other connections are unaffected and the database is only ever written in transactions.
+This module is the hub's I/O: connections, frames in and out, persistence, requests to daemons. What a frame
+decides (which execution and instance is current, which frames are taken, who is told what) is the pure
+rules' (agentctl.hub.rules); this layer applies their decisions. A malformed, truncated or oversized frame
+gets an `error` frame, that connection is closed and one log line written; other connections are unaffected
+and the database is only ever written in transactions.
+
+`Hub` is an async context manager: each start step pushes its own stop, so it stops in reverse order of start.
 
 State lives in memory (hydrated from the database at start) and dirty rows are flushed every
 `flush_interval`; past `hot_sessions`, the sessions least recently in contact leave memory once flushed
@@ -25,22 +22,22 @@ import asyncio
 import logging
 import os
 import secrets
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from agentctl.backend.embedded import EmbeddedBackend
 from agentctl.control.socket import bind_unix_socket, cleanup_socket_path, peer_allowed, prepare_socket_path
-from agentctl.evidence import reducer
 from agentctl.evidence.contract import (
-    READABLE_CONTRACT_VERSIONS,
     EndpointTestResult,
     HubSession,
     HubSessionReport,
     HubStatus,
+    Identity,
     StderrView,
     encode,
 )
@@ -55,19 +52,20 @@ from agentctl.listener_guard import (
     install_accept_error_log,
     name_listener,
 )
-from agentctl.upstream import protocol as P
-from agentctl.hub.hub_conn import Refused, HubConnection
+from agentctl.hub import rules
+from agentctl.hub.hub_conn import HubConnection, Refused
 from agentctl.hub.hub_store import (
     HOT_SESSIONS,
-    ExecutionState,
+    ExecutionRecord,
     HubStore,
     HubStoreError,
-    SessionState,
-    enforce_bounds,
-    evict,
-    report_view,
-    status_view,
+    SessionRecord,
+    SessionStore,
 )
+from agentctl.hub.state import ExecutionState, SessionState
+from agentctl.hub.views import evict, report_view, status_view
+from agentctl.lifecycle import StackedService, StopStack
+from agentctl.upstream import protocol as P
 
 log = logging.getLogger("agentctl.hub")
 
@@ -97,7 +95,12 @@ class HubRequestError(Exception):
         self.code = code
 
 
-class Hub:
+class Hub(StackedService):
+    """The hub: its socket, its sessions in memory and in the database, its task store. `async with Hub(...)`
+    starts and stops it."""
+
+    stop_log = log
+
     def __init__(
         self,
         socket_path: str | os.PathLike[str],
@@ -116,12 +119,11 @@ class Hub:
         self.sessions: dict[str, SessionState] = {}  # the hot ones; see hub_store.HOT_SESSIONS
         self.hot_sessions = hot_sessions
         self._cold: dict[str, HubSession] = {}  # every other session's listing; the rest is in the database
-        self._reader: HubStore | None = None  # read-only: cold sessions on the loop, never blocked by a flush
-        self.store: HubStore | None = None
+        self._reader: SessionStore | None = None  # read-only: cold sessions on the loop, never blocked by a flush
+        self.store: SessionStore | None = None
         self.backend: EmbeddedBackend | None = None
         self._server: asyncio.AbstractServer | None = None
         self.guard: ListenerGuard | None = None
-        self._uninstall_accept_log: Callable[[], None] | None = None
         self._conns: set[HubConnection] = set()
         self._handlers: set[asyncio.Task[Any]] = set()
         self._tool_tasks: set[asyncio.Task[Any]] = set()
@@ -141,34 +143,39 @@ class Hub:
     # -- lifecycle ----------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Open the stores, hydrate, then serve; a start that fails stops what it started, in reverse."""
+        await super().start()
+        log.info("hub serving %s (database %s, %d sessions)", self.socket_path, self.db_path, len(self.sessions))
+
+    async def _start(self, stops: StopStack) -> None:
         self.store = HubStore(self.db_path)
-        try:
-            self.store.reset_connected()  # nobody is connected to a hub that just started
-            self.sessions, self._cold = self.store.load_split(self.hot_sessions)
-            self._order = self.store.max_hello_order()
-            self._reader = HubStore(self.db_path, readonly=True)
-            self.backend = EmbeddedBackend(self.tasks_db, agents_info={"agents": []}, mcp_info=[], execution_info={})
-            prepare_socket_path(self.socket_path)
-            sock = bind_unix_socket(self.socket_path)
-            try:
-                self._server = await self._serve(sock)
-            except BaseException:
-                sock.close()
-                cleanup_socket_path(self.socket_path)
-                raise
-        except BaseException:
-            if self.backend is not None:
-                self.backend.close()
-                self.backend = None
-            self._close_stores()
-            raise
+        stops.push("hub database", self._close_stores)  # closed last, after the last flush
+        self.store.reset_connected()  # nobody is connected to a hub that just started
+        self.sessions, self._cold = self.store.load_split(self.hot_sessions)
+        self._order = self.store.max_hello_order()
+        self._reader = HubStore(self.db_path, readonly=True)
+        self.backend = EmbeddedBackend(self.tasks_db, agents_info={"agents": []}, mcp_info=[], execution_info={})
+        stops.push("task store", self._close_backend)
+        stops.push("last flush", self.flush)
+        stops.push("connections", self._forget_connections)
+        # Flushing goes on while the connections close, so what they change meanwhile is written too.
         self._tasks = [
             asyncio.create_task(self._flush_loop(), name="agentctl-hub-flush"),
             asyncio.create_task(self._sweep_loop(), name="agentctl-hub-sweep"),
         ]
-        log.info("hub serving %s (database %s, %d sessions)", self.socket_path, self.db_path, len(self.sessions))
+        stops.push("flush and sweep", self._cancel_loops)
+        prepare_socket_path(self.socket_path)
+        sock = bind_unix_socket(self.socket_path)
+        try:
+            self._server = await self._serve(sock)
+        except BaseException:
+            sock.close()
+            cleanup_socket_path(self.socket_path)
+            raise
+        stops.push("hub socket", self._stop_serving)
+        stops.push("accept error log", install_accept_error_log())
 
-    async def _serve(self, sock: Any) -> asyncio.AbstractServer:
+    async def _serve(self, sock: socket.socket) -> asyncio.AbstractServer:
         """`asyncio.start_unix_server`, with every connection through the listener guard."""
         loop = asyncio.get_running_loop()
         caps = listener_caps()
@@ -181,45 +188,49 @@ class Hub:
 
         server = await loop.create_unix_server(self.guard.wrap(connection), sock=sock)
         name_listener(server, "hub")
-        self._uninstall_accept_log = install_accept_error_log(loop)
         return server
 
     async def stop(self) -> None:
+        """Stop in reverse order of start; idempotent."""
         self._stopping = True  # connections closing now are the hub's doing: nobody is asked to reconnect
-        if self._uninstall_accept_log is not None:
-            self._uninstall_accept_log()
-            self._uninstall_accept_log = None
-        if self._server is not None:
-            forget_listener(self._server)
-            self._server.close()
-            for conn in list(self._conns):
-                conn.writer.close()
-            # Closing the writers ends every handler's read; wait for them so none is cancelled mid-frame.
-            if self._handlers:
-                await asyncio.wait(list(self._handlers), timeout=5.0)
-            try:
-                await asyncio.wait_for(self._server.wait_closed(), 5.0)
-            except TimeoutError:
-                pass
-            self._server = None
-            cleanup_socket_path(self.socket_path)
+        await super().stop()
+
+    async def _stop_serving(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        forget_listener(server)
+        server.close()
+        for conn in list(self._conns):
+            conn.writer.close()
+        # Closing the writers ends every handler's read; wait for them so none is cancelled mid-frame.
+        if self._handlers:
+            await asyncio.wait(list(self._handlers), timeout=5.0)
+        try:
+            await asyncio.wait_for(server.wait_closed(), 5.0)
+        except TimeoutError:
+            pass
+        cleanup_socket_path(self.socket_path)
+
+    async def _cancel_loops(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+
+    async def _forget_connections(self) -> None:
         for conn in list(self._conns):
             self._closed(conn)
         # Tool calls of connections already closed too: none may touch the backend after it closes.
         for task in self._tool_tasks:
             task.cancel()
         await asyncio.gather(*self._tool_tasks, return_exceptions=True)
-        if self.store is not None:
-            await self.flush()
+
+    async def _close_backend(self) -> None:
         backend, self.backend = self.backend, None
         if backend is not None:
             # Its close waits for an op still running in a worker thread (up to the busy timeout): not on the loop.
             await asyncio.to_thread(backend.close)
-        self._close_stores()
 
     def _close_stores(self) -> None:
         for store in (self.store, self._reader):
@@ -355,54 +366,53 @@ class Hub:
             if not future.done():
                 future.set_exception(HubRequestError("unavailable", "the daemon disconnected before answering"))
         conn.writer.close()
-        session, execution = conn.session, conn.execution
-        if session is not None and execution is not None and not conn.stale:
-            if not any(c.execution is execution and not c.stale for c in self._conns):
-                execution.connected = False
-                self._mark(session, execution, history=False)
-                if not conn.refused:  # a refusal already wrote its one line
-                    log.info("session %s: execution %s disconnected", session.session_id, execution.execution_id)
-                self._release_superseded(execution)
-
-    def _release_superseded(self, execution: ExecutionState) -> None:
-        """The current instance of `execution` is gone: older instances of it that are still connected (and
-        alive: they talk) are asked to reconnect, so the next hello and its snapshot make one of them current.
-
-        Without this the hub would keep rejecting a live daemon and show the dead instance's history (often
-        no attempt at all) for good. Older executions stay rejected: a newer execution superseded them.
-        """
-        if self._stopping:
+        session, execution, ident = conn.session, conn.execution, conn.identity
+        if session is None or execution is None or ident is None:
             return
-        for other in list(self._conns):
-            ident = other.identity
-            if other.execution is not execution or ident is None or not other.stale or other.stale_execution:
-                continue
+        left = rules.departure(session, execution, ident, self._links(session), stopping=self._stopping)
+        if not left.disconnected:
+            return
+        self._mark(session, execution, history=False)
+        if not conn.refused:  # a refusal already wrote its one line
+            log.info("session %s: execution %s disconnected", session.session_id, execution.execution_id)
+        for other in left.reconnect:
+            # Without this the hub would keep rejecting a live daemon and show the dead instance's history
+            # (often no attempt at all) for good.
+            assert other.identity is not None
             log.info("session %s: asking instance %s of execution %s to reconnect: the instance that superseded "
-                     "it disconnected", ident.session_id, ident.instance_id, ident.execution_id)
+                     "it disconnected", other.identity.session_id, other.identity.instance_id,
+                     other.identity.execution_id)
             other.refused = True
             if not other.writer.transport.is_closing():
-                message = "the instance that superseded this one disconnected; reconnect with hello and a snapshot"
-                other.send(P.encode_frame(P.frame(P.ErrorFrame, code="reconnect", message=message, fatal=True)))
+                other.send(_notice_line(rules.RECONNECT))
             other.writer.close()
 
-    def _fatal(self, conn: HubConnection, code: str, message: str) -> None:
-        self._refuse(conn, code, message)
+    def _links(self, session: SessionState | None) -> dict[HubConnection, Identity]:
+        """The session's connections that said hello, with the identity each said it with."""
+        if session is None:
+            return {}
+        return {c: c.identity for c in self._conns if c.session is session and c.identity is not None}
+
+    def _fatal(self, conn: HubConnection, refusal: rules.Refusal) -> NoReturn:
+        self._refuse(conn, refusal.code, refusal.message)
         raise Refused
 
-    def _dispatch(self, conn: HubConnection, received: Any) -> None:
+    def _dispatch(self, conn: HubConnection, received: P.DaemonFrame) -> None:
+        refusal = rules.admit(conn.identity is not None, received)
+        if refusal is not None:
+            self._fatal(conn, refusal)
         if isinstance(received, P.HelloFrame):
             self._hello(conn, received)
-            return
-        if conn.identity is None:
-            self._fatal(conn, "expected_hello", "the first frame of a connection must be hello")
-        if isinstance(received, P.HeartbeatFrame):
+        elif isinstance(received, P.HeartbeatFrame):
             conn.send(P.encode_frame(P.frame(P.HeartbeatFrame)))
             self._touch(conn)
         elif isinstance(received, (P.SnapshotFrame, P.EvidenceFrame, P.AgentFrame)):
-            self._evidence(conn, received)
+            self._state_frame(conn, received)
         elif isinstance(received, P.ToolCallFrame):
-            if received.identity != conn.identity:
-                self._fatal(conn, "identity_mismatch", "a tool call must carry the identity of the connection's hello")
+            assert conn.identity is not None
+            refusal = rules.admit_tool_call(conn.identity, received)
+            if refusal is not None:
+                self._fatal(conn, refusal)
             task = asyncio.ensure_future(conn.run_tool_call(received, self.backend, self._clock()))
             conn.tasks.add(task)
             task.add_done_callback(conn.tasks.discard)
@@ -420,116 +430,60 @@ class Hub:
                 log.info("%s reported %s", conn.label, P.loggable_code(received.code))
 
     def _hello(self, conn: HubConnection, hello: P.HelloFrame) -> None:
-        if conn.identity is not None:
-            self._fatal(conn, "duplicate_hello", "hello was already received on this connection")
-        if hello.contract_version not in READABLE_CONTRACT_VERSIONS:  # an older daemon's shapes are a subset
-            self._fatal(
-                conn,
-                "contract_mismatch",
-                f"contract version {hello.contract_version}; this hub reads versions "
-                f"{', '.join(map(str, READABLE_CONTRACT_VERSIONS))}",
-            )
         ident = hello.identity
-        now = self._clock()
         session = self.sessions.get(ident.session_id)
         if session is None and ident.session_id in self._cold:
             session = self._read_cold(ident.session_id)
             if session is None:  # without its stored state the hub cannot tell a stale execution
-                self._fatal(conn, "unavailable", "the hub cannot read this session's stored state; try again")
+                self._fatal(conn, rules.Refusal("unavailable", "the hub cannot read this session's stored state; "
+                                                               "try again"))
             del self._cold[ident.session_id]
             self.sessions[ident.session_id] = session
-        followed = self._followed(session)
-        execution = session.executions.get(ident.execution_id) if session else None
-        if execution is None:
+        taken = rules.hello(session, hello, links=self._links(session), order=self._order + 1, now=self._clock())
+        session, execution = taken.session, taken.execution
+        if taken.new_execution:
             self._order += 1
-            execution = ExecutionState(
-                identity=ident, daemon_version=hello.daemon_version, hello_order=self._order,
-                first_hello_at=now, last_contact_at=now,
-            )
-            if session is None:
-                session = SessionState(
-                    session_id=ident.session_id, task_id=ident.task_id,
-                    current_execution_id=ident.execution_id, last_contact_at=now,
-                )
-                self.sessions[ident.session_id] = session
-            session.executions[ident.execution_id] = execution
-            if session.current_execution_id != ident.execution_id:
-                log.info("session %s: execution %s is now current", ident.session_id, ident.execution_id)
-            session.current_execution_id = ident.execution_id  # the newest execution that said hello
+        if taken.new_session:
+            self.sessions[ident.session_id] = session
+        if taken.now_current:
+            log.info("session %s: execution %s is now current", ident.session_id, ident.execution_id)
         conn.identity, conn.session, conn.execution = ident, session, execution
         conn.idle_limit = 3 * max(hello.heartbeat_ms / 1000, 0.1)
-        if ident.execution_id != session.current_execution_id:
-            execution.rejected_frames += 1
-            session.stale_rejected += 1
+        if taken.notice is not None:  # an older execution: its frames are rejected from the start
             self._mark(session, execution, history=False)
-            conn.send(P.encode_frame(P.frame(
-                P.ErrorFrame, code="stale_execution",
-                message="a newer execution of this session said hello; this execution's frames are rejected",
-            )))
+            conn.send(_notice_line(taken.notice))
             return
         # The current execution, possibly a new instance of it: its snapshot follows and replaces the history.
-        execution.identity = ident
-        self._tell_superseded(followed)
-        execution.daemon_version = hello.daemon_version
-        execution.connected = True
+        for other, notice in taken.told:
+            # Told once, and left open: a daemon must never go on believing it is followed.
+            assert other.identity is not None
+            log.info("session %s: execution %s instance %s superseded (%s)", other.identity.session_id,
+                     other.identity.execution_id, other.identity.instance_id, notice.code)
+            other.send(_notice_line(notice))
         log.info("session %s: execution %s connected (instance %s)", ident.session_id, ident.execution_id,
                  ident.instance_id)
         self._touch(conn)
 
-    def _followed(self, session: SessionState | None) -> list[HubConnection]:
-        """The session's connections whose frames are taken now (its current execution and instance)."""
-        if session is None:
-            return []
-        return [c for c in self._conns if c.session is session and c.identity is not None and not c.stale]
-
-    def _tell_superseded(self, before: list[HubConnection]) -> None:
-        """Connections followed before a hello and rejected after it are told so, once; they stay open (see
-        _release_superseded). A daemon must never go on believing it is followed."""
-        for other in before:
-            if not other.stale:
-                continue
-            ident = other.identity
-            code = "stale_execution" if other.stale_execution else "stale_instance"
-            what = "execution of this session" if other.stale_execution else "instance of this execution"
-            message = f"a newer {what} said hello; this {what.split()[0]}'s frames are rejected"
-            log.info("session %s: execution %s instance %s superseded (%s)", ident.session_id, ident.execution_id,
-                     ident.instance_id, code)
-            other.send(P.encode_frame(P.frame(P.ErrorFrame, code=code, message=message)))
-
     def _touch(self, conn: HubConnection) -> None:
-        session, execution = conn.session, conn.execution
-        if session is None or execution is None or conn.stale:
+        session, execution, ident = conn.session, conn.execution, conn.identity
+        if session is None or execution is None or ident is None:
             return
-        now = self._clock()
-        execution.last_contact_at = now
-        session.last_contact_at = now
-        self._mark(session, execution, history=False)
+        if rules.contact(session, execution, ident, self._clock()):
+            self._mark(session, execution, history=False)
 
-    def _evidence(self, conn: HubConnection, received: Any) -> None:
-        session, execution = conn.session, conn.execution
-        assert session is not None and execution is not None and conn.identity is not None
-        if conn.stale:
-            execution.rejected_frames += 1
-            session.stale_rejected += 1
+    def _state_frame(self, conn: HubConnection, received: P.SnapshotFrame | P.EvidenceFrame | P.AgentFrame) -> None:
+        session, execution, ident = conn.session, conn.execution, conn.identity
+        assert session is not None and execution is not None and ident is not None
+        outcome = rules.state_frame(session, execution, ident, conn.snapshot_seen, received)
+        if isinstance(outcome, rules.Refusal):
+            self._fatal(conn, outcome)
+        if isinstance(outcome, rules.Rejected):
             self._mark(session, execution, history=False)
             return
-        if isinstance(received, P.SnapshotFrame):
-            history = received.history
-            if history.identity != conn.identity:
-                self._fatal(conn, "identity_mismatch", "the snapshot is for another identity than the hello's")
-            execution.history = enforce_bounds(history)
+        if outcome.snapshot:
             conn.snapshot_seen = True
-        elif not conn.snapshot_seen or execution.history is None:
-            self._fatal(conn, "snapshot_required", "evidence and agent frames must follow a snapshot")
-        elif isinstance(received, P.EvidenceFrame):
-            event = received.event
-            if event.task_id != conn.identity.task_id or event.session_id != conn.identity.session_id:
-                self._fatal(conn, "identity_mismatch", "the event names another task or session than the hello's")
-            if reducer.apply(execution.history, event) == "applied":
-                self.events_applied += 1
-        else:
-            execution.history.agent = received.agent
-        execution.connected = True
+        if outcome.applied:
+            self.events_applied += 1
         self._touch(conn)
         self._mark(session, execution, history=True)
 
@@ -553,12 +507,12 @@ class Hub:
                 return
             sessions_dirty, self._dirty_sessions = self._dirty_sessions, set()
             executions_dirty, self._dirty_executions = self._dirty_executions, {}
-            sessions = [HubStore.session_row(self.sessions[sid]) for sid in sessions_dirty if sid in self.sessions]
+            sessions = [SessionRecord.of(self.sessions[sid]) for sid in sessions_dirty if sid in self.sessions]
             rows = []
             for (sid, eid), with_history in executions_dirty.items():
                 execution = self.sessions[sid].executions[eid]
                 blob = encode(execution.history) if with_history and execution.history is not None else None
-                rows.append(HubStore.execution_row(sid, execution, blob))
+                rows.append(ExecutionRecord.of(sid, execution, blob))
             try:
                 await asyncio.to_thread(self.store.write, sessions, rows)
             except Exception as exc:
@@ -604,9 +558,9 @@ async def embedded_hub(
     `directory/hub.sqlite3`, the task store to the database's name with `.tasks.sqlite3`.
     """
     directory = Path(directory)
-    hub = Hub(directory / "hub.sock", db_path or directory / "hub.sqlite3", tasks_db=tasks_db)
-    await hub.start()
-    try:
+    async with Hub(directory / "hub.sock", db_path or directory / "hub.sqlite3", tasks_db=tasks_db) as hub:
         yield str(hub.socket_path)
-    finally:
-        await hub.stop()
+
+
+def _notice_line(notice: rules.Notice) -> bytes:
+    return P.encode_frame(P.frame(P.ErrorFrame, code=notice.code, message=notice.message, fatal=notice.fatal))

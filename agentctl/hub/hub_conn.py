@@ -1,5 +1,5 @@
-"""One daemon's connection to the hub: who it said it is, whether it is stale, bounded sending, and running
-its tunnelled tool calls on the hub's task backend."""
+"""One daemon's connection to the hub: who it said it is, where it stands (by the hub's rules), bounded sending,
+and running its tunnelled tool calls on the hub's task backend."""
 
 from __future__ import annotations
 
@@ -9,17 +9,18 @@ import time
 from datetime import datetime
 from typing import Any
 
-from agentctl.backend.base import BackendError
+from agentctl.backend.base import Backend, BackendError
 from agentctl.control.socket import peer_cred
+from agentctl.evidence.contract import Identity
+from agentctl.hub import rules
+from agentctl.hub.state import ExecutionState, SessionState
 from agentctl.upstream import protocol as P
-from agentctl.hub.hub_store import ExecutionState, SessionState
 
 log = logging.getLogger("agentctl.hub")
 
 TOOL_CONCURRENCY = 16  # tool calls running at once per connection
 MAX_WRITE_BUFFER = 8 * 1024 * 1024  # a daemon that stops reading its answers is disconnected past this
 DEFAULT_HEARTBEAT_SECONDS = 10.0
-MAX_TOOL_SECONDS = 60.0
 
 
 class Refused(Exception):
@@ -30,7 +31,7 @@ class HubConnection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
-        self.identity = None
+        self.identity: Identity | None = None
         self.session: SessionState | None = None
         self.execution: ExecutionState | None = None
         self.snapshot_seen = False
@@ -50,20 +51,16 @@ class HubConnection:
         return f"unidentified peer (pid {self.peer_pid})" if self.peer_pid else "unidentified peer"
 
     @property
-    def stale(self) -> bool:
-        ident, session, execution = self.identity, self.session, self.execution
-        if ident is None or session is None or execution is None:
-            return False
-        return (
-            session.current_execution_id != ident.execution_id
-            or execution.identity.instance_id != ident.instance_id
-        )
+    def standing(self) -> rules.Standing | None:
+        """Whether this connection's frames are taken now; None before its hello."""
+        if self.identity is None or self.session is None:
+            return None
+        return rules.standing(self.session, self.identity)
 
     @property
-    def stale_execution(self) -> bool:
-        """Stale because a newer execution of the session is current (not merely a newer instance of this one)."""
-        ident, session = self.identity, self.session
-        return ident is not None and session is not None and session.current_execution_id != ident.execution_id
+    def stale(self) -> bool:
+        standing = self.standing
+        return standing is not None and standing != "current"
 
     def send(self, line: bytes) -> None:
         transport = self.writer.transport
@@ -75,7 +72,7 @@ class HubConnection:
             return
         self.writer.write(line)
 
-    async def run_tool_call(self, call: P.ToolCallFrame, backend: Any, now: datetime) -> None:
+    async def run_tool_call(self, call: P.ToolCallFrame, backend: Backend | None, now: datetime) -> None:
         """Run one tool call on `backend` (received at `now`) and send its tool_result."""
 
         def answer(ok: bool, result: dict[str, Any] | None = None, error: str | None = None) -> None:
@@ -88,19 +85,15 @@ class HubConnection:
                 ))
             self.send(line)
 
-        if self.stale:
-            newer = "execution of this session" if self.stale_execution else "daemon instance of this execution"
-            answer(False, error=f"a newer {newer} is current; the tool did not run")
-            return
-        elapsed = (now - call.sent_at).total_seconds()
-        remaining = min(call.deadline_ms / 1000 - max(elapsed, 0.0), MAX_TOOL_SECONDS)
-        if remaining <= 0:
-            answer(False, error="the call's deadline passed before the hub read it; the tool did not run")
+        standing = self.standing
+        assert self.identity is not None and standing is not None, "a tool call is admitted only after hello"
+        remaining = rules.tool_call_budget(standing, call, now)
+        if isinstance(remaining, rules.ToolRefused):
+            answer(False, error=remaining.error)
             return
         if backend is None:  # the hub is stopping
             answer(False, error="the hub is stopping; the tool did not run")
             return
-        assert self.identity is not None
         async with self.tool_slots:
             try:
                 result = await backend.call(call.op, self.identity, call.args, deadline=remaining)

@@ -1,6 +1,6 @@
-"""The hub's state: sessions and their executions in memory, persisted in SQLite (WAL), and the views of it.
+"""The hub's store: its sessions and executions (agentctl.hub.state) kept in a database, behind `SessionStore`.
 
-One row per session (which execution is current, stale frames rejected, last contact) and one per
+`HubStore` is the SQLite (WAL) implementation. One row per session (which execution is current, stale frames rejected, last contact) and one per
 execution (its identity, contact times, and its AttachmentHistory as the contract's JSON). Only contract
 data is stored: evidence that daemons already sanitized. Tool-call arguments never come here (the tool
 tunnel's task store is a separate file).
@@ -9,8 +9,12 @@ The live hub keeps the HOT_SESSIONS sessions most recently in contact whole in m
 file at boot, so it answers at once) and writes dirty rows in one transaction per flush. Any other session
 is held only as its listing (for status) and read from the file when asked for or when it says hello again:
 memory is bounded by HOT_SESSIONS bounded histories plus about a kilobyte per session ever seen.
-`agentctl hub status|report` read the file read-only with the same view functions, so they show what the
-hub last flushed (a fraction of a second behind).
+`agentctl hub status|report` read the file read-only with the same view functions (agentctl.hub.views), so
+they show what the hub last flushed (a fraction of a second behind).
+
+The rules (agentctl.hub.rules) never see the store; the live hub reads and writes it through `SessionStore`
+only, with rows taken on the event loop as `SessionRecord` / `ExecutionRecord` and written from a worker
+thread, so another database can take SQLite's place without the hub changing.
 """
 
 from __future__ import annotations
@@ -18,28 +22,18 @@ from __future__ import annotations
 import itertools
 import os
 import sqlite3
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
-from agentctl.evidence.contract import (
-    CONTRACT_VERSION,
-    MAX_ATTEMPTS,
-    MAX_EVENTS_PER_ATTEMPT,
-    Attempt,
-    AttachmentHistory,
-    HubExecution,
-    HubSession,
-    HubSessionReport,
-    HubStatus,
-    Identity,
-    encode,
-)
+from agentctl.evidence.contract import AttachmentHistory, HubSession, Identity, encode
 from agentctl.hub.migrations import HUB
+from agentctl.hub.state import ExecutionState, SessionState
+from agentctl.hub.views import session_listing
 from agentctl.migrations import MigrationError, MigrationResult, SqliteDialect, open_migrated_sqlite, require_latest
 from agentctl.safe_files import UnsafePath
 from agentctl.sqlite_util import open_sqlite_readonly
@@ -53,49 +47,64 @@ class HubStoreError(Exception):
     """The hub database cannot be opened or read; one line for the CLI."""
 
 
-@dataclass
-class ExecutionState:
-    identity: Identity  # of the newest instance of this execution that said hello
-    daemon_version: str
-    hello_order: int  # hub-wide order of first hello: the highest in a session is its newest execution
-    first_hello_at: datetime
-    last_contact_at: datetime
-    connected: bool = False
-    rejected_frames: int = 0
-    history: AttachmentHistory | None = None
+@dataclass(frozen=True)
+class SessionRecord:
+    """A session as the store keeps it, taken on the event loop (the state may change while it is written)."""
 
-    @property
-    def execution_id(self) -> str:
-        return self.identity.execution_id
-
-
-@dataclass
-class SessionState:
     session_id: str
     task_id: str
     current_execution_id: str
+    stale_rejected: int
     last_contact_at: datetime
-    stale_rejected: int = 0
-    executions: dict[str, ExecutionState] = field(default_factory=dict)
 
-    @property
-    def current(self) -> ExecutionState:
-        return self.executions[self.current_execution_id]
+    @classmethod
+    def of(cls, s: SessionState) -> SessionRecord:
+        return cls(s.session_id, s.task_id, s.current_execution_id, s.stale_rejected, s.last_contact_at)
 
 
-def enforce_bounds(history: AttachmentHistory) -> AttachmentHistory:
-    """The orchestrator's bounds on a history from outside: 3 attempts, 64 events each (oldest dropped, counted).
+@dataclass(frozen=True)
+class ExecutionRecord:
+    """An execution as the store keeps it; `history` is its encoded AttachmentHistory, None to keep the stored one."""
 
-    A well-behaved daemon already holds them (its reducer applies them); this only trims a history that
-    does not. It is not a second reducer: nothing is derived, only cut.
-    """
-    del history.previous[MAX_ATTEMPTS - 1 :]
-    for attempt in ([history.current] if history.current else []) + history.previous:
-        overflow = len(attempt.evidence) - MAX_EVENTS_PER_ATTEMPT
-        if overflow > 0:
-            del attempt.evidence[:overflow]
-            attempt.dropped_events += overflow
-    return history
+    session_id: str
+    identity: Identity
+    daemon_version: str
+    hello_order: int
+    first_hello_at: datetime
+    last_contact_at: datetime
+    connected: bool
+    rejected_frames: int
+    history: bytes | None
+
+    @classmethod
+    def of(cls, session_id: str, e: ExecutionState, history: bytes | None) -> ExecutionRecord:
+        return cls(session_id, e.identity, e.daemon_version, e.hello_order, e.first_hello_at, e.last_contact_at,
+                   e.connected, e.rejected_frames, history)
+
+
+class SessionStore(Protocol):
+    """What the live hub needs from its database. Not thread-safe: one user at a time (the hub's writes run in a
+    worker thread, one flush at a time)."""
+
+    def load_split(self, hot: int | None) -> tuple[dict[str, SessionState], dict[str, HubSession]]:
+        """The `hot` sessions most recently in contact whole, every other one as its listing (all whole: None)."""
+        ...
+
+    def load_session(self, session_id: str) -> SessionState | None:
+        """One session whole; None when the store has none."""
+        ...
+
+    def reset_connected(self) -> None:
+        """Nobody is connected to a hub that just started."""
+        ...
+
+    def max_hello_order(self) -> int: ...
+
+    def write(self, sessions: Sequence[SessionRecord], executions: Sequence[ExecutionRecord]) -> None:
+        """Upsert the records in one transaction."""
+        ...
+
+    def close(self) -> None: ...
 
 
 def _ts(value: datetime) -> str:
@@ -183,7 +192,7 @@ class HubStore:
                 if sid not in hot_ids:
                     del sessions[sid]
                     if session.current_execution_id in session.executions:
-                        cold[sid] = session_view(session)
+                        cold[sid] = session_listing(session)
         except sqlite3.Error as exc:
             raise HubStoreError(f"cannot read hub database {self.path}: {exc}") from None
         hot_sessions = {sid: s for sid, s in sessions.items() if s.current_execution_id in s.executions}
@@ -224,9 +233,8 @@ class HubStore:
             last_contact_at=_dt(last), connected=bool(connected), rejected_frames=rejected, history=decoded,
         )
 
-    def write(self, sessions: list[tuple[Any, ...]], executions: list[tuple[Any, ...]]) -> None:
-        """Upsert rows made by session_row / execution_row (on the loop: the state may change meanwhile) in one
-        transaction. Safe to call from a worker thread."""
+    def write(self, sessions: Sequence[SessionRecord], executions: Sequence[ExecutionRecord]) -> None:
+        """Upsert the records in one transaction. Safe to call from a worker thread."""
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -235,7 +243,7 @@ class HubStore:
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET task_id=excluded.task_id, "
                 "current_execution_id=excluded.current_execution_id, stale_rejected=excluded.stale_rejected, "
                 "last_contact_at=excluded.last_contact_at",
-                sessions,
+                [_session_row(r) for r in sessions],
             )
             conn.executemany(
                 "INSERT INTO executions(session_id, execution_id, hello_order, identity, daemon_version, "
@@ -245,7 +253,7 @@ class HubStore:
                 "daemon_version=excluded.daemon_version, last_contact_at=excluded.last_contact_at, "
                 "connected=excluded.connected, rejected_frames=excluded.rejected_frames, "
                 "history=COALESCE(excluded.history, executions.history)",
-                executions,
+                [_execution_row(r) for r in executions],
             )
             conn.execute("COMMIT")
         except BaseException:
@@ -253,99 +261,16 @@ class HubStore:
                 conn.execute("ROLLBACK")
             raise
 
-    @staticmethod
-    def session_row(s: SessionState) -> tuple[Any, ...]:
-        return (s.session_id, s.task_id, s.current_execution_id, s.stale_rejected, _ts(s.last_contact_at))
-
-    @staticmethod
-    def execution_row(session_id: str, e: ExecutionState, history: bytes | None) -> tuple[Any, ...]:
-        """`history` is the encoded AttachmentHistory, or None to keep the stored one."""
-        return (session_id, e.execution_id, e.hello_order, encode(e.identity).decode(), e.daemon_version,
-                _ts(e.first_hello_at), _ts(e.last_contact_at), int(e.connected), e.rejected_frames,
-                history.decode() if history is not None else None)
-
     def max_hello_order(self) -> int:
         row = self._conn.execute("SELECT COALESCE(MAX(hello_order), 0) FROM executions").fetchone()
         return int(row[0])
 
 
-# ---- views (pure: the live hub and the read-only CLI build the same shapes) -------------------------------
+def _session_row(r: SessionRecord) -> tuple[Any, ...]:
+    return (r.session_id, r.task_id, r.current_execution_id, r.stale_rejected, _ts(r.last_contact_at))
 
 
-def _listing(attempt: Attempt | None) -> Attempt | None:
-    """The current attempt for a listing: rows and times, without the evidence log and the catalogs."""
-    if attempt is None:
-        return None
-    copy = msgspec.structs.replace(attempt, evidence=[])
-    copy.servers = [msgspec.structs.replace(row, catalog=None) for row in attempt.servers]
-    return copy
-
-
-def session_view(session: SessionState) -> HubSession:
-    current = session.current
-    history = current.history
-    return HubSession(
-        task_id=session.task_id,
-        session_id=session.session_id,
-        current_execution_id=session.current_execution_id,
-        connected=current.connected,
-        last_contact_at=session.last_contact_at,
-        executions=len(session.executions),
-        stale_rejected=session.stale_rejected,
-        current_attempt=_listing(history.current) if history else None,
-        agent=history.agent if history else None,
-    )
-
-
-def status_view(sessions: dict[str, SessionState], cold: Iterable[HubSession] = ()) -> HubStatus:
-    """Every session, most recent contact first: `sessions` held whole, `cold` ones by their listing."""
-    views = [session_view(s) for s in sessions.values()] + list(cold)
-    views.sort(key=lambda v: (v.last_contact_at, v.session_id), reverse=True)
-    return HubStatus(version=CONTRACT_VERSION, sessions=views)
-
-
-def evict(sessions: dict[str, SessionState], cold: dict[str, HubSession], keep: int, busy: set[str]) -> int:
-    """Move the sessions least recently in contact beyond `keep` from `sessions` to their listing in `cold`.
-
-    Only sessions the file already holds as they are may go (the caller passes, in `busy`, every session
-    with a connection or unflushed changes); returns how many went.
-    """
-    over = len(sessions) - keep
-    if over <= 0:
-        return 0
-    idle = sorted((s for s in sessions.values() if s.session_id not in busy),
-                  key=lambda s: (s.last_contact_at, s.session_id))
-    for session in idle[:over]:
-        cold[session.session_id] = session_view(session)
-        del sessions[session.session_id]
-    return min(over, len(idle))
-
-
-def execution_view(session: SessionState, execution: ExecutionState) -> HubExecution:
-    ident = execution.identity
-    return HubExecution(
-        execution_id=ident.execution_id,
-        instance_id=ident.instance_id,
-        agent_id=ident.agent_id,
-        agent_profile_id=ident.agent_profile_id,
-        daemon_version=execution.daemon_version,
-        current=ident.execution_id == session.current_execution_id,
-        connected=execution.connected,
-        first_hello_at=execution.first_hello_at,
-        last_contact_at=execution.last_contact_at,
-        rejected_frames=execution.rejected_frames,
-    )
-
-
-def report_view(session: SessionState, execution_id: str | None = None) -> HubSessionReport | None:
-    """The session's report; None when `execution_id` names no execution of this session."""
-    chosen = session.executions.get(execution_id or session.current_execution_id)
-    if chosen is None:
-        return None
-    executions = sorted(session.executions.values(), key=lambda e: e.hello_order, reverse=True)
-    return HubSessionReport(
-        version=CONTRACT_VERSION,
-        session=session_view(session),
-        executions=[execution_view(session, e) for e in executions],
-        history=chosen.history,
-    )
+def _execution_row(r: ExecutionRecord) -> tuple[Any, ...]:
+    return (r.session_id, r.identity.execution_id, r.hello_order, encode(r.identity).decode(), r.daemon_version,
+            _ts(r.first_hello_at), _ts(r.last_contact_at), int(r.connected), r.rejected_frames,
+            r.history.decode() if r.history is not None else None)

@@ -35,6 +35,7 @@ import msgspec
 from aiohttp import web
 
 from agentctl.evidence.contract import encode
+from agentctl.lifecycle import StackedService, StopStack
 from agentctl.listener_guard import (
     HTTP_REFUSAL,
     GuardedSite,
@@ -164,8 +165,10 @@ def _error(status: int, message: str, code: str | None = None) -> web.Response:
     return _json({"error": message, **({"code": code} if code else {})}, status)
 
 
-class HubWeb:
+class HubWeb(StackedService):
     """The page's HTTP server, on the hub's event loop, reading the hub's in-memory state."""
+
+    stop_log = log
 
     def __init__(self, hub: Hub, host: str = "127.0.0.1", port: int = 0, *, token: str) -> None:
         self.hub = hub
@@ -174,10 +177,8 @@ class HubWeb:
         self._token = token.encode()
         self._streams: set[_Stream] = set()
         self._closing = False
-        self._runner: web.AppRunner | None = None
         self._allowed_hosts: set[str] | None = None
         self.guard = ListenerGuard("page", listener_caps()["page"], refusal=HTTP_REFUSAL)
-        self._uninstall_accept_log: Any = None
 
     @property
     def url(self) -> str:
@@ -185,6 +186,11 @@ class HubWeb:
         return f"http://{host}:{self.port}/"
 
     async def start(self) -> None:
+        """Serve the page; each step pushes its own stop, and a start that fails stops what it started."""
+        await super().start()
+        log.info("hub page at %s", self.url)
+
+    async def _start(self, stops: StopStack) -> None:
         app = web.Application(middlewares=[track_requests, self._guard], client_max_size=MAX_BODY_BYTES)
         runner_logging = http_server_logging(app, "hub page")
         for route, (name, kind) in ASSETS.items():
@@ -201,16 +207,14 @@ class HubWeb:
         app.on_shutdown.append(self._on_shutdown)
         runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0, **runner_logging)
         await runner.setup()
+        stops.push("page server", runner.cleanup)  # its site too
+        site = GuardedSite(runner, self.guard, host=self.host, port=self.port)
         try:
-            site = GuardedSite(runner, self.guard, host=self.host, port=self.port)
             await site.start()
         except OSError as exc:
-            await runner.cleanup()
             raise WebConfigError(f"--http: cannot listen on {self.host}:{self.port}: {exc.strerror}") from None
-        self._runner = runner
-        self._uninstall_accept_log = install_accept_error_log()
-        if site.sockets:
-            self.port = site.sockets[0].getsockname()[1]
+        if site.addresses:
+            self.port = site.addresses[0][1]
         if is_loopback(self.host):
             names = {"127.0.0.1", "localhost", "[::1]", f"[{self.host}]" if ":" in self.host else self.host}
             self._allowed_hosts = {f"{name}:{self.port}" for name in names}
@@ -218,19 +222,14 @@ class HubWeb:
             log.warning("the hub page listens on %s, not loopback: its token crosses the network in clear text",
                         self.host)
         self.hub.subscribe(self._changed)
-        log.info("hub page at %s", self.url)
+        stops.push("live updates", self._end_streams)
+        stops.push("accept error log", install_accept_error_log())
 
-    async def stop(self) -> None:
-        if self._uninstall_accept_log is not None:
-            self._uninstall_accept_log()
-            self._uninstall_accept_log = None
+    def _end_streams(self) -> None:
         self.hub.unsubscribe(self._changed)
         self._closing = True
         for stream in self._streams:
             stream.wake.set()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
 
     async def _on_shutdown(self, app: web.Application) -> None:
         self._closing = True

@@ -34,7 +34,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -45,6 +45,10 @@ from agentctl.evidence.ledger import utcnow
 from agentctl.upstream import protocol as P
 from agentctl.upstream.outbox import Outbox
 from agentctl.upstream.requests import endpoint_test_answer, stderr_answer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agentctl.context import DaemonContext
+    from agentctl.upstream.tunnel import TunnelBackend
 
 log = logging.getLogger("agentctl.upstream")
 
@@ -70,7 +74,7 @@ class Publisher:
 
     def __init__(
         self,
-        ctx: Any,
+        ctx: DaemonContext,
         socket_path: str | os.PathLike[str],
         *,
         heartbeat: float = HEARTBEAT_SECONDS,
@@ -93,7 +97,7 @@ class Publisher:
         self.queue_bytes = queue_bytes
         self.state_interval = state_interval
         self._rng = rng
-        self.tunnel: Any = None  # set by TunnelBackend: on_result / on_error / on_disconnect
+        self.tunnel: TunnelBackend | None = None  # set by TunnelBackend: on_result / on_error / on_disconnect
         # Counters (UpstreamStatus).
         self.connects = 0
         self.dropped_events = 0
@@ -516,7 +520,7 @@ class Publisher:
                 return
             self._dispatch(received)
 
-    def _dispatch(self, received: Any) -> None:
+    def _dispatch(self, received: P.UpstreamFrame) -> None:
         if isinstance(received, P.ToolResultFrame):
             if self.tunnel is not None:
                 self.tunnel.on_result(received)

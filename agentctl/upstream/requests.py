@@ -8,14 +8,14 @@ result frame, or an `error` frame with the request's id). Agent output is bounde
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
-import msgspec
-
-from agentctl.evidence.contract import EndpointTestResult, StderrView
+from agentctl.evidence.contract import StderrView
 from agentctl.upstream import protocol as P
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agentctl.context import DaemonContext
 
 log = logging.getLogger("agentctl.upstream")
 
@@ -26,10 +26,10 @@ STDERR_UPSTREAM_WARNING = (
 )
 
 
-def stderr_view(ctx: Any, request: P.StderrReadFrame) -> StderrView:
+def stderr_view(ctx: DaemonContext, request: P.StderrReadFrame) -> StderrView:
     history = ctx.ledger.history
     state = history.agent.state if history.agent else None
-    supervisor = getattr(getattr(ctx, "agent", None), "supervisor", None)
+    supervisor = ctx.agent.supervisor if ctx.agent is not None else None
     if supervisor is None or supervisor.process is None:
         return StderrView(warning=STDERR_UPSTREAM_WARNING, agent_state=state, lines=[], truncated=False,
                           total_bytes_seen=0, empty=True)
@@ -54,32 +54,28 @@ def stderr_view(ctx: Any, request: P.StderrReadFrame) -> StderrView:
     )
 
 
-def stderr_answer(ctx: Any, request: P.StderrReadFrame) -> bytes:
+def stderr_answer(ctx: DaemonContext, request: P.StderrReadFrame) -> bytes:
     return P.encode_frame(P.frame(P.StderrResultFrame, id=request.id, view=stderr_view(ctx, request)))
 
 
-def _stored_server_names(ctx: Any) -> set[str]:
+def _stored_server_names(ctx: DaemonContext) -> set[str]:
     spec = ctx.spec
     return {spec.mcp.builtin_name, *(server.name for server in spec.mcp.servers)}
 
 
-async def endpoint_test_answer(ctx: Any, request: P.EndpointTestFrame) -> bytes:
-    """Run `ctx.extra_endpoint_test(name)` (sync or async, -> EndpointTestResult) for a stored name."""
+async def endpoint_test_answer(ctx: DaemonContext, request: P.EndpointTestFrame) -> bytes:
+    """Run `ctx.extra_endpoint_test(name)` for a stored name."""
 
     def refuse(code: str, message: str) -> bytes:
         return P.encode_frame(P.frame(P.ErrorFrame, code=code, message=message, id=request.id))
 
     if request.server not in _stored_server_names(ctx):
         return refuse("unknown_server", "no stored MCP server has that name")
-    hook = getattr(ctx, "extra_endpoint_test", None)
+    hook = ctx.extra_endpoint_test
     if hook is None:
         return refuse("not_supported", "endpoint tests are not supported by this daemon yet")
     try:
-        result = hook(request.server)
-        if inspect.isawaitable(result):
-            result = await asyncio.wait_for(result, ENDPOINT_TEST_TIMEOUT)
-        if not isinstance(result, EndpointTestResult):
-            result = msgspec.convert(result, EndpointTestResult)
+        result = await asyncio.wait_for(hook(request.server), ENDPOINT_TEST_TIMEOUT)
     except LookupError:
         return refuse("unknown_server", "no stored MCP server has that name")
     except TimeoutError:

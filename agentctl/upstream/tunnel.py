@@ -16,7 +16,7 @@ import asyncio
 import itertools
 import secrets
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -25,6 +25,9 @@ from agentctl.evidence.contract import Identity
 from agentctl.evidence.ledger import utcnow
 from agentctl.upstream import protocol as P
 
+if TYPE_CHECKING:  # pragma: no cover
+    from agentctl.upstream.publisher import Publisher
+
 MAX_PENDING = 256
 MAX_ERROR_CHARS = 500
 
@@ -32,7 +35,7 @@ NOT_CONNECTED = "the orchestrator is not connected right now (agentctl is reconn
 
 
 class TunnelBackend:
-    def __init__(self, publisher: Any, local: Backend | None = None, *, max_pending: int = MAX_PENDING) -> None:
+    def __init__(self, publisher: Publisher, local: Backend | None = None, *, max_pending: int = MAX_PENDING) -> None:
         self._publisher = publisher
         self._local = local
         self._max_pending = max_pending

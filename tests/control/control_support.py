@@ -96,7 +96,7 @@ async def serve_app(ctx: DaemonContext, socket_path: Path, *, prepare: bool = Tr
     await runner.setup()
     tcp = web.TCPSite(runner, "127.0.0.1", 0)
     await tcp.start()
-    port = tcp._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = tcp.port
     if prepare:
         prepare_socket_path(socket_path)
     await start_unix_site(runner, socket_path)

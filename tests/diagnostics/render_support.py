@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
+from pathlib import Path
 
-from agentctl.context import Readiness
+from agentctl.context import DaemonContext, Readiness
 from agentctl.diagnostics.diagnostics import build_diagnostics
 from agentctl.evidence.contract import Diagnostics, EndpointTestResult, Identity
 from agentctl.evidence.ledger import Ledger, ServerSeed
@@ -65,7 +65,7 @@ SEEDS = [
 ]
 
 
-def every_state_ctx() -> SimpleNamespace:
+def every_state_ctx() -> DaemonContext:
     """Previous attempt: kandev connected, then disconnected. Current: one row in each display state."""
     spec = parse_spec(SPEC)
     identity = Identity(
@@ -118,7 +118,8 @@ def every_state_ctx() -> SimpleNamespace:
     readiness = Readiness()
     readiness.set("mcp_listener", True)
     readiness.set("agent", False, "exited")
-    return SimpleNamespace(spec=spec, ledger=ledger, readiness=readiness)
+    return DaemonContext(spec=spec, ledger=ledger, state_dir=Path("/nonexistent"),
+                         control_socket=Path("/nonexistent/control.sock"), readiness=readiness)
 
 
 def every_state_diagnostics() -> Diagnostics:

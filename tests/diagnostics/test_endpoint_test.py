@@ -167,7 +167,7 @@ async def test_stdio_success_lists_the_tools_and_leaves_no_process(short_dir: Pa
         assert status == 200 and body["result"]["succeeded"] is True, body
         assert body["result"]["tool_count"] == 2
         [pid] = await wait_for_file_lines(pidfile, 1)
-        assert pid == d.ctx._endpoint_tester.last_pids["local"]
+        assert pid == d.ctx.endpoint_tester.last_pids["local"]
         assert await wait_gone([pid]) == []
 
 
@@ -212,7 +212,7 @@ async def test_stdio_cancellation_kills_the_tree(short_dir: Path):
     pidfile = short_dir / "pids"
     servers = stdio_server("stuck", "tree_server.py", str(pidfile), "hang")
     async with running_daemon(spec_text(short_dir / "state", servers), short_dir / "c.sock") as d:
-        tester = d.ctx._endpoint_tester
+        tester = d.ctx.endpoint_tester
         task = asyncio.create_task(tester.test("stuck", 30))
         pids = await wait_for_file_lines(pidfile, 3)
         task.cancel()
@@ -268,4 +268,4 @@ async def test_the_upstream_callable_answers_refusals_as_failed_results(short_di
         result = await d.ctx.extra_endpoint_test("kandev", 5)
         assert result.succeeded is True and result.tool_count >= 1
         with pytest.raises(EndpointTestError):
-            await d.ctx._endpoint_tester.test("kandev", 61)
+            await d.ctx.endpoint_tester.test("kandev", 61)

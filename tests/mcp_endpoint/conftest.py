@@ -214,7 +214,7 @@ async def make_harness(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
-        host, port = site._server.sockets[0].getsockname()[:2]  # type: ignore[union-attr]
+        host, port = runner.addresses[0][:2]
         endpoint.set_listen(host, port)
         await endpoint.start()
         harness = Harness(ledger=ledger, endpoint=endpoint, runner=runner, host=host, port=port, backend_box=box)

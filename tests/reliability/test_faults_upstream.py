@@ -18,7 +18,8 @@ import msgspec
 
 from agentctl.evidence.contract import EvidenceEvent, Identity, decode_history
 from agentctl.upstream import protocol as P
-from agentctl.hub.hub_store import HubStore, report_view
+from agentctl.hub.hub_store import HubStore
+from agentctl.hub.views import report_view
 from tests.conftest import REPO, agentctl_cmd, eventually, poll
 from tests.reliability.faults_support import open_attempt, prove_served
 from tests.upstream.procs import daemon_report, hub_history, start_daemon, start_hub, write_spec

@@ -43,7 +43,6 @@ from agentctl.evidence.display import reporter_name, row_view
 from agentctl.evidence.ledger import Ledger, ServerSeed
 from agentctl.evidence.store import ensure_state_dir, read_report, report_path, write_atomic
 from agentctl.upstream import protocol as P
-from agentctl.hub.hub_store import enforce_bounds
 from tests.evidence.fixed import IDENT, T0
 from tests.evidence.test_reducer import CONTACT_KINDS, expected_status
 from tests.reliability.strategies import FUZZ
@@ -121,7 +120,7 @@ class LedgerMachine(RuleBasedStateMachine):
 
     def _snapshot(self) -> AttachmentHistory:
         line = P.encode_frame(P.frame(P.SnapshotFrame, history=self.ledger.history))
-        return enforce_bounds(P.decode_from_daemon(line[:-1]).history)
+        return reducer.enforce_bounds(P.decode_from_daemon(line[:-1]).history)
 
     def _published(self, event: Any) -> None:
         # As the publisher: an evidence line per event; a state change schedules a snapshot, which carries

@@ -1,15 +1,13 @@
-"""Fixtures for the upstream tests: a short private directory and an in-process hub on a real socket."""
+"""Fixtures for the upstream tests: a short private directory."""
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from agentctl.hub.hub import Hub
 
 
 @pytest.fixture
@@ -20,12 +18,3 @@ def short_dir() -> Iterator[Path]:
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
-
-@pytest.fixture
-async def hub(short_dir: Path) -> AsyncIterator[Hub]:
-    h = Hub(short_dir / "hub.sock", short_dir / "hub.sqlite3", flush_interval=0.02)
-    await h.start()
-    try:
-        yield h
-    finally:
-        await h.stop()

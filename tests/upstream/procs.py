@@ -7,6 +7,8 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -121,3 +123,32 @@ def hub_history(db: Path, session: str = "session-1") -> dict[str, Any] | None:
 
 def builtins(obj: Any) -> Any:
     return json.loads(encode(obj)) if hasattr(obj, "__struct_fields__") else msgspec.to_builtins(obj)
+
+
+def readyz(proc) -> tuple[int, dict]:
+    url = proc.ready["mcp_url"][: -len("/mcp")] + "/readyz?verbose"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def upstream_of(proc) -> dict:
+    status, body = control(proc).get("/v1/status")
+    assert status == 200
+    return body["upstream"]
+
+
+def cli_text(proc, *args: str) -> str:
+    """`agentctl ARGS --socket` of that daemon, as one line of words (the text wraps at 80 columns)."""
+    done = subprocess.run(agentctl_cmd(*args, "--socket", proc.ready["control_socket"]), capture_output=True,
+                          text=True, timeout=60, cwd=REPO, env={**os.environ, "NO_COLOR": "1"})
+    assert done.returncode == 0, done.stderr
+    return " ".join(done.stdout.split())
+
+
+def spec_in(d, name: str, execution: str = "exec-1"):
+    """A spec with its own state directory under d/name, naming the hub at d/hub.sock."""
+    (d / name).mkdir()
+    return write_spec(d / name, execution=execution, upstream=str(d / "hub.sock"))

@@ -25,6 +25,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 from agentctl.agent.outcome import AgentError
 from agentctl.agent.manager import DAEMON_SECRET_ENV_PREFIXES, resolve_command
@@ -50,6 +51,8 @@ from agentctl.evidence.sanitize import summarize
 log = logging.getLogger(__name__)
 
 class PassthroughManager:
+    kind: Literal["passthrough"] = "passthrough"
+
     def __init__(self, ctx: DaemonContext, seeds: Callable[[], list[ServerSeed]]) -> None:
         spec = ctx.spec
         assert spec.agent is not None
@@ -59,8 +62,6 @@ class PassthroughManager:
         self.strategy = get_strategy(spec.agent.strategy)
         secret_names = [name for name in os.environ if name.startswith(DAEMON_SECRET_ENV_PREFIXES)]
         self.supervisor = Supervisor(secret_env_names=secret_names, on_exit=self._on_exit)
-        # No ACP connection: the session routes and `agentctl run` see "no ACP agent".
-        self.acp = None
         self.start_error: AgentError | None = None
         self.attempt_id: str | None = None
         self._mat: Materialization | None = None

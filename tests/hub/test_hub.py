@@ -24,7 +24,8 @@ from agentctl.evidence.contract import (
 )
 from agentctl.upstream import protocol as P
 from agentctl.hub.hub import Hub
-from agentctl.hub.hub_store import HubStore, status_view
+from agentctl.hub.hub_store import HubStore
+from agentctl.hub.views import status_view
 from agentctl.upstream.publisher import Publisher
 from tests.upstream.support import SEEDS, RawClient, eventually, identity, make_ctx
 

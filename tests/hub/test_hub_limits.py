@@ -14,7 +14,8 @@ from agentctl.evidence.contract import encode
 from agentctl.evidence.ledger import Ledger
 from agentctl.upstream import protocol as P
 from agentctl.hub.hub import Hub
-from agentctl.hub.hub_store import HubStore, status_view
+from agentctl.hub.hub_store import HubStore
+from agentctl.hub.views import status_view
 from tests.upstream.support import SEEDS, RawClient, eventually, identity
 
 CANARY = "CANARY-hub-9c41"
