@@ -17,6 +17,7 @@ from aiohttp import web
 
 from agentctl.control.socket import peer_allowed, peer_cred
 from agentctl.evidence.contract import HealthResponse, StatusResponse, encode
+from agentctl.evidence.decode_errors import describe_decode_error
 from agentctl.logs import log_failure
 
 log = logging.getLogger(__name__)
@@ -58,10 +59,7 @@ async def decode_body(request: web.Request, kind: type[Any], *, max_bytes: int |
     try:
         return msgspec.json.decode(raw or b"{}", type=kind)
     except msgspec.ValidationError as exc:
-        detail = " ".join(str(exc).split(" - ")[0].split())
-        detail = "".join(ch if ch.isprintable() else "?" for ch in detail)
-        if len(detail) > _MAX_BODY_ERROR:
-            detail = detail[: _MAX_BODY_ERROR - 1] + "…"
+        detail = describe_decode_error(exc).text(with_path=False, limit=_MAX_BODY_ERROR)
         raise BodyError(400, f"bad request body: {detail}{hint}") from None
     except msgspec.DecodeError:
         raise BodyError(400, "bad request body: not JSON") from None

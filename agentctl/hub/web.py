@@ -35,6 +35,7 @@ import msgspec
 from aiohttp import web
 
 from agentctl.evidence.contract import encode
+from agentctl.evidence.decode_errors import describe_decode_error
 from agentctl.listener_guard import (
     HTTP_REFUSAL,
     GuardedSite,
@@ -69,6 +70,7 @@ KEEPALIVE_SECONDS = 15.0
 COALESCE_SECONDS = 0.05  # a burst of evidence becomes one update per session
 TEST_TIMEOUT = 70.0  # the daemon's own bound is at most 60 s, plus the stop of a stdio tree
 MAX_BODY_BYTES = 1024
+MAX_ERROR_DETAIL = 200  # characters of msgspec's reason in a refusal
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
     "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
@@ -326,7 +328,8 @@ class HubWeb:
         try:
             body = msgspec.json.decode(await request.read() or b"{}", type=_TestBody)
         except msgspec.ValidationError as exc:
-            return _error(400, f"bad request body: {str(exc).split(' - ')[0]} (only a server name is accepted)")
+            detail = describe_decode_error(exc).text(with_path=False, limit=MAX_ERROR_DETAIL)
+            return _error(400, f"bad request body: {detail} (only a server name is accepted)")
         except msgspec.DecodeError:
             return _error(400, "bad request body: not JSON")
         attempt = report.history.current if report.history else None
