@@ -28,7 +28,7 @@ from acp.schema import (
 
 from agentctl import __version__
 from agentctl.agent.attribution import attribute, error_text
-from agentctl.agent.delivery import McpCaps, Planned, plan_delivery
+from agentctl.agent.delivery import Planned, plan_delivery
 from agentctl.agent.outcome import AgentError, SessionOutcome
 from agentctl.agent.transports import AgentStdioTransport
 from agentctl.evidence.contract import AttemptOrigin, McpCapabilities
@@ -117,7 +117,7 @@ class AcpRuntime:
         self._gone = gone or (lambda: "no ACP connection")
         self._conn: Any = None
         self._transport: AgentStdioTransport | None = None
-        self.caps = McpCaps()
+        self.caps = McpCapabilities()
         # Until the agent answers initialize, `caps` is a default, not the agent's decision: nothing may be
         # planned (or filtered) from it.
         self.initialized = False
@@ -161,7 +161,7 @@ class AcpRuntime:
             raise AgentError("initialize_invalid", f"unusable initialize answer ({type(exc).__name__})") from None
         caps = resp.agent_capabilities
         mcp_caps = caps.mcp_capabilities if caps is not None else None
-        self.caps = McpCaps(http=bool(mcp_caps and mcp_caps.http), sse=bool(mcp_caps and mcp_caps.sse))
+        self.caps = McpCapabilities(http=bool(mcp_caps and mcp_caps.http), sse=bool(mcp_caps and mcp_caps.sse))
         session_caps = getattr(caps, "session_capabilities", None) if caps is not None else None
         self.close_supported = bool(session_caps is not None and getattr(session_caps, "close", None))
         info = resp.agent_info
@@ -170,7 +170,7 @@ class AcpRuntime:
             name=bounded_text(info.name, secrets=self._known()) if info is not None else None,
             version=bounded_text(info.version, secrets=self._known()) if info is not None else None,
             protocol_version=resp.protocol_version,
-            mcp_capabilities=McpCapabilities(http=self.caps.http, sse=self.caps.sse),
+            mcp_capabilities=self.caps,
         )
         self.initialized = True
 

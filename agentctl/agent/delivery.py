@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentctl.evidence.contract import Transport
+from agentctl.evidence.contract import McpCapabilities, Transport
 from agentctl.evidence.sanitize import target_for_command, target_for_url
 from agentctl.spec import Spec
 
@@ -20,14 +20,6 @@ SSE_UNSUPPORTED = "sse_unsupported"
 POLICY_DENIED = "policy_denied"
 DUPLICATE_NAME = "duplicate_name"
 NO_SUPPORTED_TRANSPORT = "no_supported_transport"
-
-
-@dataclass(frozen=True)
-class McpCaps:
-    """The agent's advertised agentCapabilities.mcpCapabilities. stdio is mandatory for every ACP agent."""
-
-    http: bool = False
-    sse: bool = False
 
 
 @dataclass(frozen=True)
@@ -55,7 +47,7 @@ class DeliveryPlan:
     filtered: list[Omitted] = field(default_factory=list)
 
 
-def plan_delivery(spec: Spec, caps: McpCaps, *, builtin_base: str, token: str) -> DeliveryPlan:
+def plan_delivery(spec: Spec, caps: McpCapabilities, *, builtin_base: str, token: str) -> DeliveryPlan:
     plan = DeliveryPlan()
     allowed = set(spec.policy.transports)
     builtin = spec.mcp.builtin_name

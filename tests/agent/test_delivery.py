@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentctl.agent.delivery import McpCaps, plan_delivery
+from agentctl.agent.delivery import plan_delivery
+from agentctl.evidence.contract import McpCapabilities
 from agentctl.spec import parse_spec
 
 BASE = """
@@ -36,7 +37,7 @@ env = { LOCAL_KEY = "env-secret" }
 """
 
 
-def _plan(extra: str = SERVERS, caps: McpCaps = McpCaps(http=True, sse=True)):
+def _plan(extra: str = SERVERS, caps: McpCapabilities = McpCapabilities(http=True, sse=True)):
     spec = parse_spec((BASE + extra).encode())
     return plan_delivery(spec, caps, builtin_base="http://127.0.0.1:4000", token="tok-123")
 
@@ -54,12 +55,12 @@ def test_builtin_goes_over_http_with_the_attempt_token_when_http_is_advertised()
 
 
 def test_builtin_falls_back_to_sse_when_only_sse_is_advertised():
-    plan = _plan("", McpCaps(http=False, sse=True))
+    plan = _plan("", McpCapabilities(http=False, sse=True))
     assert plan.delivered[0].entry["url"].endswith("/sse") and plan.delivered[0].transport == "sse"
 
 
 def test_builtin_is_filtered_when_the_agent_advertises_no_remote_transport():
-    plan = _plan("", McpCaps())
+    plan = _plan("", McpCapabilities())
     assert plan.delivered == []
     assert [(o.name, o.reason_code) for o in plan.filtered] == [("kandev", "no_supported_transport")]
 
@@ -67,10 +68,10 @@ def test_builtin_is_filtered_when_the_agent_advertises_no_remote_transport():
 @pytest.mark.parametrize(
     "caps, expected",
     [
-        (McpCaps(http=True, sse=True), {"web": "delivered", "stream": "delivered", "local": "delivered"}),
-        (McpCaps(http=False, sse=True), {"web": "http_unsupported", "stream": "delivered", "local": "delivered"}),
-        (McpCaps(http=True, sse=False), {"web": "delivered", "stream": "sse_unsupported", "local": "delivered"}),
-        (McpCaps(), {"web": "http_unsupported", "stream": "sse_unsupported", "local": "delivered"}),
+        (McpCapabilities(http=True, sse=True), {"web": "delivered", "stream": "delivered", "local": "delivered"}),
+        (McpCapabilities(http=False, sse=True), {"web": "http_unsupported", "stream": "delivered", "local": "delivered"}),
+        (McpCapabilities(http=True, sse=False), {"web": "delivered", "stream": "sse_unsupported", "local": "delivered"}),
+        (McpCapabilities(), {"web": "http_unsupported", "stream": "sse_unsupported", "local": "delivered"}),
     ],
 )
 def test_profile_servers_are_filtered_by_the_agents_transports_and_stdio_always_goes(caps, expected):
