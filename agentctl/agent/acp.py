@@ -31,7 +31,7 @@ from agentctl.agent.attribution import attribute, error_text
 from agentctl.agent.delivery import Planned, plan_delivery
 from agentctl.agent.outcome import AgentError, SessionOutcome
 from agentctl.agent.transports import AgentStdioTransport
-from agentctl.evidence.contract import AttemptOrigin, McpCapabilities
+from agentctl.evidence.contract import AttemptOrigin, McpCapabilities, PromptStreamItem
 from agentctl.evidence.ledger import Ledger, ServerSeed
 from agentctl.evidence.sanitize import bounded_text, opaque_id, summarize
 from agentctl.evidence.secret_registry import SecretRegistry
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 # Called synchronously from the SDK's per-update task and must never block: the SDK starts one task per
 # session/update, so a sink that waits on a slow reader lets them pile up without bound.
-UpdateSink = Callable[[dict[str, Any]], None]
+UpdateSink = Callable[[PromptStreamItem], None]
 CANCEL_TIMEOUT = 5.0
 
 _ACP_DIR = os.path.dirname(os.path.abspath(acp.__file__)) + os.sep
@@ -349,14 +349,14 @@ class AcpRuntime:
         sink = self._sink
         if sink is None or session_id != self.acp_session_id:
             return
-        kind = getattr(update, "session_update", None)
-        item: dict[str, Any] = {"type": kind}
+        kind = str(getattr(update, "session_update", None) or "unknown")
+        item = PromptStreamItem(type=kind)
         if kind in ("agent_message_chunk", "agent_thought_chunk"):
             content = getattr(update, "content", None)
-            item["text"] = getattr(content, "text", "") or ""
+            item.text = getattr(content, "text", "") or ""
         elif kind in ("tool_call", "tool_call_update"):
-            item["title"] = getattr(update, "title", None)
-            item["status"] = getattr(update, "status", None)
+            item.title = getattr(update, "title", None)
+            item.status = getattr(update, "status", None)
         try:
             sink(item)
         except Exception:  # the caller went away (closed the stream): keep the prompt, drop the output

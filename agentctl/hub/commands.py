@@ -1,20 +1,33 @@
 """`agentctl hub serve|status|report|schema`: the reference upstream's command line.
 
 `status` and `report` read the hub's SQLite file read-only (no socket round trip, works while the hub is
-down); they show what the hub last flushed, a fraction of a second behind the live hub. Exit codes: 0 ok,
-1 bad arguments or unknown session, 2 the database or socket cannot be used.
+down); they show what the hub last flushed, a fraction of a second behind the live hub. Exit codes
+(agentctl.cli_support's table): 0 ok, 1 bad arguments or unknown session, 2 the database or socket cannot be
+used, 128+N a second signal N cut `hub serve`'s drain short.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentctl.control.commands import _err, _print_json
+from agentctl.cli_support import (
+    EXIT_FAILED,
+    EXIT_NO_DAEMON,
+    EXIT_OK,
+    EXIT_SIGNAL_BASE,
+    EXIT_USAGE,
+    fail,
+    out,
+    print_json,
+    stdout_color,
+)
 from agentctl.safetext import neutralize_data
+
+if TYPE_CHECKING:
+    from agentctl.evidence.contract import HubSession, HubSessionReport, HubStatus
 
 ENV_HUB_SOCKET = "AGENTCTL_HUB_SOCKET"
 ENV_HUB_DB = "AGENTCTL_HUB_DB"
@@ -45,7 +58,7 @@ def add_hub_commands(subparsers: Any) -> None:
         description="The reference upstream. Daemons with an [upstream] socket publish to it; it keeps every "
         "session's history in SQLite and answers the tool tunnel from its own task store.",
     )
-    hub.set_defaults(func=lambda args: (hub.print_help(), 1)[1])
+    hub.set_defaults(func=lambda args: (hub.print_help(), EXIT_USAGE)[1])
     sub = hub.add_subparsers(title="hub commands", metavar="COMMAND")
     db_help = f"hub database (default: ${ENV_HUB_DB}, else <state dir>/hub.sqlite3)"
 
@@ -97,7 +110,7 @@ def _hub_serve(args: argparse.Namespace, signals: Any) -> int:
         socket_path = Path(args.socket).expanduser().absolute() if args.socket else default_socket()
         db = Path(args.db).expanduser().absolute() if args.db else default_db()
     except ControlSocketError as exc:
-        return _err(f"hub socket: {exc}", 2)
+        return fail(f"hub socket: {exc}", EXIT_NO_DAEMON)
     from agentctl.hub.web import WebConfigError, load_token, parse_listen
 
     web_args = None
@@ -106,19 +119,19 @@ def _hub_serve(args: argparse.Namespace, signals: Any) -> int:
             token_file = Path(args.token_file).expanduser().absolute() if args.token_file else None
             web_args = (*parse_listen(args.http), *load_token(token_file), token_file)
         elif args.token_file:
-            return _err("--token-file needs --http HOST:PORT", 1)
+            return fail("--token-file needs --http HOST:PORT", EXIT_USAGE)
     except WebConfigError as exc:
-        return _err(str(exc), 1)
+        return fail(str(exc), EXIT_USAGE)
     from agentctl.lifecycle import run
 
     try:
         return run(_serve(socket_path, db, args.tasks_db, web_args, signals))
     except ControlSocketError as exc:
-        return _err(f"hub socket: {exc}", 2)
+        return fail(f"hub socket: {exc}", EXIT_NO_DAEMON)
     except (HubStoreError, TaskStoreError) as exc:
-        return _err(str(exc), 2)
+        return fail(str(exc), EXIT_NO_DAEMON)
     except WebConfigError as exc:
-        return _err(str(exc), 2)
+        return fail(str(exc), EXIT_NO_DAEMON)
 
 
 # The hub has no spec: its drain (close connections, last flush, stores closed) is bounded by this.
@@ -130,9 +143,9 @@ async def _serve(socket_path: Path, db: Path, tasks_db: str | None, web_args: tu
     """Serve until SIGTERM/SIGINT (agentctl.lifecycle): exit 0 after the drain, 128 + N when a second signal
     N cut it short."""
     import asyncio
-    import json
 
     from agentctl.control.socket import cleanup_socket_path
+    from agentctl.evidence.contract import HubReady, encode
     from agentctl.lifecycle import serve_until_signalled
     from agentctl.runtime import freeze_startup_heap
     from agentctl.hub.hub import Hub
@@ -140,11 +153,10 @@ async def _serve(socket_path: Path, db: Path, tasks_db: str | None, web_args: tu
     hub = Hub(socket_path, db, tasks_db=tasks_db)
     page = None
 
-    async def start() -> dict[str, Any]:
+    async def start() -> HubReady:
         nonlocal page
         await hub.start()
-        ready = {"event": "ready", "socket": str(hub.socket_path), "db": str(hub.db_path),
-                 "tasks_db": str(hub.tasks_db), "pid": os.getpid()}
+        ready = HubReady(socket=str(hub.socket_path), db=str(hub.db_path), tasks_db=str(hub.tasks_db), pid=os.getpid())
         if web_args is not None:
             from agentctl.hub.web import HubWeb
 
@@ -155,17 +167,16 @@ async def _serve(socket_path: Path, db: Path, tasks_db: str | None, web_args: tu
             except BaseException:
                 await hub.stop()
                 raise
-            ready["http"] = page.url
+            ready.http = page.url
             # The token goes in the fragment: a browser never sends that part of a URL to any server.
-            ready["page"] = page.url + "#token=" + token if generated else page.url
+            ready.page = page.url + "#token=" + token if generated else page.url
             if token_file is not None:
-                ready["token_file"] = str(token_file)
+                ready.token_file = str(token_file)
         freeze_startup_heap()
         return ready
 
-    async def main(ready: dict[str, Any]) -> None:
-        sys.stdout.write(json.dumps(ready) + "\n")
-        sys.stdout.flush()
+    async def main(ready: HubReady) -> None:
+        out(encode(ready).decode() + "\n")
         await asyncio.Event().wait()  # until a signal
 
     async def stop() -> None:
@@ -178,7 +189,7 @@ async def _serve(socket_path: Path, db: Path, tasks_db: str | None, web_args: tu
 
     outcome = await serve_until_signalled(start=start, main=main, stop=stop, abort=abort,
                                           shutdown_timeout=HUB_SHUTDOWN_TIMEOUT, signals=signals)
-    return 128 + outcome.forced_by if outcome.forced_by is not None else 0
+    return EXIT_SIGNAL_BASE + outcome.forced_by if outcome.forced_by is not None else EXIT_OK
 
 
 def _load(args: argparse.Namespace):
@@ -196,44 +207,36 @@ def _load(args: argparse.Namespace):
 
 
 def cmd_hub_status(args: argparse.Namespace) -> int:
-    import msgspec
-
     from agentctl.hub.hub_store import status_view
 
     sessions = _load(args)
     if isinstance(sessions, str):
-        return _err(sessions, 2)
+        return fail(sessions, EXIT_NO_DAEMON)
     view = status_view(sessions)
     if args.json:
-        _print_json(msgspec.to_builtins(view))
-        return 0
-    from agentctl.control.render import use_color
-
-    sys.stdout.write(render_hub_status(view, use_color(sys.stdout)))
-    return 0
+        print_json(view)
+    else:
+        out(render_hub_status(view, stdout_color()))
+    return EXIT_OK
 
 
 def cmd_hub_report(args: argparse.Namespace) -> int:
-    import msgspec
-
     from agentctl.hub.hub_store import report_view
 
     sessions = _load(args)
     if isinstance(sessions, str):
-        return _err(sessions, 2)
+        return fail(sessions, EXIT_NO_DAEMON)
     session = sessions.get(args.session_id)
     if session is None:
-        return _err(f"the hub has no session {args.session_id!r}", 1)
+        return fail(f"the hub has no session {args.session_id!r}", EXIT_FAILED)
     view = report_view(session, args.execution)
     if view is None:
-        return _err(f"session {args.session_id!r} has no execution {args.execution!r}", 1)
+        return fail(f"session {args.session_id!r} has no execution {args.execution!r}", EXIT_FAILED)
     if args.json:
-        _print_json(msgspec.to_builtins(view))
-        return 0
-    from agentctl.control.render import use_color
-
-    sys.stdout.write(render_hub_report(view, use_color(sys.stdout)))
-    return 0
+        print_json(view)
+    else:
+        out(render_hub_report(view, stdout_color()))
+    return EXIT_OK
 
 
 def cmd_hub_schema(args: argparse.Namespace) -> int:
@@ -241,24 +244,20 @@ def cmd_hub_schema(args: argparse.Namespace) -> int:
 
     from agentctl.upstream.protocol import frames_schema
 
-    sys.stdout.write(json.dumps(frames_schema(), indent=2, sort_keys=True) + "\n")
-    return 0
+    out(json.dumps(frames_schema(), indent=2, sort_keys=True) + "\n")
+    return EXIT_OK
 
 
 # ---- human output -------------------------------------------------------------------------------------
 
 
-def _when(value: Any) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S") if hasattr(value, "strftime") else str(value)
-
-
-def _session_lines(session: Any, color: bool) -> list[str]:
-    from agentctl.control.render import render_attempt
+def _session_lines(session: HubSession, color: bool) -> list[str]:
+    from agentctl.control.render import render_attempt, when
 
     link = "connected" if session.connected else "not connected"
     lines = [
         f"session {session.session_id} (task {session.task_id})",
-        f"  execution {session.current_execution_id} · {link} · last contact {_when(session.last_contact_at)}",
+        f"  execution {session.current_execution_id} · {link} · last contact {when(session.last_contact_at)}",
     ]
     attempt = session.current_attempt
     if attempt is not None:
@@ -277,7 +276,7 @@ def _session_lines(session: Any, color: bool) -> list[str]:
     return lines
 
 
-def render_hub_status(view: Any, color: bool) -> str:
+def render_hub_status(view: HubStatus, color: bool) -> str:
     view = neutralize_data(view)  # ids, names and summaries came from daemons' frames: no control characters
     if not view.sessions:
         return "the hub has no sessions yet\n"
@@ -285,8 +284,8 @@ def render_hub_status(view: Any, color: bool) -> str:
     return "\n\n".join(blocks) + "\n"
 
 
-def render_hub_report(view: Any, color: bool) -> str:
-    from agentctl.control.render import render_report
+def render_hub_report(view: HubSessionReport, color: bool) -> str:
+    from agentctl.control.render import render_report, when
 
     view = neutralize_data(view)  # ids, names and summaries came from daemons' frames: no control characters
     lines = [f"session {view.session.session_id} (task {view.session.task_id})", "executions, newest first:"]
@@ -295,7 +294,7 @@ def render_hub_report(view: Any, color: bool) -> str:
         flags.append("connected" if execution.connected else "not connected")
         if execution.rejected_frames:
             flags.append(f"{execution.rejected_frames} frame(s) rejected")
-        lines.append(f"  {execution.execution_id} ({', '.join(flags)}), last contact {_when(execution.last_contact_at)}")
+        lines.append(f"  {execution.execution_id} ({', '.join(flags)}), last contact {when(execution.last_contact_at)}")
     text = "\n".join(lines) + "\n\n"
     if view.history is None:
         return text + "no snapshot received for this execution yet\n"

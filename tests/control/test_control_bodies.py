@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
 from pathlib import Path
 
 import pytest
@@ -16,19 +15,13 @@ from agentctl.control.client import ControlClient
 from agentctl.daemon.app import Daemon
 from agentctl.spec import load_spec
 from tests.conftest import write_spec
+from tests.control.control_support import raw_exchange
 
 
 def exchange(sock: Path, head: str, body: bytes) -> tuple[int, dict]:
     """One raw HTTP/1.1 request over the control socket; the status and the JSON body of the answer."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        conn.settimeout(30)
-        conn.connect(str(sock))
-        conn.sendall(head.encode() + body)
-        raw = b""
-        while chunk := conn.recv(1 << 16):
-            raw += chunk
-    status_line, _, rest = raw.partition(b"\r\n")
-    return int(status_line.split()[1]), json.loads(rest.partition(b"\r\n\r\n")[2])
+    status, raw = raw_exchange(sock, head, body)
+    return status, json.loads(raw)
 
 
 def post(path: str, body: bytes, *, chunked: bool = False) -> tuple[str, bytes]:
