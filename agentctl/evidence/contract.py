@@ -699,7 +699,8 @@ class HubStatus(Base, kw_only=True):
     """`agentctl hub status --json`: every session the hub has heard of, most recent contact first."""
 
     version: int
-    sessions: list[HubSession] = []
+    # Required, so an empty hub still prints `"sessions": []` (a default would be omitted).
+    sessions: list[HubSession]
 
 
 class HubSessionReport(Base, kw_only=True):

@@ -72,3 +72,11 @@ def test_a_second_hub_on_a_live_socket_refuses_to_start_with_one_line(short_dir)
     finally:
         assert first.stop() == 0
     assert not (short_dir / "hub.sock").exists(), "socket removed at shutdown"
+
+
+def test_an_empty_hub_prints_an_empty_sessions_list_not_a_missing_field(short_dir, capsys):
+    from agentctl.hub.hub_store import HubStore
+
+    HubStore(short_dir / "hub.sqlite3").close()
+    assert main(["hub", "status", "--db", str(short_dir / "hub.sqlite3"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sessions"] == []

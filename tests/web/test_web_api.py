@@ -19,7 +19,7 @@ import aiohttp
 from tests.conftest import REPO, agentctl_cmd, eventually
 from tests.web.world import TOKEN, leaks
 
-STATIC = REPO / "agentctl" / "upstream" / "static"
+STATIC = REPO / "agentctl" / "hub" / "static"
 
 
 def _serve(d: Path, *extra: str) -> tuple[subprocess.Popen, dict[str, Any], Path]:
