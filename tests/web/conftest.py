@@ -75,9 +75,20 @@ async def running(short_dir: Path) -> AsyncIterator[World]:
             await eventually(lambda: loader is None or loader.ready, 60, "the token estimator")
         await w.a.agent.acp.new_session()
         await w.b.agent.acp.new_session()
-        for sid in ("session-a", "session-b"):
-            await eventually(lambda: (r := w.hub.report(sid)) and r.history and r.history.current, what=f"{sid} at the hub")
+        for sid, daemon in (("session-a", w.a), ("session-b", w.b)):
+            # The hub has folded the daemon's last evidence (a snapshot may arrive before the session's result).
+            await eventually(lambda: None != _rows_at_hub(w, sid) == _rows(daemon.ledger.history.current),
+                             what=f"{sid} at the hub")
         yield w
+
+
+def _rows(attempt: Any) -> list[tuple[str, str]] | None:
+    return [(row.name, row.status) for row in attempt.servers] if attempt is not None else None
+
+
+def _rows_at_hub(w: World, sid: str) -> list[tuple[str, str]] | None:
+    report = w.hub.report(sid)
+    return _rows(report.history.current) if report and report.history else None
 
 
 @pytest.fixture
