@@ -21,7 +21,7 @@ test: $(STAMP)
 
 schema: $(STAMP)
 	$(BIN)/agentctl schema > docs/report.schema.json
-	$(BIN)/python -m agentctl.upstream.protocol --doc docs/upstream-protocol.md
+	$(BIN)/agentctl hub schema > docs/upstream-protocol.schema.json
 	$(BIN)/python -m agentctl.evidence.reasons --doc docs/troubleshooting.md
 	$(BIN)/python -m agentctl.exit_codes --doc README.md
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 from urllib.parse import urlsplit
 
 import msgspec
@@ -15,8 +15,13 @@ from agentctl.evidence.decode_errors import describe_decode_error
 from agentctl.evidence.secret_registry import SecretRegistry, url_parts
 
 AF_UNIX_PATH_MAX = 107
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+# Used with fullmatch: `$` alone would also accept a trailing line break.
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
+
+
+# The passthrough strategies, one module each in agentctl/agent/passthrough/ (a test keeps the two equal).
+StrategyName = Literal["claude", "codex", "cursor", "gemini", "opencode"]
 
 
 class SpecError(Exception):
@@ -38,7 +43,7 @@ class IdentitySpec(_S):
 class AgentSpec(_S):
     command: list[str]
     protocol: Literal["acp", "passthrough"] = "acp"
-    strategy: str | None = None
+    strategy: StrategyName | None = None
     workdir: str | None = None
     env: dict[str, str] = {}
     permission: Literal["allow", "deny", "ask"] = "deny"  # answer to the agent's permission requests
@@ -138,6 +143,9 @@ def parse_spec(raw: bytes, *, source: str = "<spec>", fmt: str = "toml") -> Spec
         spec = msgspec.convert(data, type=Spec, strict=True)
     except msgspec.ValidationError as exc:
         problem = describe_decode_error(exc)
+        if problem.field() == "agent.strategy" and str(exc).startswith("Invalid enum value"):
+            known = ", ".join(get_args(StrategyName))
+            raise _fail(source, problem.field(), f"unknown passthrough strategy (known: {known})") from None
         raise _fail(source, problem.field(), problem.reason) from None
     except RecursionError:
         raise _fail(source, "(top level)", "nested too deeply") from None
@@ -151,7 +159,7 @@ def _check(spec: Spec, source: str) -> None:
         value = getattr(ident, field)
         if value is None:
             continue
-        if not _ID_RE.match(value):
+        if not _ID_RE.fullmatch(value):
             raise _fail(source, f"identity.{field}", "must be 1-128 characters of letters, digits, '_', '.', ':' or '-'")
     if spec.agent is not None:
         agent = spec.agent
@@ -159,18 +167,13 @@ def _check(spec: Spec, source: str) -> None:
             raise _fail(source, "agent.command", "must be a non-empty argv list")
         if agent.protocol == "acp" and agent.strategy is not None:
             raise _fail(source, "agent.strategy", "only valid with protocol = \"passthrough\"")
-        if agent.protocol == "passthrough" and agent.strategy is not None:
-            from agentctl.agent.passthrough import STRATEGY_NAMES  # here: the strategies import this module
-
-            if agent.strategy not in STRATEGY_NAMES:
-                raise _fail(source, "agent.strategy", f"unknown passthrough strategy (known: {', '.join(STRATEGY_NAMES)})")
     mcp = spec.mcp
     _check_listen(mcp.listen, source)
-    if not _NAME_RE.match(mcp.builtin_name):
+    if not _NAME_RE.fullmatch(mcp.builtin_name):
         raise _fail(source, "mcp.builtin_name", "must be 1-64 characters of letters, digits, '_', '.' or '-'")
     for i, server in enumerate(mcp.servers):
         where = f"mcp.servers[{i}]"
-        if not _NAME_RE.match(server.name):
+        if not _NAME_RE.fullmatch(server.name):
             raise _fail(source, f"{where}.name", "must be 1-64 characters of letters, digits, '_', '.' or '-'")
         if server.type in ("http", "sse"):
             if not server.url:

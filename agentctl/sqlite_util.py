@@ -2,7 +2,7 @@
 and schema version check, so every store gets the same durability and privacy settings.
 
 A file this opens is the user's data (tool arguments among it). Its directory must be safe
-(agentctl.private_files: ours, writable by no other user, no link of theirs on the way; created 0700 when
+(agentctl.safe_files: ours, writable by no other user, no link of theirs on the way; created 0700 when
 missing), and it is opened by that directory's real path. The database file is created 0600 from the
 first instant (O_EXCL, O_NOFOLLOW), and before SQLite opens anything, the database and its `-wal`,
 `-shm` and `-journal` companions, where they exist, must be regular files of ours (never links: SQLite
@@ -19,7 +19,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from agentctl.private_files import check_private_file, ensure_private_dir, open_private
+from agentctl.safe_files import check_private_file, ensure_private_dir, open_private
 
 BUSY_TIMEOUT_MS = 5000
 
@@ -47,23 +47,19 @@ def prepare_private_db(path: str | os.PathLike[str]) -> Path:
     return real
 
 
-def open_sqlite(
+def connect_sqlite(
     path: str | os.PathLike[str],
-    schema_sql: str,
-    version: int,
     *,
-    too_new: Callable[[int], Exception],
     foreign_keys: bool = False,
     row_factory: Callable[..., object] | None = None,
     busy_timeout_ms: int = BUSY_TIMEOUT_MS,
 ) -> sqlite3.Connection:
-    """A writable connection to `path` (created private when missing) with the schema applied.
+    """A writable connection to `path` (created private when missing) with the pragmas set, no schema.
 
     Autocommit mode (`isolation_level=None`: callers run their own BEGIN IMMEDIATE transactions), usable
-    from any thread (callers serialise access). Raises `too_new(found_version)` when the file's
-    `user_version` is above `version` (written by a newer agentctl), sqlite3.Error when the file is not a
-    usable database, UnsafePath when the directory or a file of it could be another user's, OSError when the
-    directory or file cannot be created.
+    from any thread (callers serialise access). Raises sqlite3.Error when the file is not a usable database,
+    UnsafePath when the directory or a file of it could be another user's, OSError when the directory or
+    file cannot be created.
     """
     path = prepare_private_db(path)
     conn = sqlite3.connect(path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
@@ -75,6 +71,29 @@ def open_sqlite(
         if foreign_keys:
             conn.execute("PRAGMA foreign_keys=ON")
         conn.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def open_sqlite(
+    path: str | os.PathLike[str],
+    schema_sql: str,
+    version: int,
+    *,
+    too_new: Callable[[int], Exception],
+    foreign_keys: bool = False,
+    row_factory: Callable[..., object] | None = None,
+    busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+) -> sqlite3.Connection:
+    """connect_sqlite() with the schema applied (`schema_sql`, idempotent) and `user_version` set to `version`.
+
+    Raises `too_new(found_version)` when the file's `user_version` is above `version` (written by a newer
+    agentctl), and what connect_sqlite raises.
+    """
+    conn = connect_sqlite(path, foreign_keys=foreign_keys, row_factory=row_factory, busy_timeout_ms=busy_timeout_ms)
+    try:
         found = conn.execute("PRAGMA user_version").fetchone()[0]
         if found > version:
             raise too_new(found)

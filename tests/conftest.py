@@ -140,3 +140,7 @@ def short_tmp() -> Iterator[Path]:
 
     with tempfile.TemporaryDirectory(prefix="actl-", dir="/tmp") as d:
         yield Path(d)
+
+
+# A real PostgreSQL server (session) and a fresh database per test: tests/pg.py.
+from tests.pg import pg_db, pg_server  # noqa: E402,F401

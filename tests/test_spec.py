@@ -137,3 +137,16 @@ def test_identity_ids_with_path_characters_are_refused():
 def test_upstream_socket_path_over_af_unix_limit_is_refused():
     msg = _err(MINIMAL.decode() + "\n[upstream]\nsocket = '/" + "a" * 120 + "'\n")
     assert "upstream.socket" in msg and "107" in msg
+
+
+@pytest.mark.parametrize("field, extra", [
+    ("identity.task_id", ""),
+    ("mcp.builtin_name", '\n[mcp]\nbuiltin_name = "kandev\\n"\n'),
+    ("mcp.servers[0].name", '\n[[mcp.servers]]\nname = "docs\\n"\ntype = "stdio"\ncommand = "x"\n'),
+])
+def test_an_id_or_name_ending_in_a_line_break_is_refused(field, extra):
+    text = MINIMAL.decode() + extra
+    if field == "identity.task_id":
+        text = text.replace('task_id = "t1"', 'task_id = "t1\\n"')
+    msg = _err(text)
+    assert msg.startswith(f"spec.toml: {field}: must be 1-") and "\n" not in msg

@@ -83,7 +83,10 @@ def install_sdk_log_scrubber() -> None:
 
 
 class _DaemonClient:
-    """The ACP client object the SDK dispatches agent requests to (a plain class: see NOTES-SDK.md)."""
+    """The ACP client object the SDK dispatches agent requests to.
+
+    A plain class, not a subclass of `acp.Client`: that is a typing Protocol whose inherited stub methods
+    would answer an agent's unsupported request with `null` instead of a -32601 "method not found"."""
 
     def __init__(self, runtime: AcpRuntime) -> None:
         self._runtime = runtime

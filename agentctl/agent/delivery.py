@@ -1,14 +1,18 @@
-"""What an attempt delivers to the agent: pure planning of ACP mcpServers entries and the omissions' reasons.
+"""What an attempt delivers: the one pure planner of which MCP servers reach the agent, over which transport, and why each other one is left out.
 
-Given the spec, the agent's advertised MCP transports and the executor policy, decide for every server
-whether it is delivered (and as what) or filtered (with a stable reason code). No I/O: the caller records
-the evidence and sends the entries.
+Both receiving sides use it, each described by a `Receiver`: an ACP agent (`AcpReceiver`, from what it
+advertised in agentCapabilities.mcpCapabilities) and a passthrough CLI (`CliReceiver` in
+agentctl/agent/passthrough/base.py, from what its configuration format can express and the names it
+accepts). Given the spec, the attempt's built-in endpoint and the receiver, every server is delivered (a
+`ServerEntry`) or filtered (an `Omitted` with a stable reason code), by the same rules in the same order:
+duplicate name, executor policy, transport the receiver cannot take, name the receiver refuses. No I/O:
+the caller records the evidence and sends or writes the entries.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 from agentctl.evidence.contract import McpCapabilities, Transport
 from agentctl.evidence.sanitize import target_for_command, target_for_url
@@ -21,15 +25,33 @@ POLICY_DENIED = "policy_denied"
 DUPLICATE_NAME = "duplicate_name"
 NO_SUPPORTED_TRANSPORT = "no_supported_transport"
 
+# The built-in server's transports, preferred first; it is never a stdio server.
+BUILTIN_TRANSPORTS: tuple[Transport, ...] = ("http", "sse")
+
 
 @dataclass(frozen=True)
-class Planned:
+class BuiltinEndpoint:
+    """The daemon's built-in server as this attempt reaches it. `token` is the attempt's bearer token."""
+
     name: str
+    url: str  # streamable HTTP (both MCP eras): <base>/mcp
+    sse_url: str  # legacy HTTP+SSE: <base>/sse
+    token: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class ServerEntry:
+    """One server to hand to the agent. Holds secrets (headers, env, args): it goes to the agent only."""
+
+    name: str
+    source: str  # "builtin" | "profile"
     transport: Transport
     target: str
-    # The ACP McpServer entry as a plain dict (camelCase wire shape). It holds secrets (headers, env,
-    # the attempt token): it goes to the agent and nowhere else.
-    entry: dict[str, Any] = field(repr=False)
+    url: str = field(default="", repr=False)
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
+    command: str = field(default="", repr=False)
+    args: list[str] = field(default_factory=list, repr=False)
+    env: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -41,33 +63,88 @@ class Omitted:
     summary: str
 
 
+class Refusal(NamedTuple):
+    """Why a receiver cannot take a server: a stable reason code and a sanitized summary."""
+
+    reason_code: str
+    summary: str
+
+
+class Receiver(Protocol):
+    """What the receiving side can take, and how it words what it cannot."""
+
+    @property
+    def transports(self) -> frozenset[str]: ...
+
+    def transport_refused(self, transport: str) -> Refusal:
+        """Why a profile server of `transport` (one not in `transports`) is left out."""
+        ...
+
+    def builtin_refused(self, wanted: str) -> Refusal:
+        """Why the built-in server is left out when policy allows `wanted` (its first remote transport)
+        but the receiver takes none of the remote transports policy allows."""
+        ...
+
+    def name_refused(self, name: str) -> Refusal | None:
+        """Why a server of this name cannot be handed over, or None: the name is accepted."""
+        ...
+
+
+@dataclass(frozen=True)
+class AcpReceiver:
+    """An ACP agent: stdio always, http and sse when advertised; any name."""
+
+    caps: McpCapabilities
+
+    @property
+    def transports(self) -> frozenset[str]:
+        return frozenset({"stdio", *(["http"] if self.caps.http else []), *(["sse"] if self.caps.sse else [])})
+
+    def transport_refused(self, transport: str) -> Refusal:
+        return Refusal(
+            reason_code=HTTP_UNSUPPORTED if transport == "http" else SSE_UNSUPPORTED,
+            summary=f"the agent does not advertise {transport} MCP",
+        )
+
+    def builtin_refused(self, wanted: str) -> Refusal:
+        return Refusal(
+            reason_code=NO_SUPPORTED_TRANSPORT, summary="the agent advertises neither http nor sse MCP transport"
+        )
+
+    def name_refused(self, name: str) -> Refusal | None:
+        return None
+
+
 @dataclass
-class DeliveryPlan:
-    delivered: list[Planned] = field(default_factory=list)
+class ServerPlan:
+    """What goes to the agent (in order, the built-in server first) and what is left out, and why."""
+
+    delivered: list[ServerEntry] = field(default_factory=list)
     filtered: list[Omitted] = field(default_factory=list)
 
 
-def plan_delivery(spec: Spec, caps: McpCapabilities, *, builtin_base: str, token: str) -> DeliveryPlan:
-    plan = DeliveryPlan()
+def plan_servers(spec: Spec, builtin: BuiltinEndpoint, receiver: Receiver) -> ServerPlan:
+    """The built-in server (http preferred, else sse) and the profile's servers, by policy and by what
+    the receiver takes; everything left out is `filtered` with a reason."""
+    plan = ServerPlan()
     allowed = set(spec.policy.transports)
-    builtin = spec.mcp.builtin_name
-    headers = [{"name": "Authorization", "value": f"Bearer {token}"}]
-
-    # The built-in server: http when advertised, else sse; it is never a stdio server.
-    if caps.http and "http" in allowed:
-        url = f"{builtin_base}/mcp"
-        plan.delivered.append(Planned(builtin, "http", target_for_url(url), _http_entry("http", builtin, url, headers)))
-    elif caps.sse and "sse" in allowed:
-        url = f"{builtin_base}/sse"
-        plan.delivered.append(Planned(builtin, "sse", target_for_url(url), _http_entry("sse", builtin, url, headers)))
-    elif (caps.http or caps.sse) and not ({"http", "sse"} & allowed):
-        plan.filtered.append(Omitted(builtin, POLICY_DENIED, "executor policy allows neither http nor sse"))
+    supported = receiver.transports
+    auth = {"Authorization": f"Bearer {builtin.token}"}
+    for transport, url in zip(BUILTIN_TRANSPORTS, (builtin.url, builtin.sse_url), strict=True):
+        if transport in allowed and transport in supported:
+            plan.delivered.append(
+                ServerEntry(builtin.name, "builtin", transport, target_for_url(url), url=url, headers=auth)
+            )
+            break
     else:
-        plan.filtered.append(
-            Omitted(builtin, NO_SUPPORTED_TRANSPORT, "the agent advertises neither http nor sse MCP transport")
-        )
+        wanted = [t for t in BUILTIN_TRANSPORTS if t in allowed]
+        if not wanted and supported & set(BUILTIN_TRANSPORTS):
+            plan.filtered.append(Omitted(builtin.name, POLICY_DENIED, "executor policy allows neither http nor sse"))
+        else:
+            refusal = receiver.builtin_refused((wanted or ["http"])[0])
+            plan.filtered.append(Omitted(builtin.name, refusal.reason_code, refusal.summary))
 
-    seen = {builtin}
+    seen = {builtin.name}
     for server in spec.mcp.servers:
         if server.name in seen:
             plan.filtered.append(Omitted(server.name, DUPLICATE_NAME, "another server already uses this name"))
@@ -76,27 +153,71 @@ def plan_delivery(spec: Spec, caps: McpCapabilities, *, builtin_base: str, token
         if server.type not in allowed:
             plan.filtered.append(Omitted(server.name, POLICY_DENIED, f"executor policy does not allow {server.type}"))
             continue
-        if server.type == "http" and not caps.http:
-            plan.filtered.append(Omitted(server.name, HTTP_UNSUPPORTED, "the agent does not advertise http MCP"))
-            continue
-        if server.type == "sse" and not caps.sse:
-            plan.filtered.append(Omitted(server.name, SSE_UNSUPPORTED, "the agent does not advertise sse MCP"))
+        if server.type not in supported:
+            refusal = receiver.transport_refused(server.type)
+            plan.filtered.append(Omitted(server.name, refusal.reason_code, refusal.summary))
             continue
         if server.type == "stdio":
-            entry = {
-                "name": server.name,
-                "command": server.command,
-                "args": list(server.args),
-                "env": [{"name": k, "value": v} for k, v in server.env.items()],
-            }
-            plan.delivered.append(Planned(server.name, "stdio", target_for_command(server.command or ""), entry))
+            plan.delivered.append(ServerEntry(
+                server.name, "profile", "stdio", target_for_command(server.command or ""),
+                command=server.command or "", args=list(server.args), env=dict(server.env),
+            ))
         else:
-            hdrs = [{"name": k, "value": v} for k, v in server.headers.items()]
-            entry = _http_entry(server.type, server.name, server.url or "", hdrs)
-            plan.delivered.append(Planned(server.name, server.type, target_for_url(server.url or ""), entry))
+            plan.delivered.append(ServerEntry(
+                server.name, "profile", server.type, target_for_url(server.url or ""),
+                url=server.url or "", headers=dict(server.headers),
+            ))
+
+    # Last, over every server still planned (the built-in one included), so a name is never the reason
+    # for a server that policy or the transport already left out.
+    for entry in list(plan.delivered):
+        refusal = receiver.name_refused(entry.name)
+        if refusal is not None:
+            drop(plan, entry, refusal.reason_code, refusal.summary)
     return plan
 
 
-def _http_entry(kind: str, name: str, url: str, headers: list[dict[str, str]]) -> dict[str, Any]:
+def drop(plan: ServerPlan, entry: ServerEntry, reason_code: str, summary: str) -> None:
+    """Move a planned server from delivered to filtered."""
+    plan.delivered.remove(entry)
+    plan.filtered.append(Omitted(entry.name, reason_code, summary))
+
+
+# -- ACP: the plan as session/new mcpServers entries ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Planned:
+    name: str
+    transport: Transport
+    target: str
+    # The ACP McpServer entry as a plain dict (camelCase wire shape). It holds secrets (headers, env,
+    # the attempt token): it goes to the agent and nowhere else.
+    entry: dict[str, Any] = field(repr=False)
+
+
+@dataclass
+class DeliveryPlan:
+    delivered: list[Planned] = field(default_factory=list)
+    filtered: list[Omitted] = field(default_factory=list)
+
+
+def plan_delivery(spec: Spec, caps: McpCapabilities, *, builtin_base: str, token: str) -> DeliveryPlan:
+    """The plan for an ACP agent with these capabilities, its entries in the ACP wire shape."""
+    builtin = BuiltinEndpoint(spec.mcp.builtin_name, f"{builtin_base}/mcp", f"{builtin_base}/sse", token)
+    plan = plan_servers(spec, builtin, AcpReceiver(caps))
+    delivered = [Planned(e.name, e.transport, e.target, _acp_entry(e)) for e in plan.delivered]
+    return DeliveryPlan(delivered, plan.filtered)
+
+
+def _acp_entry(entry: ServerEntry) -> dict[str, Any]:
+    if entry.transport == "stdio":
+        return {
+            "name": entry.name,
+            "command": entry.command,
+            "args": list(entry.args),
+            "env": [{"name": k, "value": v} for k, v in entry.env.items()],
+        }
     # Always send `headers`: the ACP SDK silently drops an entry without it.
-    return {"type": kind, "name": name, "url": url, "headers": headers}
+    headers = [{"name": k, "value": v} for k, v in entry.headers.items()]
+    return {"type": entry.transport, "name": entry.name, "url": entry.url, "headers": headers}

@@ -1,7 +1,7 @@
 """Agent process supervision: start the agent under its shim, drain its stderr into the bounded ring, report its real exit, and stop its whole process tree (stdin close, SIGTERM, SIGKILL, sweep, reaping).
 
-Spawning (and the shim) live in agentctl/agent/spawn.py and shim.py, the tree's bookkeeping in tree.py;
-this module owns one agent's life and the stop escalation.
+Spawning (and the shim) live in agentctl/agent/spawn.py and shim.py, the tree's bookkeeping (its periodic
+scans included) in tree.py; this module owns one agent's life and the stop escalation.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from agentctl.agent.spawn import (
     spawn_agent,
 )
 from agentctl.agent.stderr_ring import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, StderrRing, StderrWindow
-from agentctl.agent.tree import AgentTree, become_subreaper, register_own_child, unregister_own_child
+from agentctl.agent.tree import AgentTree, TreeTracker, become_subreaper, register_own_child, unregister_own_child
 from agentctl.logs import log_failure
 
 __all__ = [
@@ -47,8 +47,6 @@ log = logging.getLogger(__name__)
 # The ACP SDK's own frame limit (acp.core.DEFAULT_STDIO_BUFFER_LIMIT_BYTES): a frame larger than the
 # StreamReader limit makes readline() fail, so stdout must allow what the SDK allows.
 DEFAULT_STDOUT_LIMIT = 50 * 1024 * 1024
-# The tree tracker slows to at most this many times its interval while the agent tree does not change.
-TRACK_BACKOFF = 8
 # After the stop: how long the shim may take to notice the tree is gone and exit.
 SHIM_EXIT_WAIT = 1.0
 _SIGKILL = int(signal.SIGKILL)
@@ -78,7 +76,6 @@ class AgentProcess:
         self.stderr_ring = ring
         self._control_reader, self._control_writer = spawned.control
         self._on_exit = on_exit
-        self._track_interval = track_interval
         self._exit_info: ExitInfo | None = None
         self._exited = asyncio.Event()
         self._shim_returncode: int | None = None
@@ -88,10 +85,10 @@ class AgentProcess:
         self._stopped = False
         self._callback_tasks: set[asyncio.Task[Any]] = set()
         self.tree = AgentTree(self.pid, self.shim_pid, spawn_time)
-        self._scan_lock = asyncio.Lock()
-        self._tracker_done = asyncio.Event()
+        # A lambda rather than the bound method: `_scan` is looked up at each scan, so a wrapper set on
+        # this object later (a test counting scans) still sees every one.
+        self._tracker = TreeTracker(lambda full: self._scan(full), track_interval, name=f"agent-tracker-{self.pid}")
         self._watcher = loop.create_task(self._watch_shim(), name=f"agent-shim-{self.pid}")
-        self._tracker = loop.create_task(self._track(), name=f"agent-tracker-{self.pid}")
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -162,34 +159,11 @@ class AgentProcess:
 
     # -- tree tracking -------------------------------------------------------------------------
 
-    async def _track(self) -> None:
-        # Ended through an event rather than cancellation: a cancelled await would release the scan
-        # lock while the worker thread is still scanning.
-        # A scan reads the whole process table (this kernel may lack /proc/PID/task/TID/children), so a
-        # fleet of idle daemons would cost the square of its size: while the tree stays the same the
-        # interval doubles up to TRACK_BACKOFF times the base, and any change brings it back. Nothing
-        # escapes meanwhile: orphans are re-parented to the shim (a subreaper) and stop() scans in full.
-        interval, seen = self._track_interval, None
-        while not self._tracker_done.is_set():
-            try:
-                members = frozenset(p.pid for p in await self._scan_async(False))
-            except Exception:
-                log.debug("agent tree scan failed", exc_info=True)
-                members = None
-            unchanged = members is not None and members == seen
-            interval = min(interval * 2, self._track_interval * TRACK_BACKOFF) if unchanged else self._track_interval
-            seen = members
-            try:
-                await asyncio.wait_for(self._tracker_done.wait(), interval)
-            except asyncio.TimeoutError:
-                pass
-
     def _scan(self, full: bool) -> list[psutil.Process]:
         return self.tree.scan(full, agent_running=self._exit_info is None)
 
     async def _scan_async(self, full: bool) -> list[psutil.Process]:
-        async with self._scan_lock:
-            return await asyncio.to_thread(self._scan, full)
+        return await self._tracker.scan(full)
 
     # -- stop ----------------------------------------------------------------------------------
 
@@ -264,8 +238,7 @@ class AgentProcess:
             await asyncio.sleep(0.02)
 
     async def _finish(self) -> None:
-        self._tracker_done.set()
-        await self._tracker
+        await self._tracker.close()
         # The last scan may have run between a member's death and its re-parenting to us.
         await asyncio.to_thread(self.tree.reap_adopted)
         # Letting go of the shim's channel is its cue to exit (the tree is gone; anything left it kills).

@@ -1,4 +1,4 @@
-"""Process-tree bookkeeping for one agent: which processes are its tree, which are the daemon's own, reaping, and signalling the tree.
+"""Process-tree bookkeeping for one agent: which processes are its tree, which are the daemon's own, keeping that knowledge fresh, reaping, and signalling the tree.
 
 The agent's shim (agentctl/agent/shim.py) is a child subreaper, so every descendant of the agent stays
 below the shim however it daemonizes: the shim is the root the tree is found from. The daemon is a child
@@ -8,12 +8,19 @@ as adopted (a new session, started after the agent) and are swept and reaped lik
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import psutil
 
 from agentctl.agent.shim import PR_SET_CHILD_SUBREAPER, load_prctl
+
+log = logging.getLogger(__name__)
+
+# The tree tracker slows to at most this many times its interval while the agent tree does not change.
+TRACK_BACKOFF = 8
 
 # Resolved once: prctl through ctypes costs a library lookup.
 _prctl = load_prctl()
@@ -200,3 +207,47 @@ class AgentTree:
 
 
 _live_trees: set[AgentTree] = set()
+
+
+class TreeTracker:
+    """Keeps a tree's `known` members fresh while its agent lives: `scan` runs every `interval` seconds in a
+    worker thread, one scan at a time (a stop's full scans share the lock), until `close()`.
+
+    A scan reads the whole process table (this kernel may lack /proc/PID/task/TID/children), so a fleet of
+    idle daemons would cost the square of its size: while the tree stays the same the interval doubles up
+    to TRACK_BACKOFF times the base, and any change brings it back. Nothing escapes meanwhile: orphans are
+    re-parented to the shim (a subreaper) and a stop scans in full.
+    """
+
+    def __init__(self, scan: Callable[[bool], list[psutil.Process]], interval: float, *, name: str) -> None:
+        self._scan = scan
+        self._interval = interval
+        self._lock = asyncio.Lock()
+        # Ended through an event rather than cancellation: a cancelled await would release the scan lock
+        # while the worker thread is still scanning.
+        self._done = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=name)
+
+    async def scan(self, full: bool) -> list[psutil.Process]:
+        async with self._lock:
+            return await asyncio.to_thread(self._scan, full)
+
+    async def close(self) -> None:
+        self._done.set()
+        await self._task
+
+    async def _run(self) -> None:
+        interval, seen = self._interval, None
+        while not self._done.is_set():
+            try:
+                members = frozenset(p.pid for p in await self.scan(False))
+            except Exception:
+                log.debug("agent tree scan failed", exc_info=True)
+                members = None
+            unchanged = members is not None and members == seen
+            interval = min(interval * 2, self._interval * TRACK_BACKOFF) if unchanged else self._interval
+            seen = members
+            try:
+                await asyncio.wait_for(self._done.wait(), interval)
+            except asyncio.TimeoutError:
+                pass

@@ -2,9 +2,11 @@
 
 A tool call becomes `Backend.call(op, identity, args, deadline=...)`. The identity is the daemon's own
 (minted by the executor and the daemon); the agent never supplies it, so nothing the agent sends can
-select another task or session. Two implementations are planned: the embedded SQLite store
-(agentctl.backend.embedded, the default until the upstream tunnel exists) and a tunnel over the
-upstream Unix socket. Both implement the op table below; the shapes are the TypedDicts in this module.
+select another task or session. Two implementations: the embedded SQLite store (agentctl.backend.embedded),
+which answers when the spec configures no upstream (and, in the hub, executes the calls daemons tunnel to
+it), and the tool tunnel (agentctl.upstream.tunnel), which sends each task and plan call over the upstream
+Unix socket and answers `config.*` locally. Both implement the op table below; the shapes are the
+TypedDicts in this module, the arguments' bounds are agentctl.backend.limits.
 
 Op, args -> result (TypedDicts below):
 

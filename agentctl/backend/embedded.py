@@ -1,9 +1,12 @@
 """The embedded backend: a real SQLite task store in the state directory, so every tool works offline.
 
-Used until the upstream tunnel exists (and by `agentctl run` on a fresh machine). One connection,
-guarded by a lock, used from worker threads (`asyncio.to_thread`); WAL mode and a busy timeout let
-several daemons share one file. The identity's task is created lazily, with a placeholder title,
-the first time a task or plan op touches it.
+The daemon's backend when the spec configures no upstream (`agentctl run` on a fresh machine among
+others), the local answer to `config.*` behind the tool tunnel, and the hub's executor of tunnelled calls.
+One connection, guarded by a lock, used from worker threads (`asyncio.to_thread`); WAL mode and a busy
+timeout let several daemons share one file (agentctl/backend/task_schema.py is its schema). The identity's
+task is created lazily, with a placeholder title, the first time a task or plan op touches it. Arguments
+are checked against agentctl/backend/limits.py; `config.*` is answered from memory
+(agentctl/backend/execution_info.py).
 """
 
 from __future__ import annotations
@@ -19,81 +22,30 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
-from agentctl.backend.base import TASK_STATUSES, BackendError, timeout_message
+from agentctl.backend.base import BackendError, timeout_message
+from agentctl.backend.execution_info import ExecutionInfo
+from agentctl.backend.limits import (
+    MAX_OPTION,
+    MAX_OPTIONS,
+    MAX_QUESTION,
+    MAX_STEP,
+    MAX_STEPS,
+    MAX_SUMMARY,
+    MAX_TEXT,
+    MAX_TITLE,
+    RECENT,
+    list_limit_arg,
+    status_arg,
+    step_arg,
+    str_list_arg,
+    text_arg,
+)
+from agentctl.backend.task_schema import SCHEMA, SCHEMA_VERSION
 from agentctl.evidence.contract import Identity
-from agentctl.evidence.sanitize import target_for_command, target_for_url
-from agentctl.private_files import UnsafePath
+from agentctl.safe_files import UnsafePath
 from agentctl.sqlite_util import open_sqlite
 
 logger = logging.getLogger(__name__)
-
-SCHEMA_VERSION = 1
-BUSY_TIMEOUT_MS = 5000
-
-MAX_TITLE = 200
-MAX_TEXT = 20_000
-MAX_QUESTION = 2_000
-MAX_OPTIONS = 10
-MAX_OPTION = 200
-MAX_STEPS = 50
-MAX_STEP = 500
-MAX_SUMMARY = 4_000
-DEFAULT_LIST_LIMIT = 50
-MAX_LIST_LIMIT = 200
-RECENT = 20
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS tasks (
-    id TEXT PRIMARY KEY,
-    title TEXT NOT NULL,
-    description TEXT NOT NULL DEFAULT '',
-    status TEXT NOT NULL,
-    parent_id TEXT,
-    created_by_session TEXT,
-    created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS tasks_updated ON tasks(updated_at);
-CREATE TABLE IF NOT EXISTS messages (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    task_id TEXT NOT NULL REFERENCES tasks(id),
-    session_id TEXT NOT NULL,
-    execution_id TEXT NOT NULL,
-    text TEXT NOT NULL,
-    created_at TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS messages_task ON messages(task_id, id);
-CREATE TABLE IF NOT EXISTS questions (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    task_id TEXT NOT NULL REFERENCES tasks(id),
-    session_id TEXT NOT NULL,
-    question TEXT NOT NULL,
-    options TEXT NOT NULL DEFAULT '[]',
-    status TEXT NOT NULL DEFAULT 'pending',
-    answer TEXT,
-    created_at TEXT NOT NULL,
-    answered_at TEXT
-);
-CREATE INDEX IF NOT EXISTS questions_task ON questions(task_id, id);
-CREATE TABLE IF NOT EXISTS plans (
-    task_id TEXT PRIMARY KEY REFERENCES tasks(id),
-    summary TEXT NOT NULL DEFAULT '',
-    created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS plan_steps (
-    task_id TEXT NOT NULL REFERENCES plans(task_id),
-    position INTEGER NOT NULL,
-    text TEXT NOT NULL,
-    done INTEGER NOT NULL DEFAULT 0,
-    completed_at TEXT,
-    PRIMARY KEY (task_id, position)
-);
-"""
-
-_MCP_KEYS = ("name", "transport", "target", "source", "status", "reason_code")
 
 
 def _utc_now() -> datetime:
@@ -102,81 +54,6 @@ def _utc_now() -> datetime:
 
 def _iso(dt: datetime) -> str:
     return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _json_copy(value: Any) -> Any:
-    """A deep, JSON-safe copy (what the agent receives must never alias daemon state)."""
-    return msgspec.json.decode(msgspec.json.encode(value))
-
-
-def sanitize_target(value: str) -> str:
-    """A network target as scheme://host[:port]; anything else (a command) as its executable's basename."""
-    return target_for_url(value) if "://" in value else target_for_command(value)
-
-
-def _sanitize_server(entry: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key in _MCP_KEYS:
-        value = entry.get(key)
-        if isinstance(value, str | bool | int):
-            out[key] = value
-    if "transport" not in out and isinstance(entry.get("type"), str):
-        out["transport"] = entry["type"]
-    target = out.get("target")
-    if not isinstance(target, str):
-        raw = entry.get("url") or entry.get("command")
-        target = raw if isinstance(raw, str) else None
-    if target:
-        out["target"] = sanitize_target(target)
-    else:
-        out.pop("target", None)
-    return out
-
-
-# ---- argument checks: messages name the field, never the value --------------------------------------
-
-
-def _text(args: dict[str, Any], key: str, *, limit: int, required: bool = False) -> str | None:
-    value = args.get(key)
-    if value is None:
-        if required:
-            raise BackendError(f"'{key}' is required")
-        return None
-    if not isinstance(value, str):
-        raise BackendError(f"'{key}' must be a string")
-    value = value.strip()
-    if required and not value:
-        raise BackendError(f"'{key}' must not be empty")
-    if len(value) > limit:
-        raise BackendError(f"'{key}' is longer than {limit} characters")
-    return value
-
-
-def _status(args: dict[str, Any]) -> str | None:
-    value = args.get("status")
-    if value is None:
-        return None
-    if value not in TASK_STATUSES:
-        raise BackendError("'status' must be one of: " + ", ".join(TASK_STATUSES))
-    return value
-
-
-def _str_list(args: dict[str, Any], key: str, *, max_items: int, limit: int, required: bool) -> list[str] | None:
-    value = args.get(key)
-    if value is None:
-        if required:
-            raise BackendError(f"'{key}' is required")
-        return None
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise BackendError(f"'{key}' must be a list of strings")
-    items = [v.strip() for v in value]
-    if any(not v for v in items):
-        raise BackendError(f"'{key}' must not contain empty entries")
-    if len(items) > max_items:
-        raise BackendError(f"'{key}' has more than {max_items} entries")
-    if any(len(v) > limit for v in items):
-        raise BackendError(f"an entry of '{key}' is longer than {limit} characters")
-    return items
 
 
 class TaskStoreError(BackendError):
@@ -201,9 +78,7 @@ class EmbeddedBackend:
         clock: Callable[[], datetime] = _utc_now,
     ) -> None:
         self._path = Path(db_path)
-        self._agents = _json_copy(agents_info)
-        self._servers = [_sanitize_server(entry) for entry in mcp_info]
-        self._execution = _json_copy(execution_info)
+        self._info = ExecutionInfo(agents_info=agents_info, mcp_info=mcp_info, execution_info=execution_info)
         self._clock = clock
         self._lock = threading.Lock()
         self._closed = False
@@ -212,9 +87,9 @@ class EmbeddedBackend:
     def _open(self) -> sqlite3.Connection:
         try:
             return open_sqlite(
-                self._path, _SCHEMA, SCHEMA_VERSION, too_new=lambda found: TaskStoreError(
+                self._path, SCHEMA, SCHEMA_VERSION, too_new=lambda found: TaskStoreError(
                     f"the task store {self._path} was written by a newer agentctl (schema {found})"),
-                foreign_keys=True, row_factory=sqlite3.Row, busy_timeout_ms=BUSY_TIMEOUT_MS,
+                foreign_keys=True, row_factory=sqlite3.Row,
             )
         except sqlite3.Error as exc:
             # A corrupt or foreign file: one line naming the file, not a traceback.
@@ -407,12 +282,8 @@ class EmbeddedBackend:
 
     def _task_list(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
         self._ensure_current(conn, identity)
-        status = _status(args)
-        limit = args.get("limit", DEFAULT_LIST_LIMIT)
-        if limit is None:
-            limit = DEFAULT_LIST_LIMIT
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIST_LIMIT:
-            raise BackendError(f"'limit' must be an integer from 1 to {MAX_LIST_LIMIT}")
+        status = status_arg(args)
+        limit = list_limit_arg(args)
         if status is None:
             rows = conn.execute("SELECT * FROM tasks ORDER BY updated_at DESC, id LIMIT ?", (limit,)).fetchall()
         else:
@@ -422,8 +293,8 @@ class EmbeddedBackend:
         return {"tasks": [self._task_record(r, identity) for r in rows], "current_task_id": identity.task_id}
 
     def _task_create(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
-        title = _text(args, "title", limit=MAX_TITLE, required=True)
-        description = _text(args, "description", limit=MAX_TEXT) or ""
+        title = text_arg(args, "title", limit=MAX_TITLE, required=True)
+        description = text_arg(args, "description", limit=MAX_TEXT) or ""
         self._ensure_current(conn, identity)
         now = self._now()
         new_id = "task_" + secrets.token_hex(8)
@@ -435,8 +306,8 @@ class EmbeddedBackend:
         return {"task": self._task(conn, identity, new_id)}
 
     def _task_update(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
-        description = _text(args, "description", limit=MAX_TEXT)
-        status = _status(args)
+        description = text_arg(args, "description", limit=MAX_TEXT)
+        status = status_arg(args)
         if description is None and status is None:
             raise BackendError("nothing to update: give a new description, a new status, or both")
         self._ensure_current(conn, identity)
@@ -449,13 +320,13 @@ class EmbeddedBackend:
         return {"task": self._task(conn, identity, tid)}
 
     def _task_set_title(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
-        title = _text(args, "title", limit=MAX_TITLE, required=True)
+        title = text_arg(args, "title", limit=MAX_TITLE, required=True)
         self._ensure_current(conn, identity)
         conn.execute("UPDATE tasks SET title=?, updated_at=? WHERE id=?", (title, self._now(), identity.task_id))
         return {"task": self._task(conn, identity, identity.task_id)}
 
     def _task_message(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
-        text = _text(args, "text", limit=MAX_TEXT, required=True)
+        text = text_arg(args, "text", limit=MAX_TEXT, required=True)
         self._ensure_current(conn, identity)
         now = self._now()
         cur = conn.execute(
@@ -466,8 +337,8 @@ class EmbeddedBackend:
         return {"message": {"id": cur.lastrowid, "text": text, "created_at": now}}
 
     def _task_ask_user(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
-        question = _text(args, "question", limit=MAX_QUESTION, required=True)
-        options = _str_list(args, "options", max_items=MAX_OPTIONS, limit=MAX_OPTION, required=False) or []
+        question = text_arg(args, "question", limit=MAX_QUESTION, required=True)
+        options = str_list_arg(args, "options", max_items=MAX_OPTIONS, limit=MAX_OPTION, required=False) or []
         self._ensure_current(conn, identity)
         cur = conn.execute(
             "INSERT INTO questions(task_id, session_id, question, options, created_at) VALUES (?, ?, ?, ?, ?)",
@@ -477,11 +348,11 @@ class EmbeddedBackend:
         return {"question": self._question_record(row)}
 
     def _plan_create(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
-        steps = _str_list(args, "steps", max_items=MAX_STEPS, limit=MAX_STEP, required=True)
+        steps = str_list_arg(args, "steps", max_items=MAX_STEPS, limit=MAX_STEP, required=True)
         assert steps is not None
         if not steps:
             raise BackendError("a plan needs at least one step")
-        summary = _text(args, "summary", limit=MAX_SUMMARY) or ""
+        summary = text_arg(args, "summary", limit=MAX_SUMMARY) or ""
         self._ensure_current(conn, identity)
         tid = identity.task_id
         if conn.execute("SELECT 1 FROM plans WHERE task_id=?", (tid,)).fetchone():
@@ -498,8 +369,8 @@ class EmbeddedBackend:
         return {"plan": self._plan(conn, identity.task_id)}
 
     def _plan_update(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
-        steps = _str_list(args, "steps", max_items=MAX_STEPS, limit=MAX_STEP, required=False)
-        summary = _text(args, "summary", limit=MAX_SUMMARY)
+        steps = str_list_arg(args, "steps", max_items=MAX_STEPS, limit=MAX_STEP, required=False)
+        summary = text_arg(args, "summary", limit=MAX_SUMMARY)
         if steps is None and summary is None:
             raise BackendError("nothing to update: give new steps, a new summary, or both")
         if steps is not None and not steps:
@@ -516,9 +387,7 @@ class EmbeddedBackend:
         return {"plan": self._plan(conn, tid)}
 
     def _plan_step_complete(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
-        step = args.get("step")
-        if not isinstance(step, int) or isinstance(step, bool) or step < 1:
-            raise BackendError("'step' must be a step number, starting at 1")
+        step = step_arg(args)
         self._ensure_current(conn, identity)
         tid = identity.task_id
         if not conn.execute("SELECT 1 FROM plans WHERE task_id=?", (tid,)).fetchone():
@@ -534,17 +403,13 @@ class EmbeddedBackend:
         return {"plan": self._plan(conn, tid)}
 
     def _config_agents(self, conn: None, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
-        info = _json_copy(self._agents)
-        info.setdefault("agents", [])
-        return info
+        return self._info.agents()
 
     def _config_mcp(self, conn: None, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
-        return {"servers": _json_copy(self._servers)}
+        return self._info.mcp()
 
     def _config_execution(self, conn: None, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
-        execution = _json_copy(self._execution)
-        execution.update(msgspec.structs.asdict(identity))
-        return {"execution": execution}
+        return self._info.execution(identity)
 
     _HANDLERS: dict[str, Callable[..., dict[str, Any]]] = {
         "task.get": _task_get,

@@ -26,6 +26,8 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agentctl.safe_files import make_private_dir
+
 if TYPE_CHECKING:  # pragma: no cover
     from aiohttp import web
 
@@ -137,14 +139,10 @@ def _ensure_private_dir(directory: Path) -> None:
         probe = probe.parent
     for new in reversed(missing):
         try:
-            os.mkdir(new, 0o700)
-        except FileExistsError:
-            continue  # created concurrently; checked below like any existing directory
+            made = make_private_dir(new)  # False: created concurrently; checked below like any existing one
         except OSError as exc:
             raise ControlSocketError(f"cannot create socket directory {new}: {exc.strerror or exc}") from None
-        # mkdir's mode is filtered by the umask, which can only take bits away; set exactly 0700.
-        os.chmod(new, 0o700)
-        if new == directory:
+        if made and new == directory:
             _created_dirs.add(directory)
 
     try:

@@ -37,8 +37,8 @@ Era = Literal["legacy", "modern"]
 AttemptOrigin = Literal["session_new", "session_load", "reset", "passthrough_start", "manual"]
 ToolOutcome = Literal["ok", "error"]
 
-# Bounds from DESIGN.md "Release-safe report". They live here because they are part of the contract:
-# a consumer may rely on them.
+# The report's bounds (docs/design.md, "Release-safe report"). They live here because they are part of the
+# contract: a consumer may rely on them.
 MAX_ATTEMPTS = 3
 MAX_EVENTS_PER_ATTEMPT = 64
 MAX_SUMMARY_BYTES = 256
@@ -710,3 +710,26 @@ class HubSessionReport(Base, kw_only=True):
     session: HubSession
     executions: list[HubExecution] = []
     history: AttachmentHistory | None = None  # the current execution's, unless another was asked for
+
+
+class MigrationStep(Base, kw_only=True):
+    version: int
+    description: str
+
+
+class HubMigration(Base, kw_only=True):
+    """`agentctl hub migrate --json`: the schema version found, the one left, and the steps applied between.
+
+    `database` is the location as displayed: a path, or a connection string with its secrets as `***`.
+    `adopted`: the database was written before versioned migrations and recorded as `schema_to` as it was.
+    """
+
+    version: int
+    database: str
+    engine: Literal["sqlite", "postgresql"]
+    schema_from: int
+    schema_to: int
+    schema_latest: int
+    # Required, so `--json` always has them (a default would be omitted): `"applied": []` when up to date.
+    adopted: bool
+    applied: list[MigrationStep]

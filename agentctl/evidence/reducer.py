@@ -1,4 +1,4 @@
-"""The pure evidence reducer: folds events into an AttachmentHistory by the rules of DESIGN.md.
+"""The pure evidence reducer: folds events into an AttachmentHistory by the evidence rules of docs/design.md.
 
 No I/O and no clock reads: every time comes from the event or from the caller. The functions mutate
 only the history they are given, so the daemon's ledger and the hub apply exactly the same rules.

@@ -4,10 +4,11 @@ writes, and reading it back.
 Layout: `<state dir>/<execution id>/report.json`, one file per execution, the encoded AttachmentHistory,
 and `<state dir>/<execution id>/daemon.lock`, flocked by the one daemon serving that execution.
 
-The file is only ever replaced atomically (temp file in the same directory, fsync, rename, fsync of the
-directory), so a reader (or a daemon killed with SIGKILL mid-write) sees a complete old or a complete new
-report, never a torn one. A killed writer may leave a temp file (`.report.json.<pid>.<hex>.tmp`) behind;
-readers never look at temp files, and the next `Persister.start()` for the same path removes them.
+The file is only ever replaced atomically (agentctl.safe_files `write_atomic`: temp file in the same
+directory, fsync, rename, fsync of the directory), so a reader (or a daemon killed with SIGKILL mid-write)
+sees a complete old or a complete new report, never a torn one. A killed writer may leave a temp file
+(`.report.json.agentctl-<hex>.tmp`) behind; readers never look at temp files, and the next
+`Persister.start()` for the same path removes them.
 
 `Persister` follows the ledger: a change only sets a dirty flag (the MCP request path calls the ledger,
 so the listener does no I/O), and one background task writes at most once per `delay`, from a worker
@@ -24,7 +25,6 @@ import errno as errno_mod
 import fcntl
 import logging
 import os
-import secrets
 import stat
 import threading
 from collections.abc import Callable
@@ -36,12 +36,11 @@ import platformdirs
 from agentctl.evidence.contract import CONTRACT_VERSION, AttachmentHistory, decode_history, encode
 from agentctl.evidence.ledger import Ledger
 from agentctl.logs import log_failure
-from agentctl.private_files import UnsafePath, ensure_private_dir, open_private
+from agentctl.safe_files import UnsafePath, ensure_private_dir, open_private, remove_stale_temps, write_atomic
 
 log = logging.getLogger(__name__)
 
 REPORT_NAME = "report.json"
-_TMP_SUFFIX = ".tmp"
 # The reason code of a report that could not be written (disk full, read-only, ...): the live report is whole,
 # the file on disk is the last good one, and the write is retried.
 REPORT_WRITE_FAILED = "report_write_failed"
@@ -115,7 +114,7 @@ def _errno_name(exc: BaseException) -> str:
 
 
 def ensure_state_dir(state_dir: Path, execution_id: str) -> Path:
-    """Check the state directory is safe (agentctl.private_files: ours, writable by no other user, no link of
+    """Check the state directory is safe (agentctl.safe_files: ours, writable by no other user, no link of
     theirs on the way), create `<state_dir>/<execution_id>` 0700 in it, and return that directory's real
     path. Raises StateDirError, one line naming the directory and the reason."""
     exec_dir = report_path(state_dir, execution_id).parent
@@ -185,77 +184,6 @@ def _lock_holder(fd: int) -> str:
     except (OSError, UnicodeDecodeError):
         return ""
     return f" (pid {text})" if text.isdigit() else ""
-
-
-# ---------------------------------------------------------------------------------------- atomic write
-
-
-def _tmp_prefix(path: Path) -> str:
-    return f".{path.name}."
-
-
-def _is_own_tmp(path: Path, name: str) -> bool:
-    return name.startswith(_tmp_prefix(path)) and name.endswith(_TMP_SUFFIX)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` atomically: temp file (0600, O_EXCL|O_NOFOLLOW), fsync, rename, fsync dir.
-
-    On failure the temp file is removed and the OSError propagates; `path` keeps its old content.
-    """
-    path = Path(path)
-    directory = path.parent
-    tmp = directory / f"{_tmp_prefix(path)}{os.getpid()}.{secrets.token_hex(6)}{_TMP_SUFFIX}"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(tmp, flags, 0o600)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    _fsync_dir(directory)
-
-
-def _fsync_dir(directory: Path) -> None:
-    dfd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
-    try:
-        os.fsync(dfd)
-    except OSError as exc:
-        # Some filesystems cannot fsync a directory; the rename itself has happened.
-        if exc.errno not in (errno_mod.EINVAL, errno_mod.ENOTSUP, errno_mod.EOPNOTSUPP):
-            raise
-    finally:
-        os.close(dfd)
-
-
-def remove_stale_temps(path: Path) -> list[Path]:
-    """Remove temp files of write_atomic's naming for `path` (left by a writer killed mid-write)."""
-    path = Path(path)
-    removed: list[Path] = []
-    try:
-        names = os.listdir(path.parent)
-    except OSError:
-        return removed
-    for name in names:
-        if _is_own_tmp(path, name):
-            candidate = path.parent / name
-            try:
-                os.unlink(candidate)
-            except OSError:
-                continue
-            removed.append(candidate)
-    return removed
 
 
 # ---------------------------------------------------------------------------------------------- reading

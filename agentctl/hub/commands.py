@@ -1,4 +1,4 @@
-"""`agentctl hub serve|status|report|schema`: the reference upstream's command line.
+"""`agentctl hub serve|status|report|migrate|schema`: the reference upstream's command line.
 
 `status` and `report` read the hub's SQLite file read-only (no socket round trip, works while the hub is
 down); they show what the hub last flushed, a fraction of a second behind the live hub. Exit codes
@@ -88,6 +88,15 @@ def add_hub_commands(subparsers: Any) -> None:
     p = sub.add_parser("schema", help="print the JSON Schema of the upstream frames")
     p.set_defaults(func=cmd_hub_schema)
 
+    p = sub.add_parser("migrate", help="bring the hub database's schema to this agentctl's version, then exit",
+                       description="Apply the hub database's schema migrations (what `hub serve` does at start) "
+                       "and exit. A SQLite file is created when missing; a PostgreSQL database must exist.")
+    p.add_argument("--db", metavar="PATH|URL", help=db_help + ", or a postgresql:// URL (libpq's key=value form "
+                   "too; the password best in PGPASSFILE, PGPASSWORD or --db-file)")
+    p.add_argument("--db-file", metavar="PATH", help="read the database location from PATH (mode 0600, yours)")
+    p.add_argument("--json", action="store_true", help="print JSON (HubMigration)")
+    p.set_defaults(func=cmd_hub_migrate)
+
 
 def cmd_hub_serve(args: argparse.Namespace) -> int:
     from agentctl.lifecycle import Signals
@@ -106,11 +115,16 @@ def _hub_serve(args: argparse.Namespace, signals: Any) -> int:
     from agentctl.hub.hub_store import HubStoreError
 
     configure_logging(args.log_level)
+    from agentctl.dsn import DsnError
+    from agentctl.hub.migrate_command import sqlite_db
+
     try:
         socket_path = Path(args.socket).expanduser().absolute() if args.socket else default_socket()
-        db = Path(args.db).expanduser().absolute() if args.db else default_db()
+        db = sqlite_db(args.db)
     except ControlSocketError as exc:
         return fail(f"hub socket: {exc}", EXIT_NO_DAEMON)
+    except DsnError as exc:
+        return fail(str(exc), EXIT_USAGE)
     from agentctl.hub.web import WebConfigError, load_token, parse_listen
 
     web_args = None
@@ -193,9 +207,15 @@ async def _serve(socket_path: Path, db: Path, tasks_db: str | None, web_args: tu
 
 
 def _load(args: argparse.Namespace):
+    """Every session in the file, or (message, exit code)."""
+    from agentctl.dsn import DsnError
     from agentctl.hub.hub_store import HubStore, HubStoreError
+    from agentctl.hub.migrate_command import sqlite_db
 
-    db = Path(args.db).expanduser().absolute() if args.db else default_db()
+    try:
+        db = sqlite_db(args.db)
+    except DsnError as exc:
+        return str(exc), EXIT_USAGE
     try:
         store = HubStore(db, readonly=True)
         try:
@@ -203,15 +223,15 @@ def _load(args: argparse.Namespace):
         finally:
             store.close()
     except HubStoreError as exc:
-        return str(exc)
+        return str(exc), EXIT_NO_DAEMON
 
 
 def cmd_hub_status(args: argparse.Namespace) -> int:
     from agentctl.hub.hub_store import status_view
 
     sessions = _load(args)
-    if isinstance(sessions, str):
-        return fail(sessions, EXIT_NO_DAEMON)
+    if isinstance(sessions, tuple):  # (message, exit code)
+        return fail(*sessions)
     view = status_view(sessions)
     if args.json:
         print_json(view)
@@ -224,8 +244,8 @@ def cmd_hub_report(args: argparse.Namespace) -> int:
     from agentctl.hub.hub_store import report_view
 
     sessions = _load(args)
-    if isinstance(sessions, str):
-        return fail(sessions, EXIT_NO_DAEMON)
+    if isinstance(sessions, tuple):  # (message, exit code)
+        return fail(*sessions)
     session = sessions.get(args.session_id)
     if session is None:
         return fail(f"the hub has no session {args.session_id!r}", EXIT_FAILED)
@@ -237,6 +257,12 @@ def cmd_hub_report(args: argparse.Namespace) -> int:
     else:
         out(render_hub_report(view, stdout_color()))
     return EXIT_OK
+
+
+def cmd_hub_migrate(args: argparse.Namespace) -> int:
+    from agentctl.hub.migrate_command import cmd_hub_migrate as run
+
+    return run(args)
 
 
 def cmd_hub_schema(args: argparse.Namespace) -> int:

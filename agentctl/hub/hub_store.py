@@ -39,38 +39,15 @@ from agentctl.evidence.contract import (
     Identity,
     encode,
 )
-from agentctl.private_files import UnsafePath
-from agentctl.sqlite_util import open_sqlite, open_sqlite_readonly
+from agentctl.hub.migrations import HUB
+from agentctl.migrations import MigrationError, MigrationResult, SqliteDialect, open_migrated_sqlite, require_latest
+from agentctl.safe_files import UnsafePath
+from agentctl.sqlite_util import open_sqlite_readonly
 
-SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 5000
 # Sessions the live hub keeps whole in memory (their histories); every other one costs only its listing
 # (a HubSession without evidence or catalogs, about a kilobyte) and is read from the file on demand.
 HOT_SESSIONS = 1024
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
-    session_id TEXT PRIMARY KEY,
-    task_id TEXT NOT NULL,
-    current_execution_id TEXT NOT NULL,
-    stale_rejected INTEGER NOT NULL DEFAULT 0,
-    last_contact_at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS executions (
-    session_id TEXT NOT NULL REFERENCES sessions(session_id),
-    execution_id TEXT NOT NULL,
-    hello_order INTEGER NOT NULL,
-    identity TEXT NOT NULL,
-    daemon_version TEXT NOT NULL,
-    first_hello_at TEXT NOT NULL,
-    last_contact_at TEXT NOT NULL,
-    connected INTEGER NOT NULL DEFAULT 0,
-    rejected_frames INTEGER NOT NULL DEFAULT 0,
-    history TEXT,
-    PRIMARY KEY (session_id, execution_id)
-);
-"""
-
 
 class HubStoreError(Exception):
     """The hub database cannot be opened or read; one line for the CLI."""
@@ -148,6 +125,7 @@ class HubStore:
     def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False) -> None:
         self.path = Path(path)
         self.readonly = readonly
+        self.migration: MigrationResult | None = None  # what opening it did to its schema (writable only)
         try:
             self._conn = self._open()
         except sqlite3.Error as exc:
@@ -159,12 +137,18 @@ class HubStore:
                 raise HubStoreError(
                     f"no hub database at {self.path} (start `agentctl hub serve`, or pass --db PATH)"
                 )
-            return open_sqlite_readonly(self.path, busy_timeout_ms=BUSY_TIMEOUT_MS)
+            conn = open_sqlite_readonly(self.path, busy_timeout_ms=BUSY_TIMEOUT_MS)
+            try:
+                require_latest(SqliteDialect(conn), HUB, str(self.path))
+            except MigrationError as exc:
+                conn.close()
+                raise HubStoreError(str(exc)) from None
+            return conn
         try:
-            return open_sqlite(
-                self.path, _SCHEMA, SCHEMA_VERSION, busy_timeout_ms=BUSY_TIMEOUT_MS,
-                too_new=lambda found: HubStoreError(f"hub database {self.path} was written by a newer agentctl"),
-            )
+            conn, self.migration = open_migrated_sqlite(self.path, HUB, busy_timeout_ms=BUSY_TIMEOUT_MS)
+            return conn
+        except MigrationError as exc:
+            raise HubStoreError(str(exc)) from None
         except UnsafePath as exc:
             raise HubStoreError(f"refusing hub database {self.path}: {exc}") from None
         except OSError as exc:

@@ -46,7 +46,7 @@ from agentctl.listener_guard import (
     trust,
 )
 from agentctl.logs import http_server_logging
-from agentctl.private_files import UnsafePath, check_private_file
+from agentctl.safe_files import UnsafePath, check_private_file, open_nofollow, open_private
 from agentctl.hub.hub import Hub, HubRequestError, listener_caps
 from agentctl.hub.web_view import (
     diagnostics_text,
@@ -116,16 +116,18 @@ def load_token(path: Path | None) -> tuple[str, bool]:
     if path is None:
         return secrets.token_urlsafe(TOKEN_BYTES), True
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = open_private(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     except FileExistsError:
         pass
+    except UnsafePath as exc:
+        raise WebConfigError(f"--token-file {exc}") from None
     except OSError as exc:
         raise WebConfigError(f"--token-file {path}: {exc.strerror}") from None
     else:
         with os.fdopen(fd, "w") as out:
             out.write(secrets.token_urlsafe(TOKEN_BYTES) + "\n")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = open_nofollow(path)
         with os.fdopen(fd, "rb") as src:
             st = os.fstat(src.fileno())
             check_private_file(path, st)

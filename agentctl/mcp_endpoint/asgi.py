@@ -1,6 +1,6 @@
 """A small ASGI 3 bridge: serves the MCP SDK's ASGI apps from aiohttp handlers in the daemon's runner.
 
-Why a bridge, and why this one (measured here; see bench/mcp_throughput.py and NOTES-SDK.md):
+Why a bridge, and why this one (measured here; bench/mcp_throughput.py compares it with uvicorn):
 - The daemon has ONE aiohttp AppRunner and one loopback port for /mcp, /sse, /messages/, /livez and
   /readyz. uvicorn in the same event loop would need a second listener (or aiohttp proxying to it) and
   its own lifecycle and signal handling; the bridge keeps one listener, one shutdown order, one place

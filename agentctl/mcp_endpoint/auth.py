@@ -5,9 +5,10 @@ token is one an attempt minted (`Ledger.begin_attempt`). The check runs in the a
 the SDK sees a byte of the request; a missing, malformed or unknown token is answered 401 here.
 
 The attempt a token maps to is the attempt every observation of that request is recorded in
-(DESIGN.md "attribution by credential"): an older attempt's token keeps working, and its evidence
-lands in that older attempt, so it can never make the current attempt green. The lookup compares the
-presented token against every known token in constant time (`TokenRegistry.attempt_for`).
+(attribution by credential, not by time: docs/design.md, "Ownership and attempts"): an older attempt's
+token keeps working, and its evidence lands in that older attempt, so it can never make the current
+attempt green. The lookup compares the presented token against every known token in constant time
+(`TokenRegistry.attempt_for`).
 
 The attempt also becomes the SDK's notion of the request's principal (`scope["user"]`): the SDK binds a
 legacy session (streamable HTTP `Mcp-Session-Id`, SSE `session_id`) to the principal that opened it and

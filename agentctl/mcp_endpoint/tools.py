@@ -20,7 +20,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import Field, TypeAdapter, ValidationError
 
-from agentctl.backend import embedded as limits
+from agentctl.backend import limits
 from agentctl.backend.base import (
     DEFAULT_DEADLINE,
     Backend,

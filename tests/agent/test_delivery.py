@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentctl.agent.delivery import plan_delivery
+from agentctl.agent.delivery import AcpReceiver, BuiltinEndpoint, plan_delivery, plan_servers
+from agentctl.agent.passthrough.base import CliReceiver
 from agentctl.evidence.contract import McpCapabilities
 from agentctl.spec import parse_spec
 
@@ -114,3 +115,96 @@ def test_targets_never_carry_secrets_paths_or_arguments():
     blob = repr(plan)
     for secret in ("web-secret", "arg-secret", "env-secret", "tok-123", "pw@"):
         assert secret not in blob, "entries (which hold secrets) stay out of repr"
+
+
+# -- one planner, two kinds of receiver ------------------------------------------------------------
+
+ACP_ALL = AcpReceiver(McpCapabilities(http=True, sse=True))
+ACP_SSE = AcpReceiver(McpCapabilities(http=False, sse=True))
+ACP_NONE = AcpReceiver(McpCapabilities())
+CLI_ALL = CliReceiver(frozenset({"http", "sse", "stdio"}))
+CLI_NO_SSE = CliReceiver(frozenset({"http", "stdio"}))
+CLI_SSE_ONLY = CliReceiver(frozenset({"sse", "stdio"}))
+CLI_NAMES = CliReceiver(frozenset({"http", "stdio"}), refuse_name=lambda n: "no dots" if "." in n else None)
+
+
+def _outcomes(receiver, extra: str = SERVERS, head: str = "") -> dict[str, str]:
+    spec = parse_spec((BASE + head + extra).encode())
+    builtin = BuiltinEndpoint(spec.mcp.builtin_name, "http://127.0.0.1:4000/mcp", "http://127.0.0.1:4000/sse", "tok")
+    plan = plan_servers(spec, builtin, receiver)
+    got = {e.name: f"delivered {e.transport}" for e in plan.delivered}
+    for omitted in plan.filtered:
+        assert omitted.name not in got, "a server is delivered or filtered, never both"
+        got.setdefault(omitted.name, omitted.reason_code)
+    return got
+
+
+POLICY = '\n[policy]\ntransports = [{}]\n'
+DOTTED = '\n[[mcp.servers]]\nname = "git.hub"\ntype = "http"\nurl = "https://git.example"\n'
+DOTTED_SSE = '\n[[mcp.servers]]\nname = "ev.sse"\ntype = "sse"\nurl = "https://ev.example"\n'
+
+
+@pytest.mark.parametrize(
+    "receiver, extra, expected",
+    [
+        # every transport taken: all delivered, the built-in over http
+        (ACP_ALL, SERVERS, {"kandev": "delivered http", "web": "delivered http", "stream": "delivered sse",
+                            "local": "delivered stdio"}),
+        (CLI_ALL, SERVERS, {"kandev": "delivered http", "web": "delivered http", "stream": "delivered sse",
+                            "local": "delivered stdio"}),
+        # a transport the receiver cannot take, in each side's own words
+        (ACP_SSE, SERVERS, {"kandev": "delivered sse", "web": "http_unsupported", "stream": "delivered sse",
+                            "local": "delivered stdio"}),
+        (CLI_NO_SSE, SERVERS, {"kandev": "delivered http", "web": "delivered http",
+                               "stream": "sse_unsupported_by_strategy", "local": "delivered stdio"}),
+        # the built-in server when no remote transport policy allows is taken
+        (ACP_NONE, SERVERS + POLICY.format('"http", "stdio"'),
+         {"kandev": "no_supported_transport", "web": "http_unsupported", "stream": "policy_denied",
+          "local": "delivered stdio"}),
+        (CLI_SSE_ONLY, SERVERS + POLICY.format('"http", "stdio"'),
+         {"kandev": "http_unsupported_by_strategy", "web": "http_unsupported_by_strategy",
+          "stream": "policy_denied", "local": "delivered stdio"}),
+        # executor policy allowing no remote transport: the built-in server is the policy's
+        (ACP_ALL, SERVERS + POLICY.format('"stdio"'),
+         {"kandev": "policy_denied", "web": "policy_denied", "stream": "policy_denied", "local": "delivered stdio"}),
+        (CLI_ALL, SERVERS + POLICY.format('"stdio"'),
+         {"kandev": "policy_denied", "web": "policy_denied", "stream": "policy_denied", "local": "delivered stdio"}),
+        # names: refused by a receiver with a name rule, last (policy and transport reasons come first)
+        (ACP_ALL, DOTTED + DOTTED_SSE, {"kandev": "delivered http", "git.hub": "delivered http",
+                                        "ev.sse": "delivered sse"}),
+        (CLI_NAMES, DOTTED + DOTTED_SSE, {"kandev": "delivered http", "git.hub": "name_unsupported_by_strategy",
+                                          "ev.sse": "sse_unsupported_by_strategy"}),
+        (CLI_NAMES, DOTTED + POLICY.format('"sse", "stdio"'), {"kandev": "sse_unsupported_by_strategy",
+                                                                "git.hub": "policy_denied"}),
+    ],
+)
+def test_one_planner_applies_the_same_rules_to_an_acp_agent_and_a_cli(receiver, extra, expected):
+    assert _outcomes(receiver, extra) == expected
+
+
+@pytest.mark.parametrize("receiver", [ACP_ALL, CLI_NAMES], ids=["acp", "cli"])
+def test_a_duplicate_is_filtered_before_policy_or_transport_on_either_side(receiver):
+    extra = SERVERS + '\n[[mcp.servers]]\nname = "stream"\ntype = "sse"\nurl = "https://other.example/sse"\n'
+    extra += '\n[[mcp.servers]]\nname = "kandev"\ntype = "stdio"\ncommand = "x"\n' + POLICY.format('"http", "stdio"')
+    spec = parse_spec((BASE + extra).encode())
+    plan = plan_servers(spec, BuiltinEndpoint("kandev", "http://h/mcp", "http://h/sse", "t"), receiver)
+    assert [(o.name, o.reason_code) for o in plan.filtered] == [
+        ("stream", "policy_denied"), ("stream", "duplicate_name"), ("kandev", "duplicate_name"),
+    ]
+
+
+def test_the_builtin_server_itself_is_refused_by_a_name_rule_like_any_other():
+    head = '\n[mcp]\nbuiltin_name = "kandev.local"\n'
+    assert _outcomes(CLI_NAMES, "", head) == {"kandev.local": "name_unsupported_by_strategy"}
+    assert _outcomes(ACP_ALL, "", head) == {"kandev.local": "delivered http"}
+
+
+def test_an_acp_plan_and_a_cli_plan_of_the_same_transports_deliver_the_same_servers():
+    spec = parse_spec((BASE + SERVERS).encode())
+    acp_plan = plan_delivery(spec, McpCapabilities(http=True, sse=True), builtin_base="http://127.0.0.1:4000", token="tok")
+    cli_plan = plan_servers(spec, BuiltinEndpoint("kandev", "http://127.0.0.1:4000/mcp",
+                                                  "http://127.0.0.1:4000/sse", "tok"), CLI_ALL)
+    assert [(p.name, p.transport, p.target) for p in acp_plan.delivered] == [
+        (e.name, e.transport, e.target) for e in cli_plan.delivered
+    ]
+    assert acp_plan.filtered == cli_plan.filtered == []

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from agentctl.backend import OPS, Backend, BackendError, EmbeddedBackend
-from agentctl.backend.embedded import SCHEMA_VERSION, sanitize_target
+from agentctl.backend.embedded import SCHEMA_VERSION
+from agentctl.backend.execution_info import sanitize_target
 from agentctl.evidence.contract import Identity
 
 IDENTITY = Identity(

@@ -1,4 +1,4 @@
-"""Rules of the pure evidence reducer (DESIGN.md "Evidence model", "Ownership and attempts", bounds).
+"""Rules of the pure evidence reducer (docs/design.md "Evidence model", "Ownership and attempts", bounds).
 
 Every test, or parametrized case id, is named after the rule it protects. Time comes from a fake clock
 the test advances by hand: no sleeps, no wall clock.
@@ -120,7 +120,7 @@ KIND_FIELDS: dict[str, dict[str, Any]] = {
     "explicit_error": {"reason_code": "initialize_failed", "summary": "boom"},
 }
 
-# Evidence tiers, strongest first (DESIGN.md "Evidence model"). `filtered` is listed before `unavailable`
+# Evidence tiers, strongest first (docs/design.md "Evidence model"). `filtered` is listed before `unavailable`
 # because derive_status resolves that tie the same way; they never co-occur in practice.
 TIER_OF_KIND = {
     "explicit_error": "failed",
@@ -867,7 +867,7 @@ def test_random_sequences_keep_bounds_status_and_superseded_isolation(sequence: 
 
 
 # Events for one attempt with distinct occurrence times: the folded result must not depend on the order
-# they arrived in (DESIGN.md: a late-arriving older observation never overrides a newer one).
+# they arrived in (a late-arriving older observation never overrides a newer one).
 single_attempt_events = st.lists(
     st.fixed_dictionaries(
         {

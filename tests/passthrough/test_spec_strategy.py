@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+import subprocess
+import sys
+from typing import get_args
+
 import pytest
 
+from agentctl.agent import passthrough
 from agentctl.agent.passthrough import STRATEGY_NAMES
-from agentctl.spec import SpecError, parse_spec
+from agentctl.spec import SpecError, StrategyName, parse_spec
 from tests.passthrough.support import IDENTITY
 
 
@@ -28,3 +35,24 @@ def test_an_unknown_strategy_is_one_clear_line_naming_the_known_ones():
 
 def test_passthrough_without_a_strategy_is_valid_and_reported_unavailable_at_run_time():
     assert parse_spec(agent('protocol = "passthrough"')).agent.strategy is None
+
+
+def test_the_specs_strategy_names_are_the_registrys_and_every_strategy_module_is_registered():
+    modules = {m.name for m in pkgutil.iter_modules(passthrough.__path__)
+               if hasattr(importlib.import_module(f"{passthrough.__name__}.{m.name}"), "STRATEGY")}
+    assert get_args(StrategyName) == STRATEGY_NAMES
+    assert set(STRATEGY_NAMES) == modules
+
+
+def test_a_strategy_of_the_wrong_type_is_named_without_its_value():
+    with pytest.raises(SpecError) as info:
+        parse_spec(agent('protocol = "passthrough"\nstrategy = 12345'), source="spec.toml")
+    assert str(info.value) == "spec.toml: agent.strategy: Expected `str | null`, got `int`"
+
+
+def test_validating_a_passthrough_spec_imports_nothing_from_the_agent_package():
+    raw = agent('protocol = "passthrough"\nstrategy = "codex"')
+    code = (f"import sys; from agentctl.spec import parse_spec; parse_spec({raw!r}); "
+            "print(sorted(m for m in sys.modules if m.startswith('agentctl.agent')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]"

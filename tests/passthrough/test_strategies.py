@@ -232,3 +232,11 @@ def test_gemini_writes_sse_servers_as_url(workdir):
 def test_additions_go_before_a_double_dash():
     assert insert_args(["cli", "-p", "x"], ["-c", "a"]) == ["cli", "-p", "x", "-c", "a"]
     assert insert_args(["cli", "run", "--", "file"], ["--mcp-config", "f"]) == ["cli", "run", "--mcp-config", "f", "--", "file"]
+
+
+def test_codex_quotes_a_header_name_ending_in_a_line_break_so_its_config_still_parses(workdir):
+    servers = '\n[[mcp.servers]]\nname = "docs"\ntype = "http"\nurl = "https://d.example/mcp"\n'
+    servers += 'headers = { "X-Key\\n" = "v" }\n'
+    mat = get_strategy("codex").materialize(request(spec_for("codex", servers=servers), workdir))
+    [headers] = [a for a in mat.argv if a.startswith("mcp_servers.docs.env_http_headers=")]
+    assert tomllib.loads("v = " + headers.split("=", 1)[1])["v"] == {"X-Key\n": HEADER_ENV.format(server=1, header=0)}

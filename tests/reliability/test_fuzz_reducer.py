@@ -2,7 +2,7 @@
 
 Steps: new attempts (with seeds), evidence of every kind for known and unknown servers and for the current,
 previous, forgotten and never-seen attempts at past and future times, bursts that overflow the event log,
-endpoint tests, refused requests, agent updates and self-test traffic. After each step the model (DESIGN.md
+endpoint tests, refused requests, agent updates and self-test traffic. After each step the model (docs/design.md
 "Evidence model", "Ownership and attempts", "Release-safe report") is checked against the ledger, the report
 round-trips through the contract, and an upstream receiver that folds only the published frames (snapshots
 and evidence lines, as agentctl.upstream.publisher sends them) holds exactly the ledger's history.

@@ -341,7 +341,8 @@ async def test_stdio_server_and_load_session(mcp_server: McpFixture, tmp_path: P
     stdio = McpServerStdio(
         name="kandev", command=sys.executable, args=[str(script)], env=[EnvVariable(name="REF_TEST_VALUE", value="v-7")]
     )
-    async with spawn() as agent:
+    # A stdio server is a second interpreter importing the SDK: seconds on a loaded machine, so a wide timeout.
+    async with spawn("--connect-timeout", "60") as agent:
         await initialize(agent)
         session = await asyncio.wait_for(agent.conn.new_session(cwd=str(tmp_path), mcp_servers=[stdio]), 20)
         await prompt(agent, session.session_id, "go")

@@ -1,33 +1,28 @@
-"""docs/upstream-protocol.md carries the JSON Schema generated from the frame types (regenerate its block with
-`python -m agentctl.upstream.protocol --doc docs/upstream-protocol.md`), and names every frame type and error code."""
+"""docs/upstream-protocol.schema.json is the JSON Schema generated from the frame types (regenerate it with
+`make schema`), and docs/upstream-protocol.md links it and names every frame type and error code."""
 
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 
 from agentctl.upstream import protocol as P
 from tests.conftest import REPO, agentctl_cmd
 
 DOC = REPO / "docs" / "upstream-protocol.md"
+SCHEMA_FILE = REPO / "docs" / "upstream-protocol.schema.json"
 
 
-def _committed_schema() -> dict:
-    match = re.search(r"<!-- schema:begin -->\s*```json\n(.*?)\n```\s*<!-- schema:end -->", DOC.read_text(), re.S)
-    assert match, "schema block markers missing from docs/upstream-protocol.md"
-    return json.loads(match.group(1))
-
-
-def test_the_documented_schema_matches_the_frame_types():
-    assert _committed_schema() == P.frames_schema(), (
-        "docs/upstream-protocol.md is stale: run `python -m agentctl.upstream.protocol --doc docs/upstream-protocol.md`"
+def test_the_committed_frames_schema_matches_the_frame_types():
+    assert json.loads(SCHEMA_FILE.read_text()) == P.frames_schema(), (
+        "docs/upstream-protocol.schema.json is stale: run `make schema`"
     )
 
 
-def test_agentctl_hub_schema_prints_the_same_schema():
+def test_agentctl_hub_schema_prints_the_committed_schema_byte_for_byte():
     out = subprocess.run(agentctl_cmd("hub", "schema"), capture_output=True, text=True, timeout=60, cwd=REPO, check=True)
     assert json.loads(out.stdout) == P.frames_schema()
+    assert out.stdout == SCHEMA_FILE.read_text(), "`make schema` writes what `agentctl hub schema` prints"
 
 
 def test_the_doc_names_every_frame_type_error_code_and_limit():
@@ -40,3 +35,9 @@ def test_the_doc_names_every_frame_type_error_code_and_limit():
     for code in P.ERROR_CODES:
         assert f"`{code}`" in text, code
     assert "1 MiB" in text and f"`v` is not {P.PROTOCOL_VERSION}" in text
+
+
+def test_the_doc_is_prose_that_links_the_schema_instead_of_repeating_it():
+    text = DOC.read_text()
+    assert "](upstream-protocol.schema.json)" in text
+    assert '"$defs"' not in text and len(text.splitlines()) < 400

@@ -62,7 +62,7 @@ def spec_a(d: Path) -> bytes:
     return f"""{_identity("session-a", "exec-a")}
 [agent]
 command = ["{REF_AGENT}", "{c['agent_arg']}"]
-env = {{ AGENTCTL_REF_MODE = "strict,connect-timeout=5", AGENT_SECRET = "{c['agent_env']}" }}
+env = {{ AGENTCTL_REF_MODE = "strict,connect-timeout=30", AGENT_SECRET = "{c['agent_env']}" }}
 
 [policy]
 transports = ["http", "stdio"]
@@ -99,7 +99,7 @@ def spec_b(d: Path) -> bytes:
     return f"""{_identity("session-b", "exec-b")}
 [agent]
 command = ["{REF_AGENT}"]
-env = {{ AGENTCTL_REF_MODE = "lazy,connect-timeout=5" }}
+env = {{ AGENTCTL_REF_MODE = "lazy,connect-timeout=30" }}
 
 [[mcp.servers]]
 name = "search"

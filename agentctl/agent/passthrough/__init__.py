@@ -1,7 +1,8 @@
 """The passthrough strategy registry: one module per CLI, looked up by the spec's `agent.strategy`.
 
-Names are listed here without importing the modules, so spec validation can check a name without
-pulling in the strategies (and without an import cycle: the strategies import the spec types).
+Names are listed here without importing the modules, so looking one up loads only that strategy. The
+spec declares the same names as its `StrategyName` literal, so validating a spec needs nothing from here;
+a test keeps the two lists equal.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""What every passthrough strategy shares: the Strategy protocol, the server plan and its data types.
+"""What every passthrough strategy shares: the Strategy protocol, the CLI as the delivery planner's receiver, and the data a strategy produces.
 
-A strategy turns the spec, the attempt's built-in URL and token, the agent's workdir and a private 0700
-temporary directory into a Materialization: argv and env additions for the agent, the files it wrote,
-the workspace files to restore, what it delivered and what it filtered (with stable reason codes).
+Which servers a CLI gets is decided by the one delivery planner (agentctl/agent/delivery.py), told what
+the CLI's configuration can express by the strategy's `CliReceiver`. A strategy turns the spec, the
+attempt's built-in URL and token, the agent's workdir and a private 0700 temporary directory into a
+Materialization: argv and env additions for the agent, the files it wrote, the workspace files to
+restore, what it delivered and what it filtered (with stable reason codes).
 
 Files are written by agentctl/agent/passthrough/workspace.py (0600, atomically, never through a symlink,
 merged workspace files journaled before they change). Secrets (header and env values, the attempt token)
@@ -13,17 +15,13 @@ value.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from agentctl.agent.delivery import DUPLICATE_NAME, POLICY_DENIED, Omitted
-from agentctl.evidence.contract import Transport
-from agentctl.evidence.sanitize import target_for_command, target_for_url
-
-if TYPE_CHECKING:
-    from agentctl.spec import Spec
+from agentctl.agent.delivery import BuiltinEndpoint, Refusal, ServerPlan, plan_servers
+from agentctl.spec import Spec
 
 MATERIALIZE_FAILED = "materialize_failed"
 NO_PASSTHROUGH_STRATEGY = "no_passthrough_strategy"
@@ -37,16 +35,6 @@ def unsupported(transport: str) -> str:
 
 
 @dataclass(frozen=True)
-class BuiltinEndpoint:
-    """The daemon's built-in server as this attempt reaches it. `token` is the attempt's bearer token."""
-
-    name: str
-    url: str  # streamable HTTP (both MCP eras): <base>/mcp
-    sse_url: str  # legacy HTTP+SSE: <base>/sse
-    token: str = field(repr=False)
-
-
-@dataclass(frozen=True)
 class MaterializeRequest:
     spec: Spec
     builtin: BuiltinEndpoint
@@ -56,21 +44,6 @@ class MaterializeRequest:
     environ: Mapping[str, str] | None = field(default=None, repr=False)
     # Records merged workspace files before they change, so a killed daemon's merge can be undone.
     journal: WorkspaceJournal | None = field(default=None, repr=False)
-
-
-@dataclass(frozen=True)
-class ServerEntry:
-    """One server to hand to the CLI. Holds secrets (headers, env, args): it goes into the config only."""
-
-    name: str
-    source: str  # "builtin" | "profile"
-    transport: Transport
-    target: str
-    url: str = field(default="", repr=False)
-    headers: dict[str, str] = field(default_factory=dict, repr=False)
-    command: str = field(default="", repr=False)
-    args: list[str] = field(default_factory=list, repr=False)
-    env: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass
@@ -91,13 +64,11 @@ class Restore:
 
 
 @dataclass
-class Materialization:
+class Materialization(ServerPlan):
     argv: list[str] = field(default_factory=list, repr=False)
     env: dict[str, str] = field(default_factory=dict, repr=False)
     files: list[Path] = field(default_factory=list)  # temporary files, removed at stop
     restores: list[Restore] = field(default_factory=list)  # merged workspace files, restored at stop
-    delivered: list[ServerEntry] = field(default_factory=list)
-    filtered: list[Omitted] = field(default_factory=list)
 
 
 class MaterializeError(Exception):
@@ -121,7 +92,7 @@ class WorkspaceJournal(Protocol):
 
 class Strategy(Protocol):
     name: str
-    transports: frozenset[str]  # what the CLI's configuration can express
+    receiver: CliReceiver  # what the CLI's configuration can express
 
     def materialize(self, req: MaterializeRequest) -> Materialization: ...
 
@@ -129,62 +100,32 @@ class Strategy(Protocol):
 # -- the plan: which servers, over which transport -------------------------------------------------
 
 
-def plan_servers(req: MaterializeRequest, supported: frozenset[str]) -> Materialization:
-    """The built-in server (http preferred, else sse) and the profile's servers, by policy and by what
-    the CLI can express; everything left out is `filtered` with a reason."""
-    spec, builtin = req.spec, req.builtin
-    allowed = set(spec.policy.transports)
-    out = Materialization()
-    auth = {"Authorization": f"Bearer {builtin.token}"}
-    for transport, url in (("http", builtin.url), ("sse", builtin.sse_url)):
-        if transport in allowed and transport in supported:
-            out.delivered.append(
-                ServerEntry(builtin.name, "builtin", transport, target_for_url(url), url=url, headers=auth)
-            )
-            break
-    else:
-        wanted = [t for t in ("http", "sse") if t in allowed]
-        if not wanted:
-            out.filtered.append(Omitted(builtin.name, POLICY_DENIED, "executor policy allows neither http nor sse"))
-        else:
-            out.filtered.append(
-                Omitted(builtin.name, unsupported(wanted[0]), f"this CLI's configuration cannot express {wanted[0]}")
-            )
-    seen = {builtin.name}
-    for server in spec.mcp.servers:
-        if server.name in seen:
-            out.filtered.append(Omitted(server.name, DUPLICATE_NAME, "another server already uses this name"))
-            continue
-        seen.add(server.name)
-        if server.type not in allowed:
-            out.filtered.append(Omitted(server.name, POLICY_DENIED, f"executor policy does not allow {server.type}"))
-            continue
-        if server.type not in supported:
-            out.filtered.append(
-                Omitted(server.name, unsupported(server.type), f"this CLI's configuration cannot express {server.type}")
-            )
-            continue
-        if server.type == "stdio":
-            out.delivered.append(
-                ServerEntry(
-                    server.name, "profile", "stdio", target_for_command(server.command or ""),
-                    command=server.command or "", args=list(server.args), env=dict(server.env),
-                )
-            )
-        else:
-            out.delivered.append(
-                ServerEntry(
-                    server.name, "profile", server.type, target_for_url(server.url or ""),
-                    url=server.url or "", headers=dict(server.headers),
-                )
-            )
-    return out
+@dataclass(frozen=True)
+class CliReceiver:
+    """A CLI as the delivery planner's receiver: the transports its configuration can express and, for
+    a CLI that restricts them, the server names it accepts (`refuse_name` says why a name is refused)."""
+
+    transports: frozenset[str]
+    refuse_name: Callable[[str], str | None] | None = field(default=None, compare=False)
+
+    def transport_refused(self, transport: str) -> Refusal:
+        return Refusal(
+            reason_code=unsupported(transport), summary=f"this CLI's configuration cannot express {transport}"
+        )
+
+    def builtin_refused(self, wanted: str) -> Refusal:
+        return self.transport_refused(wanted)
+
+    def name_refused(self, name: str) -> Refusal | None:
+        why = self.refuse_name(name) if self.refuse_name is not None else None
+        return None if why is None else Refusal(reason_code=NAME_UNSUPPORTED, summary=why)
 
 
-def drop(plan: Materialization, entry: ServerEntry, reason_code: str, summary: str) -> None:
-    """Move a planned server from delivered to filtered."""
-    plan.delivered.remove(entry)
-    plan.filtered.append(Omitted(entry.name, reason_code, summary))
+def plan_materialization(req: MaterializeRequest, receiver: CliReceiver) -> Materialization:
+    """A Materialization holding the plan for this CLI (agentctl/agent/delivery.py `plan_servers`): the
+    strategy then writes its configuration from `delivered`, and may `drop` more servers (agentctl.agent.delivery)."""
+    plan = plan_servers(req.spec, req.builtin, receiver)
+    return Materialization(delivered=plan.delivered, filtered=plan.filtered)
 
 
 def insert_args(argv: Sequence[str], additions: Sequence[str]) -> list[str]:

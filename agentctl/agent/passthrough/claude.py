@@ -14,10 +14,11 @@ the agent's argv (before a `--`, if any). `--strict-mcp-config` is not added: th
 from __future__ import annotations
 
 from agentctl.agent.passthrough.base import (
+    CliReceiver,
     Materialization,
     MaterializeRequest,
     dump_json,
-    plan_servers,
+    plan_materialization,
 )
 from agentctl.agent.passthrough.workspace import write_private
 
@@ -26,10 +27,10 @@ FILE_NAME = "claude-mcp.json"
 
 class ClaudeStrategy:
     name = "claude"
-    transports = frozenset({"http", "sse", "stdio"})
+    receiver = CliReceiver(frozenset({"http", "sse", "stdio"}))
 
     def materialize(self, req: MaterializeRequest) -> Materialization:
-        plan = plan_servers(req, self.transports)
+        plan = plan_materialization(req, self.receiver)
         servers: dict[str, dict] = {}
         for entry in plan.delivered:
             if entry.transport == "stdio":

@@ -33,20 +33,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentctl.agent.manager import DAEMON_SECRET_ENV_PREFIXES
+from agentctl.agent.delivery import ServerEntry, drop
 from agentctl.agent.passthrough.base import (
-    NAME_UNSUPPORTED,
+    CliReceiver,
     Materialization,
     MaterializeRequest,
-    ServerEntry,
-    drop,
-    plan_servers,
+    plan_materialization,
     unsupported,
 )
 from agentctl.daemon.systemd import SERVICE_MANAGER_ENV_PREFIXES
 
 TOKEN_ENV = "AGENTCTL_MCP_BEARER_TOKEN"
 HEADER_ENV = "AGENTCTL_MCP_HEADER_{server}_{header}"
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")  # with fullmatch: `$` would also accept a trailing line break
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ENV_UNSUPPORTED = unsupported("env")
 # Ours (the token and header variables), or stripped from every agent environment by the supervisor.
@@ -54,7 +53,7 @@ _RESERVED_ENV = ("AGENTCTL_", *SERVICE_MANAGER_ENV_PREFIXES)
 
 
 def toml_key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else json.dumps(key, ensure_ascii=False)
+    return key if _BARE_KEY.fullmatch(key) else json.dumps(key, ensure_ascii=False)
 
 
 def toml_value(value: Any) -> str:
@@ -72,15 +71,16 @@ def toml_value(value: Any) -> str:
     raise TypeError(f"no TOML literal for {type(value).__name__}")
 
 
+def _refused_name(name: str) -> str | None:
+    return None if _BARE_KEY.fullmatch(name) else "Codex server names allow only letters, digits, '-' and '_'"
+
+
 class CodexStrategy:
     name = "codex"
-    transports = frozenset({"http", "stdio"})
+    receiver = CliReceiver(frozenset({"http", "stdio"}), refuse_name=_refused_name)
 
     def materialize(self, req: MaterializeRequest) -> Materialization:
-        plan = plan_servers(req, self.transports)
-        for entry in list(plan.delivered):
-            if not _BARE_KEY.match(entry.name):
-                drop(plan, entry, NAME_UNSUPPORTED, "Codex server names allow only letters, digits, '-' and '_'")
+        plan = plan_materialization(req, self.receiver)
         forwarded = _forward_env(plan, req)
         argv: list[str] = []
 

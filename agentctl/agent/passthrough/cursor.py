@@ -22,10 +22,11 @@ from __future__ import annotations
 from typing import Any
 
 from agentctl.agent.passthrough.base import (
+    CliReceiver,
     Materialization,
     MaterializeRequest,
     json_section,
-    plan_servers,
+    plan_materialization,
 )
 from agentctl.agent.passthrough.workspace import merge_workspace_json
 
@@ -34,10 +35,10 @@ PARTS = (".cursor", "mcp.json")
 
 class CursorStrategy:
     name = "cursor"
-    transports = frozenset({"http", "sse", "stdio"})
+    receiver = CliReceiver(frozenset({"http", "sse", "stdio"}))
 
     def materialize(self, req: MaterializeRequest) -> Materialization:
-        plan = plan_servers(req, self.transports)
+        plan = plan_materialization(req, self.receiver)
 
         def mutate(doc: dict[str, Any]) -> None:
             servers = json_section(doc, "mcpServers", "/".join(PARTS))

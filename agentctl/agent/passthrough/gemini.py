@@ -24,12 +24,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentctl.agent.delivery import drop
 from agentctl.agent.passthrough.base import (
+    CliReceiver,
     Materialization,
     MaterializeRequest,
-    drop,
     json_section,
-    plan_servers,
+    plan_materialization,
 )
 from agentctl.agent.passthrough.workspace import merge_workspace_json
 
@@ -43,10 +44,10 @@ def _names(value: Any) -> list[str] | None:
 
 class GeminiStrategy:
     name = "gemini"
-    transports = frozenset({"http", "sse", "stdio"})
+    receiver = CliReceiver(frozenset({"http", "sse", "stdio"}))
 
     def materialize(self, req: MaterializeRequest) -> Materialization:
-        plan = plan_servers(req, self.transports)
+        plan = plan_materialization(req, self.receiver)
 
         def mutate(doc: dict[str, Any]) -> None:
             mcp = doc.get("mcp") if isinstance(doc.get("mcp"), dict) else {}

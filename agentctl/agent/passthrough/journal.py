@@ -4,8 +4,8 @@ Layout: `<state dir>/journal/` (0700), one `ws-<key>.json` (0600) per merged fil
 the workdir and the file's path below it. An entry holds the user's original bytes (or "absent"), the
 file's mode, the directories agentctl created, a SHA-256 of what agentctl wrote (never those bytes: they
 carry the attempt's secrets) and the key paths it set. It is written before anything in the workspace
-changes (temp file, fsync, hard link into place, fsync of the directory) and deleted once the merge is
-undone; an undo that cannot finish keeps it, so the original is never lost.
+changes (agentctl.safe_files' exclusive create: temp file, fsync, hard link into place, fsync of the
+directory) and deleted once the merge is undone; an undo that cannot finish keeps it, so the original is never lost.
 
 The daemon that made a merge holds an exclusive flock on its entry for as long as the merge stands. A lock
 anyone can take means its owner is dead, however it died, with no pid to be reused: `recover()` then
@@ -24,7 +24,6 @@ import fcntl
 import hashlib
 import logging
 import os
-import secrets
 import stat
 import time
 from dataclasses import dataclass
@@ -33,7 +32,16 @@ from pathlib import Path
 import msgspec
 
 from agentctl.agent.passthrough.base import MAX_WORKSPACE_FILE_BYTES, MaterializeError, Restore
-from agentctl.agent.passthrough.workspace import fsync_dir, pause_point, undo_merge
+from agentctl.agent.passthrough.workspace import undo_merge
+from agentctl.safe_files import (
+    UnsafePath,
+    create_exclusive_at,
+    fsync_dir,
+    make_private_dir,
+    open_nofollow,
+    open_own_dir,
+    read_all,
+)
 
 log = logging.getLogger(__name__)
 
@@ -130,28 +138,21 @@ class Journal:
         directory of this user: one that is not is refused, never written to or read from."""
         if create:
             try:
-                os.mkdir(self.path, 0o700)
-            except FileExistsError:
-                pass
+                make_private_dir(self.path)
             except OSError as exc:
                 raise MaterializeError(f"cannot create the journal directory in the state directory: "
                                        f"{exc.strerror or type(exc).__name__}") from None
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            return open_own_dir(self.path)
         except FileNotFoundError:
             if create:
                 raise MaterializeError("the journal directory vanished while it was being created") from None
             return None
+        except UnsafePath as exc:
+            raise MaterializeError(f"the journal directory {exc}") from None
         except OSError as exc:
             raise MaterializeError(f"cannot use the journal directory {self.path}: "
                                    f"{'a symlink is in the way' if exc.errno in (errno.ELOOP, errno.ENOTDIR) else exc.strerror}") from None
-        st = os.fstat(fd)
-        if st.st_uid != os.geteuid():
-            os.close(fd)
-            raise MaterializeError(f"the journal directory {self.path} belongs to uid {st.st_uid}, not to this user")
-        if stat.S_IMODE(st.st_mode) & 0o077:
-            os.fchmod(fd, 0o700)
-        return fd
 
     # -- one merge (the WorkspaceJournal protocol) -------------------------------------------------
 
@@ -192,29 +193,11 @@ class Journal:
             pid=os.getpid(),
             recorded_at=time.time(),
         ))
-        tmp = f".{name}.{os.getpid()}.{secrets.token_hex(6)}{_TMP_SUFFIX}"
-        fd = -1
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
-            fcntl.flock(fd, fcntl.LOCK_EX)  # a new file: nobody else holds it
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-            pause_point("journal-temp")
-            try:
-                # A link cannot replace an existing entry: two daemons cannot both think they own one file.
-                os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            finally:
-                os.unlink(tmp, dir_fd=dir_fd)
-            fsync_dir(dir_fd)
+            # Exclusive: two daemons cannot both think they own one file. The entry's lock is held from its
+            # first byte until the merge is undone.
+            fd = create_exclusive_at(dir_fd, name, data, step="journal")
         except BaseException as exc:
-            if fd >= 0:
-                os.close(fd)
-            try:
-                os.unlink(tmp, dir_fd=dir_fd)
-            except OSError:
-                pass
             os.close(dir_fd)
             if isinstance(exc, FileExistsError):
                 raise MaterializeError(f"{'/'.join(restore.parts)} is being merged into by another agentctl "
@@ -222,7 +205,6 @@ class Journal:
             if isinstance(exc, OSError):
                 raise MaterializeError(f"cannot write the workspace journal: {exc.strerror or type(exc).__name__}") from None
             raise
-        pause_point("journal")
         return Entry(dir_fd, name, fd, os.path.join(restore.workdir, *restore.parts))
 
     def discard(self, entry: Entry | None) -> None:
@@ -253,7 +235,7 @@ class Journal:
     def _remove_stale_temp(self, dir_fd: int, name: str) -> None:
         # A temp file holds a copy of a user's original; a live writer holds its lock from the first byte.
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+            fd = open_nofollow(name, dir_fd=dir_fd)
         except OSError:
             return
         try:
@@ -267,7 +249,7 @@ class Journal:
     def _recover_entry(self, dir_fd: int, name: str) -> Outcome | None:
         """Undo one entry if its owner is gone. None: there is no such entry (any more)."""
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+            fd = open_nofollow(name, dir_fd=dir_fd)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -287,7 +269,7 @@ class Journal:
             if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > _MAX_ENTRY_BYTES:
                 return Outcome(str(self.path / name), False, "not a journal entry of this user; left alone")
             try:
-                record = msgspec.json.decode(_read_all(fd), type=MergeRecord)
+                record = msgspec.json.decode(read_all(fd), type=MergeRecord)
             except (msgspec.DecodeError, msgspec.ValidationError, OSError):
                 return Outcome(str(self.path / name), False, "unreadable journal entry; left in place")
             if not _valid_parts(record.parts) or not os.path.isabs(record.workdir):
@@ -309,9 +291,3 @@ class Journal:
 
 _IN_USE = "in use by a running agentctl daemon"
 
-
-def _read_all(fd: int) -> bytes:
-    chunks = []
-    while chunk := os.read(fd, 1 << 16):
-        chunks.append(chunk)
-    return b"".join(chunks)

@@ -29,16 +29,15 @@ from pathlib import Path
 from agentctl.agent.outcome import AgentError
 from agentctl.agent.manager import DAEMON_SECRET_ENV_PREFIXES, resolve_command
 from agentctl.agent.passthrough import get_strategy
+from agentctl.agent.delivery import BuiltinEndpoint, Omitted
 from agentctl.agent.passthrough.base import (
     MATERIALIZE_FAILED,
     NO_PASSTHROUGH_STRATEGY,
-    BuiltinEndpoint,
     Materialization,
     MaterializeError,
     MaterializeRequest,
-    Omitted,
     insert_args,
-    plan_servers,
+    plan_materialization,
 )
 from agentctl.agent.passthrough.journal import Journal
 from agentctl.agent.passthrough.recovery import PrivateDir
@@ -193,7 +192,7 @@ class PassthroughManager:
         ledger = self.ctx.ledger
         summary = summarize(MATERIALIZE_FAILED, summary, ledger.secrets).summary
         assert self.strategy is not None
-        plan = plan_servers(MaterializeRequest(self.ctx.spec, builtin, workdir, Path()), self.strategy.transports)
+        plan = plan_materialization(MaterializeRequest(self.ctx.spec, builtin, workdir, Path()), self.strategy.receiver)
         self._record_filtered(attempt_id, plan.filtered)
         ledger.record("explicit_error", attempt_id, reason_code=MATERIALIZE_FAILED, summary=summary)
         for entry in plan.delivered:

@@ -25,12 +25,11 @@ from __future__ import annotations
 from typing import Any
 
 from agentctl.agent.passthrough.base import (
-    NAME_UNSUPPORTED,
+    CliReceiver,
     Materialization,
     MaterializeRequest,
-    drop,
     dump_json,
-    plan_servers,
+    plan_materialization,
 )
 from agentctl.agent.passthrough.workspace import write_private
 
@@ -39,15 +38,16 @@ ENV_NAME = "OPENCODE_CONFIG"
 SCHEMA = "https://opencode.ai/config.json"
 
 
+def _refused_name(name: str) -> str | None:
+    return "opencode 2 reads mcp.servers as its own server table" if name == "servers" else None
+
+
 class OpencodeStrategy:
     name = "opencode"
-    transports = frozenset({"http", "sse", "stdio"})
+    receiver = CliReceiver(frozenset({"http", "sse", "stdio"}), refuse_name=_refused_name)
 
     def materialize(self, req: MaterializeRequest) -> Materialization:
-        plan = plan_servers(req, self.transports)
-        for entry in list(plan.delivered):
-            if entry.name == "servers":
-                drop(plan, entry, NAME_UNSUPPORTED, "opencode 2 reads mcp.servers as its own server table")
+        plan = plan_materialization(req, self.receiver)
         servers: dict[str, dict[str, Any]] = {}
         for entry in plan.delivered:
             if entry.transport == "stdio":

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from agentctl.agent.passthrough.base import MaterializeError
 from agentctl.agent.passthrough.journal import Journal, Outcome
+from agentctl.safe_files import open_nofollow, open_private
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ class PrivateDir:
     def _lock(path: Path) -> int:
         # Locked under a temporary name, then renamed: a sweep never finds the owner file unlocked.
         pending = path / (OWNER_FILE + ".new")
-        fd = os.open(pending, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = open_private(pending, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             os.rename(pending, path / OWNER_FILE)
@@ -92,12 +93,12 @@ def sweep_private_dirs(root: Path | None = None) -> list[Outcome]:
 
 def _sweep_one(path: Path) -> Outcome | None:
     try:
-        dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        dir_fd = open_nofollow(path, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
         return None
     try:
         try:
-            fd = os.open(OWNER_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+            fd = open_nofollow(OWNER_FILE, dir_fd=dir_fd)
         except FileNotFoundError:
             if os.listdir(dir_fd):
                 return Outcome(str(path), False, "a private directory without an owner lock (an older agentctl's); "

@@ -1,10 +1,10 @@
-"""Safe file writing for passthrough strategies: atomic 0600 writes that never follow a symlink, merging into a workspace file and undoing that merge.
+"""Passthrough strategies' files: private config files, merging into a workspace file and undoing that merge.
 
-Files are written 0600, atomically (temporary file + fsync + rename in the same directory + fsync of the
-directory), never through a symlink: every directory below the workdir is opened with O_NOFOLLOW and a
-symlink anywhere in the way is refused. Nothing is written outside the workdir and the private temporary
-directory, so the user's global configuration is never touched. Errors name a path relative to the
-workdir, never a value.
+The file operations are agentctl.safe_files': files are written 0600, atomically (temporary file + fsync +
+rename in the same directory + fsync of the directory), never through a symlink: every directory below
+the workdir is opened with O_NOFOLLOW and a symlink anywhere in the way is refused. Nothing is written
+outside the workdir and the private temporary directory, so the user's global configuration is never
+touched. Errors name a path relative to the workdir, never a value.
 
 A merge into a user's workspace file is recorded in the journal (agentctl/agent/passthrough/journal.py)
 before anything in the workspace changes, so a daemon killed at any step leaves enough on disk for the
@@ -18,9 +18,7 @@ import errno
 import hashlib
 import json
 import os
-import secrets
 import stat
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,20 +31,26 @@ from agentctl.agent.passthrough.base import (
     WorkspaceJournal,
     dump_json,
 )
+from agentctl.safe_files import (
+    WalkError,
+    existing_dirs,
+    fsync_dir,
+    is_own_temp,
+    open_below,
+    open_nofollow,
+    read_all,
+    unlink_quietly,
+    write_atomic_at,
+)
 
-# -- safe file writing -----------------------------------------------------------------------------
+# -- file operations (agentctl.safe_files), errors naming a path relative to the workdir -----------
 
 
-def _fs_summary(exc: OSError, where: str, dir_fd: int | None = None, name: str | None = None) -> str:
+def _fs_summary(exc: OSError, where: str) -> str:
     code = exc.errno
     if code == errno.ELOOP:
         return f"symlink in the way at {where}; refusing to write through it"
-    if code == errno.ENOTDIR and dir_fd is not None and name is not None:
-        try:
-            if stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode):
-                return f"symlink in the way at {where}; refusing to write through it"
-        except OSError:
-            pass
+    if code == errno.ENOTDIR and isinstance(exc, WalkError) and exc.depth > 0:
         return f"{where} is in the way and is not a directory"
     if code == errno.ENOSPC:
         return f"no space left on device writing {where}"
@@ -67,139 +71,46 @@ def _label(parts: Sequence[str]) -> str:
 
 def _open_dirs(root: Path, parts: Sequence[str], *, create: bool, created: list[tuple[str, ...]] | None = None) -> int:
     """An fd of root/parts[0]/..., each level opened with O_NOFOLLOW (the root itself is the user's choice)."""
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
     try:
-        fd = os.open(root, flags)
-    except OSError as exc:
-        raise MaterializeError(_fs_summary(exc, "the working directory")) from None
-    done: list[str] = []
+        return open_below(root, parts, create=create, created=created)
+    except WalkError as exc:
+        raise MaterializeError(_fs_summary(exc, _label(parts[: exc.depth]))) from None
+
+
+def _existing_dirs(root: Path, parts: Sequence[str]) -> int:
     try:
-        for part in parts:
-            done.append(part)
-            if create:
-                try:
-                    os.mkdir(part, 0o700, dir_fd=fd)
-                    if created is not None:
-                        created.append(tuple(done))
-                except FileExistsError:
-                    pass
-                except OSError as exc:
-                    raise MaterializeError(_fs_summary(exc, _label(done), fd, part)) from None
-            try:
-                nfd = os.open(part, flags | os.O_NOFOLLOW, dir_fd=fd)
-            except OSError as exc:
-                raise MaterializeError(_fs_summary(exc, _label(done), fd, part)) from None
-            os.close(fd)
-            fd = nfd
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        return existing_dirs(root, parts)
+    except WalkError as exc:
+        raise MaterializeError(_fs_summary(exc, _label(parts[: exc.depth]))) from None
 
 
 def _read_existing(dir_fd: int, name: str, where: str) -> tuple[bytes | None, int]:
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+        fd = open_nofollow(name, dir_fd=dir_fd)
     except FileNotFoundError:
         return None, 0o600
     except OSError as exc:
-        raise MaterializeError(_fs_summary(exc, where, dir_fd, name)) from None
+        raise MaterializeError(_fs_summary(exc, where)) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise MaterializeError(f"{where} is not a regular file")
         if st.st_size > MAX_WORKSPACE_FILE_BYTES:
             raise MaterializeError(f"{where} is larger than {MAX_WORKSPACE_FILE_BYTES} bytes; left untouched")
-        chunks = []
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-        return b"".join(chunks), stat.S_IMODE(st.st_mode)
+        return read_all(fd), stat.S_IMODE(st.st_mode)
     except OSError as exc:
         raise MaterializeError(_fs_summary(exc, where)) from None
     finally:
         os.close(fd)
 
 
-# Test-only: with AGENTCTL_TEST_PAUSE_AT set to a step's name, the writer stops for good at that step and
-# creates the file named by AGENTCTL_TEST_PAUSE_FILE, so a test can SIGKILL the daemon exactly there. The
-# steps: journal-temp (journal temp file written, not yet in place), journal (journal durable, workspace
-# untouched), merge-temp (the merged temp file beside the user's, not yet renamed over it), merged (the
-# user's file replaced), restore-temp (the restoring temp file written), restored (the file restored,
-# its journal not yet deleted).
-ENV_PAUSE_AT = "AGENTCTL_TEST_PAUSE_AT"
-ENV_PAUSE_FILE = "AGENTCTL_TEST_PAUSE_FILE"
-
-
-def pause_point(step: str) -> None:
-    if os.environ.get(ENV_PAUSE_AT) != step:
-        return
-    marker = os.environ.get(ENV_PAUSE_FILE)
-    if marker:
-        with open(marker + ".tmp", "w", encoding="ascii") as fh:
-            fh.write(step)
-        os.replace(marker + ".tmp", marker)
-    threading.Event().wait()  # until the test kills the process
-
-
-def _temp_name(name: str) -> str:
-    return f".{name}.agentctl-{secrets.token_hex(6)}.tmp"
-
-
-def is_own_temp(name: str, target: str) -> bool:
-    """Whether `name` is a temp file `_atomic_write` makes for `target` (a killed writer may leave one)."""
-    return name.startswith(f".{target}.agentctl-") and name.endswith(".tmp")
-
-
 def _atomic_write(dir_fd: int, name: str, data: bytes, mode: int, where: str, step: str | None = None) -> None:
-    """Write `name` in `dir_fd` atomically: temp file, fsync, rename, fsync of the directory.
-    `step` names the pause points around the rename (`<step>-temp`, `<step>`), for tests."""
-    tmp = _temp_name(name)
+    """`name` replaced atomically, never through a symlink. `step` names the test pause points around the
+    rename (`<step>-temp`, `<step>`: agentctl.safe_files)."""
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+        write_atomic_at(dir_fd, name, data, mode=mode, step=step)
     except OSError as exc:
         raise MaterializeError(_fs_summary(exc, where)) from None
-    try:
-        try:
-            os.fchmod(fd, mode)  # the umask must not widen or narrow what we chose
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if step is not None:
-            pause_point(f"{step}-temp")
-        try:
-            if stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode):
-                raise MaterializeError(f"symlink in the way at {where}; refusing to write through it")
-        except FileNotFoundError:
-            pass
-        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        fsync_dir(dir_fd)
-        if step is not None:
-            pause_point(step)
-    except OSError as exc:
-        _unlink_quietly(dir_fd, tmp)
-        raise MaterializeError(_fs_summary(exc, where)) from None
-    except BaseException:
-        _unlink_quietly(dir_fd, tmp)
-        raise
-
-
-def _unlink_quietly(dir_fd: int, name: str) -> None:
-    try:
-        os.unlink(name, dir_fd=dir_fd)
-    except OSError:
-        pass
-
-
-def fsync_dir(dir_fd: int) -> None:
-    """Make a rename or unlink in the directory durable; a filesystem that cannot fsync a directory is fine."""
-    try:
-        os.fsync(dir_fd)
-    except OSError as exc:
-        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF):
-            raise
 
 
 def sha256(data: bytes) -> str:
@@ -214,26 +125,6 @@ def write_private(directory: Path, name: str, data: bytes) -> Path:
     finally:
         os.close(fd)
     return directory / name
-
-
-def existing_dirs(root: Path, parts: Sequence[str]) -> int:
-    """How many leading `parts` exist below `root` as real directories (not followed through a symlink)."""
-    fd = _open_dirs(root, (), create=False)
-    count = 0
-    try:
-        for part in parts:
-            try:
-                nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=fd)
-            except FileNotFoundError:
-                break
-            except OSError as exc:
-                raise MaterializeError(_fs_summary(exc, _label(parts[: count + 1]), fd, part)) from None
-            os.close(fd)
-            fd = nfd
-            count += 1
-    finally:
-        os.close(fd)
-    return count
 
 
 def merge_workspace_json(
@@ -252,7 +143,7 @@ def merge_workspace_json(
     where = _label(parts)
     if journal is not None:
         journal.settle(workdir, parts)
-    present = existing_dirs(workdir, parts[:-1])
+    present = _existing_dirs(workdir, parts[:-1])
     original, mode = None, 0o600
     if present == len(parts) - 1:
         fd = _open_dirs(workdir, parts[:-1], create=False)
@@ -384,7 +275,7 @@ def undo_merge(restore: Restore) -> tuple[str | None, str]:
     """
     where, name = _label(restore.parts), restore.parts[-1]
     try:
-        present = existing_dirs(restore.workdir, restore.parts[:-1])
+        present = _existing_dirs(restore.workdir, restore.parts[:-1])
         if present < len(restore.parts) - 1:
             _remove_created_dirs(restore)
             return None, NOTHING_LEFT  # the directory is gone, and our file with it
@@ -394,7 +285,7 @@ def undo_merge(restore: Restore) -> tuple[str | None, str]:
     try:
         for leftover in os.listdir(fd):
             if is_own_temp(leftover, name):
-                _unlink_quietly(fd, leftover)
+                unlink_quietly(leftover, fd)
         current, current_mode = _read_existing(fd, name, where)
         if current is None or current == restore.original:
             # Removed since, never replaced (killed before the rename), or already restored.

@@ -1,0 +1,86 @@
+"""`agentctl hub migrate`: brings a hub database (a SQLite file or a PostgreSQL database) to this agentctl's
+schema version and exits; and the rule that the other hub commands take a SQLite path only (for now).
+Exit codes as the other hub commands: 0 ok, 1 a bad location, 2 the database cannot be used or is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentctl.control.commands import _err, _print_json
+from agentctl.hub.commands import ENV_HUB_DB, default_db
+from agentctl.safetext import neutralize_data
+
+
+def sqlite_db(value: str | None) -> Path:
+    """--db (or $AGENTCTL_HUB_DB) for a command that keeps the hub's state in SQLite only. Raises DsnError,
+    which never quotes a connection string's secret: a URL mistaken for a path would be printed whole."""
+    from agentctl.dsn import DsnError, SqlitePath
+    from agentctl.dsn_source import resolve_location
+
+    resolved = resolve_location(value, None, ENV_HUB_DB, default_db)
+    if not isinstance(resolved.location, SqlitePath):
+        raise DsnError(f"{resolved.origin}: this command keeps the hub's state in a SQLite file: give its path "
+                       f"(a PostgreSQL database, here {resolved.location.display()}, works with `agentctl hub migrate` "
+                       "only)")
+    return resolved.location.path
+
+
+def cmd_hub_migrate(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from agentctl.dsn import DsnError, PostgresDsn
+    from agentctl.dsn_source import resolve_location
+    from agentctl.evidence.contract import CONTRACT_VERSION, HubMigration, MigrationStep
+    from agentctl.hub.hub_store import HubStore, HubStoreError
+    from agentctl.hub.migrations import HUB
+    from agentctl.migrations import MigrationError
+    from agentctl.postgres import PostgresUnavailable, migrate_postgres
+
+    try:
+        resolved = resolve_location(args.db, args.db_file, ENV_HUB_DB, default_db)
+    except DsnError as exc:
+        return _err(str(exc), 1)
+    for warning in resolved.warnings:
+        sys.stderr.write(f"agentctl: warning: {warning}\n")
+    location = resolved.location
+    try:
+        if isinstance(location, PostgresDsn):
+            result = migrate_postgres(location, HUB)
+        else:
+            existed = location.path.exists()
+            store = HubStore(location.path)
+            store.close()
+            result = store.migration
+    except (MigrationError, PostgresUnavailable, HubStoreError) as exc:
+        return _err(str(exc), 2)
+    view = HubMigration(
+        version=CONTRACT_VERSION, database=location.display(), engine=location.kind, schema_from=result.before,
+        schema_to=result.after, schema_latest=result.latest, adopted=result.adopted,
+        applied=[MigrationStep(version=v, description=d) for v, d in result.applied],
+    )
+    if args.json:
+        _print_json(msgspec.to_builtins(view))
+        return 0
+    created = not isinstance(location, PostgresDsn) and not existed
+    sys.stdout.write(render_hub_migration(neutralize_data(view), created=created))
+    return 0
+
+
+def render_hub_migration(view: Any, *, created: bool = False) -> str:
+    if created:
+        head = f"created hub database {view.database} at schema version {view.schema_to}"
+    elif view.adopted:
+        head = (f"hub database {view.database}: written before versioned migrations, recorded as schema version "
+                f"{view.schema_from} as it is (nothing rewritten)")
+    elif view.applied:
+        head = f"hub database {view.database}: migrated from schema version {view.schema_from} to {view.schema_to}"
+    else:
+        head = f"hub database {view.database}: schema version {view.schema_to}, up to date"
+    lines = [head] + [f"  applied {step.version}: {step.description}" for step in view.applied if not created]
+    if view.adopted and view.applied:
+        lines[0] += f", then migrated to {view.schema_to}"
+    return "\n".join(lines) + "\n"

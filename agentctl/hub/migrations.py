@@ -1,0 +1,75 @@
+"""The hub database's schema history: every version of what the hub persists, as migrations for SQLite and
+PostgreSQL (applied by agentctl.migrations).
+
+Version 1 is the schema the hub wrote before migrations existed (SQLite `user_version` 1, no
+schema_version table): such a file is recognized by its tables and recorded as version 1 as it is. A new
+version is appended here, never an old one edited: a database at any earlier version must reach the latest
+by running the steps after it.
+"""
+
+from __future__ import annotations
+
+from agentctl.migrations import Family, Migration
+
+_V1_SESSIONS = ("session_id", "task_id", "current_execution_id", "stale_rejected", "last_contact_at")
+_V1_EXECUTIONS = ("session_id", "execution_id", "hello_order", "identity", "daemon_version", "first_hello_at",
+                  "last_contact_at", "connected", "rejected_frames", "history")
+
+_V1_SQLITE = (
+    """CREATE TABLE sessions (
+    session_id TEXT PRIMARY KEY,
+    task_id TEXT NOT NULL,
+    current_execution_id TEXT NOT NULL,
+    stale_rejected INTEGER NOT NULL DEFAULT 0,
+    last_contact_at TEXT NOT NULL
+)""",
+    """CREATE TABLE executions (
+    session_id TEXT NOT NULL REFERENCES sessions(session_id),
+    execution_id TEXT NOT NULL,
+    hello_order INTEGER NOT NULL,
+    identity TEXT NOT NULL,
+    daemon_version TEXT NOT NULL,
+    first_hello_at TEXT NOT NULL,
+    last_contact_at TEXT NOT NULL,
+    connected INTEGER NOT NULL DEFAULT 0,
+    rejected_frames INTEGER NOT NULL DEFAULT 0,
+    history TEXT,
+    PRIMARY KEY (session_id, execution_id)
+)""",
+)
+
+# The same tables in PostgreSQL's types: 64-bit counters, the JSON kept as text exactly as SQLite keeps it
+# (the contract's encoder wrote it; nothing queries inside it).
+_V1_POSTGRESQL = (
+    """CREATE TABLE sessions (
+    session_id TEXT PRIMARY KEY,
+    task_id TEXT NOT NULL,
+    current_execution_id TEXT NOT NULL,
+    stale_rejected BIGINT NOT NULL DEFAULT 0,
+    last_contact_at TEXT NOT NULL
+)""",
+    """CREATE TABLE executions (
+    session_id TEXT NOT NULL REFERENCES sessions(session_id),
+    execution_id TEXT NOT NULL,
+    hello_order BIGINT NOT NULL,
+    identity TEXT NOT NULL,
+    daemon_version TEXT NOT NULL,
+    first_hello_at TEXT NOT NULL,
+    last_contact_at TEXT NOT NULL,
+    connected INTEGER NOT NULL DEFAULT 0,
+    rejected_frames BIGINT NOT NULL DEFAULT 0,
+    history TEXT,
+    PRIMARY KEY (session_id, execution_id)
+)""",
+)
+
+HUB = Family(
+    name="hub",
+    what="hub database",
+    migrations=(
+        Migration(1, "sessions and their executions (the schema from before migrations)", _V1_SQLITE, _V1_POSTGRESQL),
+    ),
+    tables=("sessions", "executions"),
+    upgrade_hint="start the hub (`agentctl hub serve`) or run `agentctl hub migrate` first",
+    adopt=(1, {"sessions": _V1_SESSIONS, "executions": _V1_EXECUTIONS}),
+)
