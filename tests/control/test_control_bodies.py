@@ -13,8 +13,6 @@ import pytest
 from agentctl.control.agent_routes import MAX_PROMPT_BYTES
 from agentctl.control.client import ControlClient
 from agentctl.daemon.app import Daemon
-from agentctl.spec import load_spec
-from tests.conftest import write_spec
 from tests.control.control_support import raw_exchange
 
 
@@ -30,16 +28,6 @@ def post(path: str, body: bytes, *, chunked: bool = False) -> tuple[str, bytes]:
     size = 64 * 1024  # no Content-Length at all: the size is only known once it has been read
     chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i : i + size]), body[i : i + size]) for i in range(0, len(body), size))
     return f"POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n", chunks + b"0\r\n\r\n"
-
-
-@pytest.fixture
-async def daemon(tmp_path: Path, short_tmp: Path):
-    d = Daemon(load_spec(write_spec(tmp_path)), socket_path=short_tmp / "c.sock")
-    await d.start()
-    try:
-        yield d
-    finally:
-        await d.stop()
 
 
 @pytest.mark.parametrize("path", ["/v1/session/load", "/v1/prompt", "/v1/mcp/profile", "/v1/test-endpoint"])

@@ -62,16 +62,6 @@ def refusal(status: int, raw: bytes) -> ControlError:
     return error
 
 
-@pytest.fixture
-async def daemon(tmp_path: Path, short_tmp: Path):
-    d = Daemon(load_spec(write_spec(tmp_path)), socket_path=short_tmp / "c.sock")
-    await d.start()
-    try:
-        yield d
-    finally:
-        await d.stop()
-
-
 REFUSALS = [  # method, route, body, status, reason code: an MCP-only daemon with no session yet
     ("GET", "/v1/no-such-route", b"", 404, "unknown_route"),
     ("PUT", "/v1/status", b"", 405, "wrong_method"),
