@@ -3,9 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from agentctl import __version__
+from agentctl.cli_support import (
+    EXIT_FAILED,
+    EXIT_NO_DAEMON,
+    EXIT_OK,
+    EXIT_SIGNAL_BASE,
+    EXIT_USAGE,
+    CommandParser,
+    fail,
+)
+from agentctl.exit_codes import exit_codes_help
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,20 +36,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
-        return 1
+        return EXIT_USAGE
     try:
-        return int(args.func(args) or 0)
+        return int(args.func(args) or EXIT_OK)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_SIGNAL_BASE + signal.SIGINT
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="agentctl",
         description="Per-execution sidecar: MCP attachment evidence, the task-aware MCP endpoint, agent supervision.",
+        epilog=exit_codes_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"agentctl {__version__}")
-    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+    # Every subcommand's parser (and theirs) is a CommandParser: one usage error, one exit code.
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=CommandParser)
 
     serve = sub.add_parser("serve", help="run the daemon in the foreground for one execution")
     serve.add_argument("spec", metavar="SPEC", help="execution spec (TOML or JSON)")
@@ -51,11 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the main job: start the daemon, open a session, show status, persist",
         description="The main job: start the daemon with an in-process hub (unless [upstream] names one), "
         "start the agent, open a session, optionally prompt, show the status and persist the report.",
-        epilog="exit codes: 0 the job ran (an agent that ended on its own exited with code 0); "
-        "1 the agent failed: it did not start, did not accept the session, the prompt failed, or it exited "
-        "with an error (a non-zero code or a signal), for ACP and passthrough agents alike; "
-        "2 bad spec or the daemon could not start; 128+N interrupted by signal N (the agent is stopped and "
-        "the report persisted all the same)",
+        epilog=f"exit codes: {EXIT_OK} the job ran (an agent that ended on its own exited with code 0); "
+        f"{EXIT_FAILED} the agent failed: it did not start, did not accept the session, the prompt failed, or it "
+        "exited with an error (a non-zero code or a signal), for ACP and passthrough agents alike; "
+        f"{EXIT_NO_DAEMON} bad spec or the daemon could not start; {EXIT_SIGNAL_BASE}+N interrupted by signal N "
+        "(the agent is stopped and the report persisted all the same)",
     )
     run.add_argument("spec", metavar="SPEC", help="execution spec (TOML or JSON)")
     run.add_argument("--socket", help="control socket path")
@@ -68,8 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     schema.set_defaults(func=cmd_schema)
 
     from agentctl.control.commands import add_client_commands
+    from agentctl.control.session_commands import add_session_commands
+    from agentctl.diagnostics.commands import add_diagnostics_commands
 
     add_client_commands(sub)
+    add_session_commands(sub)
+    add_diagnostics_commands(sub)
     from agentctl.probe.commands import add_probe_commands
 
     add_probe_commands(sub)
@@ -83,8 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
         "that a daemon killed with SIGKILL left holding its configuration, from the journal in the state "
         "directory, and remove the private config directories of dead daemons. A file the user edited since "
         "keeps the edits; only agentctl's entries are taken out. A running daemon's files are left alone. "
-        "Every daemon does this at start too. Exit codes: 0 nothing left to do, 1 something could not be "
-        "recovered (its journal entry keeps the user's original).",
+        f"Every daemon does this at start too. Exit codes: {EXIT_OK} nothing left to do, {EXIT_FAILED} something "
+        "could not be recovered (its journal entry keeps the user's original).",
     )
     recover.add_argument("--state-dir", metavar="DIR", help="the state directory (default: $STATE_DIRECTORY, else "
                          "the platform state dir; give the spec's [state] dir when it sets one)")
@@ -93,18 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _fail(message: str, code: int = 2) -> int:
-    print(f"agentctl: {message}", file=sys.stderr)
-    return code
-
-
 def cmd_schema(args: argparse.Namespace) -> int:
     import json
 
     from agentctl.evidence.contract import history_schema
 
     print(json.dumps(history_schema(), indent=2, sort_keys=True))
-    return 0
+    return EXIT_OK
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
@@ -124,7 +137,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
     else:
         for outcome in outcomes:
             print(f"{'recovered' if outcome.done else 'left'}  {outcome.file}: {outcome.detail}")
-    return 0 if all(o.done for o in outcomes) else 1
+    return EXIT_OK if all(o.done for o in outcomes) else EXIT_FAILED
 
 
 def _load(spec_path: str):
@@ -148,17 +161,17 @@ def _daemon_command(args: argparse.Namespace, body) -> int:
         configure_logging(args.log_level)
         spec, error = _load(args.spec)
         if error:
-            return _fail(error)
+            return fail(error, EXIT_NO_DAEMON)
         return _run_daemon(spec, args.socket, lambda daemon: body(daemon, signals))
     finally:
         signals.uninstall()
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import json
+    from agentctl.evidence.contract import DaemonReady, encode
 
-    def on_ready(info: dict) -> None:
-        sys.stdout.write(json.dumps(info) + "\n")
+    def on_ready(info: DaemonReady) -> None:
+        sys.stdout.write(encode(info).decode() + "\n")
         sys.stdout.flush()
 
     return _daemon_command(args, lambda daemon, signals: daemon.serve(on_ready, signals=signals))
@@ -178,18 +191,18 @@ def _run_daemon(spec, socket_path, body) -> int:
     try:
         daemon = Daemon(spec, socket_path=socket_path)
     except (ControlSocketError, StateDirError, ValueError) as exc:
-        return _fail(str(exc))
+        return fail(str(exc), EXIT_NO_DAEMON)
     from agentctl.lifecycle import run
 
     try:
         return run(body(daemon))
     except (ControlSocketError, StateDirError, StartupError, TaskStoreError) as exc:
-        return _fail(str(exc))
+        return fail(str(exc), EXIT_NO_DAEMON)
     except Exception as exc:
         # Never a traceback at default verbosity (it may quote a payload); --log-level debug shows it.
         if logging.getLogger("agentctl").isEnabledFor(logging.DEBUG):
             raise
-        return _fail(describe_error(exc, spec))
+        return fail(describe_error(exc, spec), EXIT_NO_DAEMON)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

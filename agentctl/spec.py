@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from agentctl.evidence.contract import Transport
+from agentctl.evidence.decode_errors import describe_decode_error
 from agentctl.evidence.secret_registry import SecretRegistry, url_parts
 
 AF_UNIX_PATH_MAX = 107
@@ -96,32 +97,8 @@ class Spec(_S):
     daemon: DaemonSpec = msgspec.field(default_factory=DaemonSpec)
 
 
-_PATH_RE = re.compile(r"`\$(?P<path>[^`]*)`")
-# From the first quote to the last: msgspec quotes some values without escaping the quotes inside them.
-_QUOTED_RE = re.compile(r"['\"].*['\"]", re.S)
-_AT = " - at `"  # msgspec appends the path last; a value earlier in the message may imitate it
-
-
-def _field_path(msg: str) -> str:
-    at = msg.rfind(_AT)
-    match = _PATH_RE.match(msg, at + len(_AT) - 1) if at >= 0 else None
-    if not match:
-        return "(top level)"
-    path = match.group("path").lstrip(".")
-    # msgspec writes list indices as [0]; keep them, they are positions, not values.
-    return path or "(top level)"
-
-
-def _describe(msg: str) -> str:
-    """msgspec's message without the path suffix and without any quoted value (it may be a secret)."""
-    text = msg[: msg.rfind(_AT)] if _AT in msg else msg
-    text = _QUOTED_RE.sub("<value>", text)
-    return text
-
-
 def _fail(source: str, path: str, what: str) -> SpecError:
-    # One line even when msgspec names a key holding a line break (keys are named, values never).
-    what = "".join(ch if ch.isprintable() else "?" for ch in what)
+    what = "".join(ch if ch.isprintable() else "?" for ch in what)  # one line, whatever the parser said
     return SpecError(f"{source}: {path}: {what}")
 
 
@@ -147,7 +124,7 @@ def parse_spec(raw: bytes, *, source: str = "<spec>", fmt: str = "toml") -> Spec
         try:
             data = msgspec.json.decode(raw)
         except msgspec.DecodeError as exc:
-            raise _fail(source, "(syntax)", f"invalid JSON ({_describe(str(exc))})") from None
+            raise _fail(source, "(syntax)", f"invalid JSON ({describe_decode_error(exc).reason})") from None
         except RecursionError:
             raise _fail(source, "(syntax)", "invalid JSON (nested too deeply)") from None
     else:
@@ -165,12 +142,11 @@ def parse_spec(raw: bytes, *, source: str = "<spec>", fmt: str = "toml") -> Spec
     try:
         spec = msgspec.convert(data, type=Spec, strict=True)
     except msgspec.ValidationError as exc:
-        msg = str(exc)
-        path = _field_path(msg)
-        if path == "agent.strategy" and msg.startswith("Invalid enum value"):
+        problem = describe_decode_error(exc)
+        if problem.field() == "agent.strategy" and str(exc).startswith("Invalid enum value"):
             known = ", ".join(get_args(StrategyName))
-            raise _fail(source, path, f"unknown passthrough strategy (known: {known})") from None
-        raise _fail(source, path, _describe(msg)) from None
+            raise _fail(source, problem.field(), f"unknown passthrough strategy (known: {known})") from None
+        raise _fail(source, problem.field(), problem.reason) from None
     except RecursionError:
         raise _fail(source, "(top level)", "nested too deeply") from None
     _check(spec, source)

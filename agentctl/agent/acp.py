@@ -28,10 +28,10 @@ from acp.schema import (
 
 from agentctl import __version__
 from agentctl.agent.attribution import attribute, error_text
-from agentctl.agent.delivery import McpCaps, Planned, plan_delivery
+from agentctl.agent.delivery import Planned, plan_delivery
 from agentctl.agent.outcome import AgentError, SessionOutcome
 from agentctl.agent.transports import AgentStdioTransport
-from agentctl.evidence.contract import AttemptOrigin, McpCapabilities
+from agentctl.evidence.contract import AttemptOrigin, McpCapabilities, PromptStreamItem
 from agentctl.evidence.ledger import Ledger, ServerSeed
 from agentctl.evidence.sanitize import bounded_text, opaque_id, summarize
 from agentctl.evidence.secret_registry import SecretRegistry
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 # Called synchronously from the SDK's per-update task and must never block: the SDK starts one task per
 # session/update, so a sink that waits on a slow reader lets them pile up without bound.
-UpdateSink = Callable[[dict[str, Any]], None]
+UpdateSink = Callable[[PromptStreamItem], None]
 CANCEL_TIMEOUT = 5.0
 
 _ACP_DIR = os.path.dirname(os.path.abspath(acp.__file__)) + os.sep
@@ -120,7 +120,7 @@ class AcpRuntime:
         self._gone = gone or (lambda: "no ACP connection")
         self._conn: Any = None
         self._transport: AgentStdioTransport | None = None
-        self.caps = McpCaps()
+        self.caps = McpCapabilities()
         # Until the agent answers initialize, `caps` is a default, not the agent's decision: nothing may be
         # planned (or filtered) from it.
         self.initialized = False
@@ -164,7 +164,7 @@ class AcpRuntime:
             raise AgentError("initialize_invalid", f"unusable initialize answer ({type(exc).__name__})") from None
         caps = resp.agent_capabilities
         mcp_caps = caps.mcp_capabilities if caps is not None else None
-        self.caps = McpCaps(http=bool(mcp_caps and mcp_caps.http), sse=bool(mcp_caps and mcp_caps.sse))
+        self.caps = McpCapabilities(http=bool(mcp_caps and mcp_caps.http), sse=bool(mcp_caps and mcp_caps.sse))
         session_caps = getattr(caps, "session_capabilities", None) if caps is not None else None
         self.close_supported = bool(session_caps is not None and getattr(session_caps, "close", None))
         info = resp.agent_info
@@ -173,7 +173,7 @@ class AcpRuntime:
             name=bounded_text(info.name, secrets=self._known()) if info is not None else None,
             version=bounded_text(info.version, secrets=self._known()) if info is not None else None,
             protocol_version=resp.protocol_version,
-            mcp_capabilities=McpCapabilities(http=self.caps.http, sse=self.caps.sse),
+            mcp_capabilities=self.caps,
         )
         self.initialized = True
 
@@ -352,14 +352,14 @@ class AcpRuntime:
         sink = self._sink
         if sink is None or session_id != self.acp_session_id:
             return
-        kind = getattr(update, "session_update", None)
-        item: dict[str, Any] = {"type": kind}
+        kind = str(getattr(update, "session_update", None) or "unknown")
+        item = PromptStreamItem(type=kind)
         if kind in ("agent_message_chunk", "agent_thought_chunk"):
             content = getattr(update, "content", None)
-            item["text"] = getattr(content, "text", "") or ""
+            item.text = getattr(content, "text", "") or ""
         elif kind in ("tool_call", "tool_call_update"):
-            item["title"] = getattr(update, "title", None)
-            item["status"] = getattr(update, "status", None)
+            item.title = getattr(update, "title", None)
+            item.status = getattr(update, "status", None)
         try:
             sink(item)
         except Exception:  # the caller went away (closed the stream): keep the prompt, drop the output

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from agentctl.evidence.contract import Transport
+from agentctl.evidence.contract import McpCapabilities, Transport
 from agentctl.evidence.sanitize import target_for_command, target_for_url
 from agentctl.spec import Spec
 
@@ -27,14 +27,6 @@ NO_SUPPORTED_TRANSPORT = "no_supported_transport"
 
 # The built-in server's transports, preferred first; it is never a stdio server.
 BUILTIN_TRANSPORTS: tuple[Transport, ...] = ("http", "sse")
-
-
-@dataclass(frozen=True)
-class McpCaps:
-    """The agent's advertised agentCapabilities.mcpCapabilities. stdio is mandatory for every ACP agent."""
-
-    http: bool = False
-    sse: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,7 +94,7 @@ class Receiver(Protocol):
 class AcpReceiver:
     """An ACP agent: stdio always, http and sse when advertised; any name."""
 
-    caps: McpCaps
+    caps: McpCapabilities
 
     @property
     def transports(self) -> frozenset[str]:
@@ -210,7 +202,7 @@ class DeliveryPlan:
     filtered: list[Omitted] = field(default_factory=list)
 
 
-def plan_delivery(spec: Spec, caps: McpCaps, *, builtin_base: str, token: str) -> DeliveryPlan:
+def plan_delivery(spec: Spec, caps: McpCapabilities, *, builtin_base: str, token: str) -> DeliveryPlan:
     """The plan for an ACP agent with these capabilities, its entries in the ACP wire shape."""
     builtin = BuiltinEndpoint(spec.mcp.builtin_name, f"{builtin_base}/mcp", f"{builtin_base}/sse", token)
     plan = plan_servers(spec, builtin, AcpReceiver(caps))

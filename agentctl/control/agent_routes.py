@@ -7,10 +7,9 @@ Prompt text and the agent's answers pass through the response stream only; nothi
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import msgspec
 from aiohttp import web
@@ -18,7 +17,16 @@ from aiohttp import web
 from agentctl.agent.outcome import AgentError, SessionOutcome
 from agentctl.control.server import BodyError, decode_body, error_response, json_response
 from agentctl.context import DaemonContext
-from agentctl.evidence.contract import AttemptOrigin, McpConfig, SessionResult, StderrView
+from agentctl.evidence.contract import (
+    AttemptOrigin,
+    CancelResult,
+    McpConfig,
+    ProfileResult,
+    PromptStreamItem,
+    SessionResult,
+    StderrView,
+    encode,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from agentctl.agent.acp import AcpRuntime
@@ -58,13 +66,13 @@ class _UpdateStream:
     def __init__(self, response: web.StreamResponse, limit: int = MAX_PENDING_UPDATES) -> None:
         self._response = response
         self._limit = limit
-        self._items: deque[dict[str, Any]] = deque()
+        self._items: deque[PromptStreamItem] = deque()
         self._wake = asyncio.Event()
         self._finished = False
         self.dropped = 0
         self.gone = False  # the caller went away: nothing more is written
 
-    def put(self, item: dict[str, Any]) -> None:
+    def put(self, item: PromptStreamItem) -> None:
         if self.gone:
             return
         if len(self._items) >= self._limit:
@@ -83,7 +91,7 @@ class _UpdateStream:
             while self._items:
                 item = self._items.popleft()
                 try:
-                    await self._response.write(json.dumps(item).encode() + b"\n")
+                    await self._response.write(encode(item) + b"\n")
                 except (ConnectionError, RuntimeError):
                     self.gone = True
                     self._items.clear()
@@ -116,14 +124,14 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
         agent = ctx.agent
         return agent if agent is not None and agent.kind == "acp" else None
 
-    def refused(exc: AgentError) -> web.Response:
-        return json_response({"error": exc.summary, "reason_code": exc.reason_code}, status=409)
+    def refused(exc: AgentError, status: int = 409) -> web.Response:
+        return error_response(status, exc.reason_code, exc.summary)
 
     async def restarted(agent: PassthroughAgent) -> web.Response:
         """A passthrough CLI has no session to open: a new attempt is a new process start."""
         attempt_id = await agent.restart()
         if attempt_id is None:
-            return error_response(409, "the daemon is stopping")
+            return error_response(409, "daemon_stopping", "the daemon is stopping")
         error = agent.start_error
         return json_response(
             SessionResult(
@@ -163,10 +171,11 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
         try:
             body = await decode_body(request, _LoadBody)
         except BodyError as exc:
-            return error_response(exc.status, exc.message)
+            return exc.response()
         agent = acp_agent(ctx_of(request))
         if agent is None:
-            return error_response(409, "session load needs an ACP agent; this daemon has none (MCP only or passthrough)")
+            return error_response(409, "no_acp_agent",
+                                  "session load needs an ACP agent; this daemon has none (MCP only or passthrough)")
         try:
             acp = await agent.session_runtime()
         except AgentError as exc:
@@ -177,7 +186,8 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
         """The ACP runtime for prompt and cancel, or the 409 response that says why there is none."""
         agent = acp_agent(ctx)
         if agent is None:
-            return error_response(409, f"{what} needs an ACP agent; this daemon has none (MCP only or passthrough)")
+            return error_response(409, "no_acp_agent",
+                                  f"{what} needs an ACP agent; this daemon has none (MCP only or passthrough)")
         try:
             return agent.runtime_now()
         except AgentError as exc:
@@ -185,11 +195,13 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
 
     async def prompt(request: web.Request) -> web.StreamResponse:
         if request.content_length is not None and request.content_length > MAX_PROMPT_BYTES:
-            return error_response(413, f"prompt over {MAX_PROMPT_BYTES} bytes")
+            return error_response(413, "body_too_large", f"prompt over {MAX_PROMPT_BYTES} bytes")
         try:
             body = await decode_body(request, _PromptBody, max_bytes=MAX_PROMPT_BYTES)
         except BodyError as exc:
-            return error_response(exc.status, f"prompt over {MAX_PROMPT_BYTES} bytes" if exc.status == 413 else exc.message)
+            if exc.status == 413:
+                return error_response(413, "body_too_large", f"prompt over {MAX_PROMPT_BYTES} bytes")
+            return exc.response()
         acp = runtime_now(ctx_of(request), "prompt")
         if isinstance(acp, web.Response):
             return acp
@@ -204,23 +216,22 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
         try:
             try:
                 stop_reason = await acp.prompt(body.text, stream.put)
-                final: dict[str, Any] = {"type": "done", "stop_reason": stop_reason}
+                final = PromptStreamItem(type="done", stop_reason=stop_reason)
             except AgentError as exc:
-                final = {"type": "error", "reason_code": exc.reason_code, "summary": exc.summary}
+                final = PromptStreamItem(type="error", reason_code=exc.reason_code, summary=exc.summary)
             except Exception as exc:  # the stream is open: end it with a line, never a traceback with content
                 log.warning("prompt failed: %s", type(exc).__name__)
-                final = {"type": "error", "reason_code": "internal_error", "summary": type(exc).__name__}
+                final = PromptStreamItem(type="error", reason_code="internal_error", summary=type(exc).__name__)
             stream.finish()
             await pump  # what is queued (at most the bound) goes out before the final line
         finally:
             if not pump.done():  # this handler was cancelled: the pump must not outlive it
                 pump.cancel()
-        if stream.dropped:
-            final["dropped_updates"] = stream.dropped
+        final.dropped_updates = stream.dropped
         if stream.gone:
             return response  # the caller went away; the prompt itself completed
         try:
-            await response.write(json.dumps(final).encode() + b"\n")
+            await response.write(encode(final) + b"\n")
             await response.write_eof()
         except (ConnectionError, RuntimeError):
             pass
@@ -233,16 +244,15 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
         try:
             await acp.cancel()
         except AgentError as exc:
-            status = 504 if exc.reason_code == "cancel_timeout" else 409
-            return json_response({"error": exc.summary, "reason_code": exc.reason_code}, status=status)
-        return json_response({"cancelled": True})
+            return refused(exc, 504 if exc.reason_code == "cancel_timeout" else 409)
+        return json_response(CancelResult(cancelled=True))
 
     async def mcp_config(request: web.Request) -> web.Response:
         ctx = ctx_of(request)
         attempt_id = ctx.ledger.current_attempt_id
         token = ctx.ledger.tokens.token_of(attempt_id) if attempt_id else None
         if attempt_id is None or token is None or ctx.mcp_base is None:
-            return error_response(404, "no current attempt yet: run `agentctl session new` first")
+            return error_response(404, "no_attempt", "no current attempt yet: run `agentctl session new` first")
         return json_response(
             McpConfig(
                 name=ctx.spec.mcp.builtin_name,
@@ -257,15 +267,15 @@ def install_agent_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext
         try:
             body = await decode_body(request, _ProfileBody)
         except BodyError as exc:
-            return error_response(exc.status, exc.message)
+            return exc.response()
         endpoint = ctx_of(request).endpoint
         if endpoint is None:
-            return error_response(409, "the MCP endpoint is not running")
+            return error_response(409, "endpoint_not_listening", "the MCP endpoint is not running")
         try:
             count = endpoint.set_profile(body.name)
         except ValueError as exc:
-            return error_response(400, str(exc))
-        return json_response({"profile": body.name, "tool_count": count})
+            return error_response(400, "unknown_profile", str(exc))
+        return json_response(ProfileResult(profile=body.name, tool_count=count))
 
     async def stderr(request: web.Request) -> web.Response:
         ctx = ctx_of(request)

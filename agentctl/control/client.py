@@ -1,7 +1,7 @@
-"""A small stdlib-only client for the control socket (`http.client` over AF_UNIX).
+"""The CLI's client for the control socket: `http.client` over AF_UNIX, answers decoded into contract structs.
 
 No aiohttp here: `import aiohttp` alone costs about 0.2 s, and `agentctl status` / `agentctl health`
-should answer at once.
+should answer at once; msgspec and the contract cost about 30 ms.
 """
 
 from __future__ import annotations
@@ -10,20 +10,38 @@ import http.client
 import json
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import msgspec
+
+from agentctl.evidence.contract import ControlError, PromptStreamItem
+from agentctl.evidence.decode_errors import describe_decode_error
+
+T = TypeVar("T")
 
 
-class ControlError(Exception):
+class ControlClientError(Exception):
     """Talking to the daemon failed; the message is one line for the CLI."""
 
 
-class ControlUnavailable(ControlError):
+class ControlUnavailable(ControlClientError):
     """Could not connect at all: no socket file, nobody listening, or not allowed to connect."""
 
 
-class ControlProtocolError(ControlError):
-    """Connected, but the exchange failed: timeout, connection dropped, or a response that is not JSON."""
+class ControlProtocolError(ControlClientError):
+    """Connected, but the exchange failed: timeout, connection dropped, or an answer this contract cannot read."""
+
+
+class ControlRefused(ControlClientError):
+    """The daemon answered with a refusal: `error` is its ControlError (status, reason code, one line)."""
+
+    def __init__(self, route: str, error: ControlError) -> None:
+        message = f"the daemon refused {route} (HTTP {error.status})" + (f": {error.error}" if error.error else "")
+        super().__init__(message)
+        self.route = route
+        self.error = error
 
 
 class _UnixHTTPConnection(http.client.HTTPConnection):
@@ -59,17 +77,48 @@ def _connect_error(path: Path, exc: OSError) -> ControlUnavailable:
 
 
 class ControlClient:
+    """Requests to one daemon's control socket. `call` and `stream` answer contract structs (a refusal raises
+    ControlRefused with the daemon's ControlError); `get` and `post` answer the raw JSON object."""
+
     def __init__(self, path: Path, timeout: float = 5.0) -> None:
         self.path = Path(path)
         self.timeout = timeout
 
     def get(self, path: str) -> tuple[int, dict[str, Any]]:
-        return self._request("GET", path)
+        return self._json("GET", path)
 
     def post(self, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
-        return self._request("POST", path, body)
+        return self._json("POST", path, body)
 
-    def _request(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
+    def call(self, method: str, path: str, kind: type[T], body: Any = None, ok: tuple[int, ...] = (200,)) -> T:
+        """The answer decoded as `kind`; ControlRefused when the status is not in `ok`."""
+        status, raw = self._request(method, path, body)
+        if status not in ok:
+            raise ControlRefused(path, _refusal(status, raw))
+        try:
+            return msgspec.json.decode(raw, type=kind)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            why = describe_decode_error(exc).text(limit=200)
+            raise ControlProtocolError(
+                f"the agentctl daemon at {self.path} answered {method} {path} with a body this agentctl cannot read "
+                f"({why}); is it another agentctl version?"
+            ) from None
+
+    def _json(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
+        status, raw = self._request(method, path, body)
+        try:
+            data = json.loads(raw) if raw else {}
+        except ValueError:
+            raise ControlProtocolError(
+                f"the agentctl daemon at {self.path} answered {method} {path} with HTTP {status} and a body that is not JSON"
+            ) from None
+        if not isinstance(data, dict):
+            raise ControlProtocolError(
+                f"the agentctl daemon at {self.path} answered {method} {path} with JSON that is not an object"
+            )
+        return status, data
+
+    def _request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
         conn = _UnixHTTPConnection(self.path, self.timeout)
         try:
             try:
@@ -83,8 +132,7 @@ class ControlClient:
             try:
                 conn.request(method, path, body=payload, headers=headers)
                 response = conn.getresponse()
-                status = response.status
-                raw = response.read()
+                return response.status, response.read()
             except TimeoutError:
                 raise ControlProtocolError(
                     f"the agentctl daemon at {self.path} did not answer {method} {path} within {self.timeout:g} s"
@@ -96,20 +144,10 @@ class ControlClient:
                 ) from None
         finally:
             conn.close()
-        try:
-            data = json.loads(raw) if raw else {}
-        except ValueError:
-            raise ControlProtocolError(
-                f"the agentctl daemon at {self.path} answered {method} {path} with HTTP {status} and a body that is not JSON"
-            ) from None
-        if not isinstance(data, dict):
-            raise ControlProtocolError(
-                f"the agentctl daemon at {self.path} answered {method} {path} with JSON that is not an object"
-            )
-        return status, data
 
-    def stream(self, path: str, body: Any = None, timeout: float | None = None):
-        """POST and yield each JSON line of an NDJSON response as it arrives (the prompt stream).
+    def stream(self, path: str, body: Any = None, timeout: float | None = None) -> Iterator[PromptStreamItem]:
+        """POST and yield each line of an NDJSON answer as it arrives (the prompt stream); ControlRefused when
+        the daemon refuses before streaming. A line this contract cannot read is skipped.
 
         `timeout` bounds each read, not the whole stream: an agent may think for a while between updates.
         """
@@ -124,23 +162,15 @@ class ControlClient:
                 conn.request("POST", path, body=payload, headers={"Content-Type": "application/json"})
                 response = conn.getresponse()
                 if response.status != 200:
-                    raw = response.read()
-                    try:
-                        data = json.loads(raw) if raw else {}
-                    except ValueError:
-                        data = {}
-                    yield {"type": "error", "http_status": response.status, **(data if isinstance(data, dict) else {})}
-                    return
+                    raise ControlRefused(path, _refusal(response.status, response.read()))
                 for line in response:
                     line = line.strip()
                     if not line:
                         continue
                     try:
-                        item = json.loads(line)
-                    except ValueError:
+                        yield _stream_item.decode(line)
+                    except (msgspec.DecodeError, msgspec.ValidationError):
                         continue
-                    if isinstance(item, dict):
-                        yield item
             except TimeoutError:
                 raise ControlProtocolError(f"the agentctl daemon at {self.path} stopped answering {path}") from None
             except (OSError, http.client.HTTPException) as exc:
@@ -148,3 +178,17 @@ class ControlClient:
                 raise ControlProtocolError(f"the connection to the agentctl daemon failed during {path}: {why}") from None
         finally:
             conn.close()
+
+
+_stream_item = msgspec.json.Decoder(PromptStreamItem)
+_control_error = msgspec.json.Decoder(ControlError)
+
+
+def _refusal(status: int, raw: bytes) -> ControlError:
+    """The daemon's ControlError; an answer of another shape is still a refusal with this status."""
+    try:
+        error = _control_error.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return ControlError(error="", reason_code="unexpected_answer", status=status)
+    error.status = status  # the status line is the truth; the body only repeats it
+    return error

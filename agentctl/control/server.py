@@ -16,7 +16,17 @@ import msgspec
 from aiohttp import web
 
 from agentctl.control.socket import peer_allowed, peer_cred
-from agentctl.evidence.contract import HealthResponse, StatusResponse, encode
+from agentctl.evidence.contract import (
+    AgentReadiness,
+    AgentState,
+    CheckState,
+    ControlError,
+    HealthResponse,
+    StatusResponse,
+    StopResult,
+    encode,
+)
+from agentctl.evidence.decode_errors import describe_decode_error
 from agentctl.logs import log_failure
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,17 +43,35 @@ def json_response(body: Any, status: int = 200) -> web.Response:
     return web.Response(body=encode(body), status=status, content_type="application/json")
 
 
-def error_response(status: int, message: str) -> web.Response:
-    return json_response({"error": message}, status=status)
+def error_response(status: int, reason_code: str, message: str) -> web.Response:
+    """A refusal, as every route of the control API (and the hub page's API) answers one."""
+    return json_response(ControlError(error=message, reason_code=reason_code, status=status), status=status)
 
 
-class BodyError(Exception):
-    """A request body a route cannot use: `status` (400 or 413) and a one-line `message` for the caller."""
+# The reason code of a refusal aiohttp itself raised (no such route, a method the route does not take, a body
+# over the application's limit), by HTTP status.
+STATUS_REASONS = {400: "bad_request_body", 404: "unknown_route", 405: "wrong_method", 413: "body_too_large"}
 
-    def __init__(self, status: int, message: str) -> None:
+
+def status_reason(status: int) -> str:
+    return STATUS_REASONS.get(status, "request_refused")
+
+
+class Refusal(Exception):
+    """A request a route turns down: its HTTP status, reason code and one line, answered as a ControlError."""
+
+    def __init__(self, status: int, reason_code: str, message: str) -> None:
         super().__init__(message)
         self.status = status
+        self.reason_code = reason_code
         self.message = message
+
+    def response(self) -> web.Response:
+        return error_response(self.status, self.reason_code, self.message)
+
+
+class BodyError(Refusal):
+    """A request body a route cannot use (status 400 or 413)."""
 
 
 _MAX_BODY_ERROR = 200
@@ -57,17 +85,14 @@ async def decode_body(request: web.Request, kind: type[Any], *, max_bytes: int |
     """
     raw = await request.read()
     if max_bytes is not None and len(raw) > max_bytes:
-        raise BodyError(413, f"request body over {max_bytes} bytes")
+        raise BodyError(413, "body_too_large", f"request body over {max_bytes} bytes")
     try:
         return msgspec.json.decode(raw or b"{}", type=kind)
     except msgspec.ValidationError as exc:
-        detail = " ".join(str(exc).split(" - ")[0].split())
-        detail = "".join(ch if ch.isprintable() else "?" for ch in detail)
-        if len(detail) > _MAX_BODY_ERROR:
-            detail = detail[: _MAX_BODY_ERROR - 1] + "…"
-        raise BodyError(400, f"bad request body: {detail}{hint}") from None
+        detail = describe_decode_error(exc).text(with_path=False, limit=_MAX_BODY_ERROR)
+        raise BodyError(400, "bad_request_body", f"bad request body: {detail}{hint}") from None
     except msgspec.DecodeError:
-        raise BodyError(400, "bad request body: not JSON") from None
+        raise BodyError(400, "bad_request_body", "bad request body: not JSON") from None
 
 
 def peer_uid(sock: Any) -> int | None:
@@ -92,7 +117,7 @@ def control_guard(ctx_key: web.AppKey[DaemonContext]) -> Any:
         sock = transport.get_extra_info("socket") if transport is not None else None
         if sock is None or getattr(sock, "family", None) != socket.AF_UNIX:
             # Over TCP the control API does not exist (not "forbidden": nothing to discover).
-            return error_response(404, "not found")
+            return error_response(404, "unknown_route", "not found")
         uid = peer_uid(sock)
         if not peer_allowed(uid):
             # Counted (diagnostics show it) and logged once per uid: another local user probing the socket
@@ -102,7 +127,8 @@ def control_guard(ctx_key: web.AppKey[DaemonContext]) -> Any:
                 warned_uids.add(uid)
                 log.warning("refused a control request from uid %s: only the daemon's own user and root may use "
                             "the control socket", "unknown" if uid is None else uid)
-            return error_response(403, "forbidden: the control socket serves only the daemon's own user and root")
+            return error_response(403, "forbidden_peer",
+                                  "forbidden: the control socket serves only the daemon's own user and root")
         return await _handle(request, handler)
 
     return control_guard_middleware
@@ -116,15 +142,15 @@ async def _handle(request: web.Request, handler: Any) -> web.StreamResponse:
         if exc.status < 400:
             raise
         if exc.status == 405:
-            return error_response(405, f"method {request.method} not allowed on {request.path}")
+            return error_response(405, "wrong_method", f"method {request.method} not allowed on {request.path}")
         if exc.status == 404:
-            return error_response(404, f"no control route {request.path}")
-        return error_response(exc.status, exc.reason)
+            return error_response(404, "unknown_route", f"no control route {request.path}")
+        return error_response(exc.status, status_reason(exc.status), exc.reason)
     except asyncio.CancelledError:
         raise
     except Exception as exc:
         log_failure(log, f"control request {request.method} {request.path} failed", exc)
-        return error_response(500, "internal error")
+        return error_response(500, "internal_error", "internal error")
 
 
 def build_status(ctx: DaemonContext) -> StatusResponse:
@@ -144,6 +170,32 @@ def build_status(ctx: DaemonContext) -> StatusResponse:
     )
 
 
+def agent_readiness(agent: AgentState | None) -> AgentReadiness | None:
+    """The agent's state for readiness: codes and numbers only, whoever asks."""
+    if agent is None:
+        return None
+    return AgentReadiness(
+        state=agent.state,
+        start_failure=agent.start_failure,
+        exit_code=agent.exit_code,
+        exit_signal=agent.exit_signal,
+        stopped_by_daemon=agent.stopped_by_daemon if agent.state == "exited" else None,
+    )
+
+
+def build_health(ctx: DaemonContext) -> HealthResponse:
+    """Readiness as GET /v1/health and `/readyz?verbose` both answer it."""
+    readiness = ctx.readiness
+    return HealthResponse(
+        live=True,
+        ready=readiness.ready,
+        stopping=readiness.stopping,
+        checks={name: CheckState(ok=ok, detail=readiness.details.get(name)) for name, ok in readiness.checks.items()},
+        degraded=dict(readiness.degraded),
+        agent=agent_readiness(ctx.ledger.history.agent),
+    )
+
+
 def install_control_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext]) -> None:
     """Add the guard middleware and the /v1 routes. Call before the app is frozen (before runner.setup)."""
     if app.frozen:
@@ -157,20 +209,11 @@ def install_control_routes(app: web.Application, ctx_key: web.AppKey[DaemonConte
         return json_response(request.app[ctx_key].ledger.history)
 
     async def health(request: web.Request) -> web.Response:
-        readiness = request.app[ctx_key].readiness
-        body = HealthResponse(
-            live=True,
-            ready=readiness.ready,
-            stopping=readiness.stopping,
-            checks=dict(readiness.checks),
-            details=dict(readiness.details),
-            degraded=dict(readiness.degraded),
-        )
-        return json_response(body)
+        return json_response(build_health(request.app[ctx_key]))
 
     async def stop(request: web.Request) -> web.StreamResponse:
         ctx = request.app[ctx_key]
-        response = json_response({"stopping": True}, status=202)
+        response = json_response(StopResult(stopping=True), status=202)
         # Send the whole response first: the stop trigger starts shutdown, which closes this connection.
         await response.prepare(request)
         await response.write_eof()

@@ -6,22 +6,26 @@ import argparse
 import sys
 from typing import Any
 
-from agentctl.control.commands import (
+from agentctl.cli_support import (
+    EXIT_FAILED,
     EXIT_OK,
-    EXIT_UNREACHABLE,
     EXIT_USAGE,
-    _call,
-    _err,
-    _out,
-    _print_json,
-    _Usage,
-    locate_socket,
+    call,
+    client_exit,
+    command,
+    connect,
+    daemon_options,
+    fail,
+    out,
+    print_json,
 )
+from agentctl.evidence.contract import CancelResult, McpConfig, ProfileResult, SessionResult, StderrView
 
 SECRET_NOTICE = "# SECRET: this bearer token lets an MCP client act as the current attempt; do not paste it anywhere."
 
 
-def add_session_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
+def add_session_commands(subparsers: Any) -> None:
+    common = daemon_options()
     p = subparsers.add_parser("session", help="open, load or reset the agent session (each is a new attempt)")
     actions = p.add_subparsers(title="actions", metavar="ACTION", dest="action")
     a = actions.add_parser("new", parents=[common], help="ACP session/new (MCP-only: a new attempt, no agent)")
@@ -31,7 +35,7 @@ def add_session_commands(subparsers: Any, common: argparse.ArgumentParser) -> No
     a.set_defaults(func=cmd_session, route="/v1/session/load")
     a = actions.add_parser("reset", parents=[common], help="abandon the session and open a new one (new attempt)")
     a.set_defaults(func=cmd_session, route="/v1/session/reset")
-    p.set_defaults(func=lambda args: _err("session needs an action: new, load or reset", EXIT_USAGE))
+    p.set_defaults(func=lambda args: fail("session needs an action: new, load or reset", EXIT_USAGE))
 
     p = subparsers.add_parser("prompt", parents=[common], help="send a prompt; the agent's updates stream here")
     p.add_argument("text", metavar="TEXT")
@@ -50,7 +54,7 @@ def add_session_commands(subparsers: Any, common: argparse.ArgumentParser) -> No
     a = actions.add_parser("profile", parents=[common], help="switch the tool profile at runtime")
     a.add_argument("name", metavar="PROFILE", help="task, task-title, config or external")
     a.set_defaults(func=cmd_mcp_profile)
-    p.set_defaults(func=lambda args: _err("mcp needs an action: profile", EXIT_USAGE))
+    p.set_defaults(func=lambda args: fail("mcp needs an action: profile", EXIT_USAGE))
 
     p = subparsers.add_parser(
         "stderr", parents=[common], help="recent agent output, on demand (may contain sensitive data; never stored)"
@@ -71,115 +75,105 @@ _NOT_OPENED = {
 }
 
 
+@command
 def cmd_session(args: argparse.Namespace) -> int:
     payload = {"session_id": args.session_id} if getattr(args, "session_id", None) else None
     # session/new may wait for the agent (it often connects to its MCP servers before answering).
     args.timeout = max(args.timeout, 120.0)
-    body = _call(args, "POST", args.route, body=payload)
-    if isinstance(body, int):
-        return body
+    result = call(args, "POST", args.route, SessionResult, body=payload)
     if args.json:
-        _print_json(body)
-        return EXIT_OK if body.get("accepted") or not body.get("with_agent") else EXIT_USAGE
-    if not body.get("with_agent"):
-        _out(f"attempt {body['attempt_id']} opened (no agent: MCP only; see `agentctl mcp-config`)\n")
+        print_json(result)
+        return EXIT_OK if result.accepted or not result.with_agent else EXIT_FAILED
+    if not result.with_agent:
+        out(f"attempt {result.attempt_id} opened (no agent: MCP only; see `agentctl mcp-config`)\n")
         return EXIT_OK
-    if body.get("accepted"):
-        acp_session = body.get("acp_session_id")
-        _out(f"attempt {body['attempt_id']}: " + (f"session accepted ({acp_session})\n" if acp_session else "agent started\n"))
+    if result.accepted:
+        acp_session = result.acp_session_id
+        out(f"attempt {result.attempt_id}: " + (f"session accepted ({acp_session})\n" if acp_session else "agent started\n"))
         return EXIT_OK
-    failed = ", ".join(body.get("failed_servers") or [])
-    code = body.get("reason_code")
-    line = f"attempt {body['attempt_id']}: {_NOT_OPENED.get(code, 'the session was not opened')}: {code}"
-    if body.get("summary"):
-        line += f" ({body['summary']})"
+    failed = ", ".join(result.failed_servers)
+    code = result.reason_code
+    line = f"attempt {result.attempt_id}: {_NOT_OPENED.get(code or '', 'the session was not opened')}: {code}"
+    if result.summary:
+        line += f" ({result.summary})"
     if failed:
         line += f"; failed servers: {failed}"
     from agentctl.safetext import neutralize
 
-    _out(neutralize(line) + "\n")
-    return EXIT_USAGE
+    out(neutralize(line) + "\n")
+    return EXIT_FAILED
 
 
+@command
 def cmd_prompt(args: argparse.Namespace) -> int:
-    from agentctl.control.client import ControlClient, ControlError, ControlUnavailable
+    from agentctl.control.client import ControlClientError
 
-    try:
-        client = ControlClient(locate_socket(args), timeout=args.timeout)
-    except _Usage as exc:
-        return _err(str(exc), EXIT_USAGE)
+    client = connect(args)
     code = EXIT_OK
     try:
         for item in client.stream("/v1/prompt", {"text": args.text}, timeout=max(args.timeout, 300.0)):
             if args.json:
-                _print_json(item)
-            kind = item.get("type")
-            if kind == "error":
-                code = EXIT_USAGE
+                print_json(item)
+            if item.type == "error":
+                code = EXIT_FAILED
                 if not args.json:
-                    _err(item.get("summary") or item.get("error") or item.get("reason_code") or "prompt failed", code)
+                    fail(item.summary or item.reason_code or "prompt failed", code)
             elif not args.json:
-                if kind == "agent_message_chunk":
-                    _out(item.get("text", ""))
-                elif kind == "tool_call":
-                    _out(f"\n[tool] {item.get('title') or ''}\n")
-                elif kind == "done":
-                    dropped = item.get("dropped_updates")
+                if item.type == "agent_message_chunk":
+                    out(item.text or "")
+                elif item.type == "tool_call":
+                    out(f"\n[tool] {item.title or ''}\n")
+                elif item.type == "done":
+                    dropped = item.dropped_updates
                     note = f"; {dropped} updates dropped (the reader was too slow)" if dropped else ""
-                    _out(f"\n[{item.get('stop_reason')}{note}]\n")
-    except ControlUnavailable as exc:
-        return _err(str(exc), EXIT_UNREACHABLE)
-    except ControlError as exc:
-        return _err(str(exc), EXIT_USAGE)
+                    out(f"\n[{item.stop_reason}{note}]\n")
+    except ControlClientError as exc:
+        return fail(str(exc), client_exit(exc))
     return code
 
 
+@command
 def cmd_cancel(args: argparse.Namespace) -> int:
-    body = _call(args, "POST", "/v1/cancel")
-    if isinstance(body, int):
-        return body
-    _print_json(body) if args.json else _out("cancel sent\n")
+    result = call(args, "POST", "/v1/cancel", CancelResult)
+    print_json(result) if args.json else out("cancel sent\n")
     return EXIT_OK
 
 
+@command
 def cmd_mcp_config(args: argparse.Namespace) -> int:
-    body = _call(args, "GET", "/v1/mcp-config")
-    if isinstance(body, int):
-        return body
+    config = call(args, "GET", "/v1/mcp-config", McpConfig)
     if args.json:
-        _print_json(body)
+        print_json(config)
         return EXIT_OK
-    _out(SECRET_NOTICE + "\n")
-    _out(f"name:     {body['name']}\nattempt:  {body['attempt_id']}\nurl:      {body['url']}\n")
-    _out(f"sse url:  {body['sse_url']}\n")
-    for name, value in body.get("headers", {}).items():
-        _out(f"header:   {name}: {value}\n")
+    out(SECRET_NOTICE + "\n")
+    out(f"name:     {config.name}\nattempt:  {config.attempt_id}\nurl:      {config.url}\n")
+    out(f"sse url:  {config.sse_url}\n")
+    for name, value in config.headers.items():
+        out(f"header:   {name}: {value}\n")
     return EXIT_OK
 
 
+@command
 def cmd_mcp_profile(args: argparse.Namespace) -> int:
-    body = _call(args, "POST", "/v1/mcp/profile", body={"name": args.name})
-    if isinstance(body, int):
-        return body
-    _print_json(body) if args.json else _out(f"profile {body['profile']}: {body['tool_count']} tools\n")
+    result = call(args, "POST", "/v1/mcp/profile", ProfileResult, body={"name": args.name})
+    print_json(result) if args.json else out(f"profile {result.profile}: {result.tool_count} tools\n")
     return EXIT_OK
 
 
+@command
 def cmd_stderr(args: argparse.Namespace) -> int:
-    body = _call(args, "GET", "/v1/stderr")
-    if isinstance(body, int):
-        return body
+    view = call(args, "GET", "/v1/stderr", StderrView)
     if args.json:
-        _print_json(body)
+        print_json(view)
         return EXIT_OK
-    print(f"warning: {body['warning']}", file=sys.stderr)
-    if body.get("empty"):
-        state = body.get("agent_state")
-        _out("the agent has written nothing to stderr" + (f" (agent {state})" if state else " (no agent)") + "\n")
+    print(f"warning: {view.warning}", file=sys.stderr)
+    if view.empty:
+        state = view.agent_state
+        out("the agent has written nothing to stderr" + (f" (agent {state})" if state else " (no agent)") + "\n")
         return EXIT_OK
-    if body.get("agent_state") == "exited":
-        _out("(the agent has exited; this is its last output)\n")
-    if body.get("truncated"):
-        _out("(older output dropped: at most 50 lines and 16 KiB are kept)\n")
-    _out("\n".join(body.get("lines", [])) + "\n")
+    if view.agent_state == "exited":
+        out("(the agent has exited; this is its last output)\n")
+    if view.truncated:
+        out("(older output dropped: at most 50 lines and 16 KiB are kept)\n")
+    out("\n".join(view.lines) + "\n")
     return EXIT_OK

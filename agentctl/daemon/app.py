@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -36,7 +36,7 @@ from agentctl.daemon.health import install_health_routes
 from agentctl.daemon.systemd import Notifier
 from agentctl.diagnostics.routes import install_diagnostics_routes, tester_of
 from agentctl.evidence.catalog import EstimatorLoader
-from agentctl.evidence.contract import AttemptOrigin, Identity
+from agentctl.evidence.contract import AttemptOrigin, DaemonReady, Identity
 from agentctl.evidence.ledger import Clock, Ledger, ServerSeed, utcnow
 from agentctl.evidence.sanitize import summarize, target_for_command, target_for_url
 from agentctl.evidence.store import (
@@ -47,6 +47,7 @@ from agentctl.evidence.store import (
     report_path,
     resolve_state_dir,
 )
+from agentctl.exit_codes import EXIT_OK, EXIT_SIGNAL_BASE
 from agentctl.identity import new_execution_id, new_instance_id
 from agentctl.listener_guard import (
     HTTP_REFUSAL,
@@ -144,7 +145,7 @@ class Daemon:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
 
-    async def start(self) -> dict[str, Any]:
+    async def start(self) -> DaemonReady:
         """Start every component in order, each step pushing its own stop; on any failure stop what started,
         in reverse, and raise."""
         self._stops = StopStack(log)
@@ -183,16 +184,15 @@ class Daemon:
         log.info("agentctl %s ready (execution %s)", __version__, self.ctx.identity.execution_id)
         return self.ready_info()
 
-    def ready_info(self) -> dict[str, Any]:
+    def ready_info(self) -> DaemonReady:
         ident = self.ctx.identity
-        return {
-            "event": "ready",
-            "control_socket": str(self.ctx.control_socket),
-            "mcp_url": self.ctx.mcp_url,
-            "instance_id": ident.instance_id,
-            "execution_id": ident.execution_id,
-            "pid": os.getpid(),
-        }
+        return DaemonReady(
+            control_socket=str(self.ctx.control_socket),
+            mcp_url=self.ctx.mcp_url,
+            instance_id=ident.instance_id,
+            execution_id=ident.execution_id,
+            pid=os.getpid(),
+        )
 
     async def stop(self) -> None:
         """Stop in reverse order of start (the stack's order); idempotent."""
@@ -214,7 +214,7 @@ class Daemon:
 
     async def serve(
         self,
-        on_ready: Callable[[dict[str, Any]], None] | None = None,
+        on_ready: Callable[[DaemonReady], None] | None = None,
         *,
         install_signals: bool = True,
         signals: Signals | None = None,
@@ -224,7 +224,7 @@ class Daemon:
         Signals are captured before start-up too (`signals`, installed by the CLI before its imports): a
         stop during start-up drains from wherever the start was. Exit status 0 after a drain, also one cut
         short by `shutdown_timeout`; 128 + N when a second signal N forced the exit."""
-        async def main(info: dict[str, Any]) -> None:
+        async def main(info: DaemonReady) -> None:
             if on_ready is not None:
                 on_ready(info)
             await self.ctx.stop_event.wait()
@@ -238,7 +238,7 @@ class Daemon:
             shutdown_timeout=self.spec.daemon.shutdown_timeout,
             signals=signals if install_signals else Signals(capture=False),
         )
-        return 128 + outcome.forced_by if outcome.forced_by is not None else 0
+        return EXIT_SIGNAL_BASE + outcome.forced_by if outcome.forced_by is not None else EXIT_OK
 
     async def abort(self) -> None:
         """The fast end of a drain cut short: the agent's tree SIGKILLed (its shim finishes the job after

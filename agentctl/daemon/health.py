@@ -8,27 +8,10 @@ and the live report is whole), so a probe that restarted it would lose more than
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
 
 from agentctl.context import DaemonContext
-
-
-def _agent(ctx: DaemonContext) -> dict[str, Any] | None:
-    """How the agent stands, as codes and numbers only: nothing it said (its name, version and the summary
-    of a start failure stay on the control socket), since this port answers without a credential."""
-    agent = ctx.ledger.history.agent
-    if agent is None:
-        return None
-    out: dict[str, Any] = {"state": agent.state}
-    for key in ("start_failure", "exit_code", "exit_signal"):
-        value = getattr(agent, key)
-        if value is not None:
-            out[key] = value
-    if agent.state == "exited":
-        out["stopped_by_daemon"] = agent.stopped_by_daemon
-    return out
+from agentctl.control.server import build_health, json_response
 
 
 def install_health_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext]) -> None:
@@ -37,23 +20,11 @@ def install_health_routes(app: web.Application, ctx_key: web.AppKey[DaemonContex
 
     async def readyz(request: web.Request) -> web.Response:
         ctx = request.app[ctx_key]
-        readiness = ctx.readiness
-        status = 200 if readiness.ready else 503
+        status = 200 if ctx.readiness.ready else 503
         if "verbose" not in request.query:
-            return web.json_response({"ready": readiness.ready}, status=status)
-        body: dict[str, Any] = {
-            "ready": readiness.ready,
-            "stopping": readiness.stopping,
-            "checks": {
-                name: {"ok": ok, **({"detail": readiness.details[name]} if name in readiness.details else {})}
-                for name, ok in readiness.checks.items()
-            },
-            "degraded": dict(readiness.degraded),
-        }
-        agent = _agent(ctx)
-        if agent is not None:
-            body["agent"] = agent
-        return web.json_response(body, status=status)
+            return web.json_response({"ready": ctx.readiness.ready}, status=status)
+        # The control socket's health answer, word for word: its agent part holds codes and numbers only.
+        return json_response(build_health(ctx), status=status)
 
     app.router.add_get("/livez", livez)
     app.router.add_get("/readyz", readyz)

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, TextIO
 
 from agentctl.agent.outcome import AgentError
 from agentctl.daemon.app import Daemon
-from agentctl.evidence.contract import EvidenceEvent, encode
+from agentctl.evidence.contract import EvidenceEvent, PromptStreamItem, encode
 from agentctl.evidence.reasons import meaning
 from agentctl.control.socket import cleanup_socket_path
+from agentctl.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SIGNAL_BASE
 from agentctl.lifecycle import Signals, StopStack, serve_until_signalled
 from agentctl.safetext import neutralize
 
@@ -29,10 +30,9 @@ log = logging.getLogger("agentctl.run")
 
 SETTLE_SECONDS = 1.0  # after the session is accepted, give the agent a moment to list tools before the table
 
-# Exit codes of `agentctl run` (its --help and the README list them). 2 is the CLI's own: a bad spec or a
-# daemon that could not start, one line on stderr. An interrupt is 128 + the signal number.
-EXIT_OK = 0
-EXIT_AGENT_FAILED = 1  # the agent did not start, refused or failed the session or prompt, or exited with an error
+# Exit codes of `agentctl run`, from the CLI's one table (its --help and the README list them). EXIT_NO_DAEMON
+# is the CLI's own: a bad spec or a daemon that could not start, one line on stderr.
+EXIT_AGENT_FAILED = EXIT_FAILED  # the agent did not start, refused or failed the session or prompt, or exited with an error
 
 
 def progress_line(event: EvidenceEvent, passthrough: bool = False) -> str | None:
@@ -158,13 +158,13 @@ async def _run_main_job(
         # After the stop: the same final report the file holds (the agent's exit included).
         out.write(encode(daemon.ledger.history).decode() + "\n")
     if outcome.signum is None:
-        return outcome.result or 0
+        return outcome.result or EXIT_OK
     # Ctrl-C or SIGTERM: the agent tree is stopped and the report is final all the same.
     first = signal.Signals(outcome.signum).name
     how = f"; {signal.Signals(outcome.forced_by).name} again: exited without finishing the stop" if outcome.forced_by else ""
     where = f"; report persisted to {daemon.ctx.report_path}" if daemon.ctx.report_path else ""
     print(f"agentctl: interrupted by {first}: stopped the agent{where}{how}", file=sys.stderr)
-    return 128 + (outcome.forced_by or outcome.signum)
+    return EXIT_SIGNAL_BASE + (outcome.forced_by or outcome.signum)
 
 
 async def _job(daemon: Daemon, prompt: str | None, show) -> int:
@@ -223,9 +223,9 @@ class _AnswerPrinter:
         self._show = show
         self._parts: list[str] = []
 
-    def __call__(self, item: dict) -> None:
-        if item.get("type") == "agent_message_chunk":
-            self._parts.append(item.get("text", ""))
+    def __call__(self, item: PromptStreamItem) -> None:
+        if item.type == "agent_message_chunk":
+            self._parts.append(item.text or "")
             if "".join(self._parts).endswith("\n"):
                 self.flush()
 

@@ -1,129 +1,114 @@
 """Client commands for diagnostics: `test-endpoint NAME`, `diagnostics`, `tools [NAME]`.
 
-Exit codes follow control/commands.py (0 ok, 1 bad arguments or a refused request, 2 cannot connect),
-plus 3 for `test-endpoint` when the test ran and the server was not reachable.
+Exit codes are agentctl.cli_support's table; `test-endpoint` is 3 when the test ran and the server was not
+reachable.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 from urllib.parse import quote
 
-from agentctl.control.commands import EXIT_OK, _call, _out, _print_json
+from agentctl.cli_support import (
+    EXIT_FAILED,
+    EXIT_NO_DAEMON,
+    EXIT_OK,
+    EXIT_TEST_FAILED,
+    call,
+    command,
+    daemon_options,
+    out,
+    positive_seconds,
+    print_json,
+    stdout_color,
+)
+from agentctl.evidence.contract import Diagnostics, EndpointTestResponse, ToolDetail, ToolsView
 
-EXIT_TEST_FAILED = 3
 MAX_TEST_TIMEOUT = 60.0
 
 
-def _test_timeout(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < value <= MAX_TEST_TIMEOUT:
-        raise argparse.ArgumentTypeError(f"must be greater than 0 and at most {MAX_TEST_TIMEOUT:g}: {text!r}")
-    return value
-
-
-def add_diagnostics_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
-    # test-endpoint's --timeout is the test's own bound, so it cannot share `common` (whose --timeout is the
-    # client's): the same socket options, declared again.
-    locate = argparse.ArgumentParser(add_help=False)
-    locate.add_argument("--socket", metavar="PATH", help="control socket path")
-    locate.add_argument("--execution", metavar="ID", help="execution id (finds <runtime dir>/<ID>/control.sock)")
-    locate.add_argument("--json", action="store_true", help="print the daemon's JSON instead of text")
-
+def add_diagnostics_commands(subparsers: Any) -> None:
+    # test-endpoint's --timeout is the test's own bound, not the client's.
     p = subparsers.add_parser(
         "test-endpoint",
-        parents=[locate],
+        parents=[daemon_options(timeout=False)],
         help="test whether a configured MCP server is reachable from the daemon (reachability, not attachment)",
         description="Run a bounded MCP initialize + tools/list (http, sse) or start the stored command (stdio) "
         "for the server NAME of the current configuration, from the daemon. Only the name is sent: the "
-        "URL, headers, command and environment are the daemon's own. Exit codes: 0 reachable, 1 refused "
-        "(unknown name, already running), 2 cannot connect to the daemon, 3 the test failed.",
+        "URL, headers, command and environment are the daemon's own. Exit codes: "
+        f"{EXIT_OK} reachable, {EXIT_FAILED} refused (unknown name, already running), {EXIT_NO_DAEMON} cannot "
+        f"connect to the daemon, {EXIT_TEST_FAILED} the test failed.",
     )
     p.add_argument("name", metavar="NAME", help="a server name from `agentctl status`")
     p.add_argument(
-        "--timeout", metavar="S", type=_test_timeout, default=None, help="give the test this long (default 10, max 60)"
+        "--timeout", metavar="S", type=positive_seconds(MAX_TEST_TIMEOUT), default=None,
+        help="give the test this long (default 10, max 60)",
     )
     p.set_defaults(func=cmd_test_endpoint)
 
+    options = daemon_options()
     p = subparsers.add_parser(
         "diagnostics",
-        parents=[common],
+        parents=[options],
         help="a sanitized report to paste into a bug: attempts, per-server checklists, endpoint tests, agent exit",
     )
     p.set_defaults(func=cmd_diagnostics)
 
     p = subparsers.add_parser(
         "tools",
-        parents=[common],
+        parents=[options],
         help="the built-in server's tool catalog as the agent saw it (with ~token estimates), or one tool",
     )
     p.add_argument("tool", metavar="NAME", nargs="?", help="show this tool's description and arguments")
     p.set_defaults(func=cmd_tools)
 
 
-def _color() -> bool:
-    from agentctl.control.render import use_color
-
-    return use_color(sys.stdout)
-
-
+@command
 def cmd_test_endpoint(args: argparse.Namespace) -> int:
     payload: dict[str, Any] = {"name": args.name}
     if args.timeout is not None:
         payload["timeout"] = args.timeout
     # The client waits for the test's own bound plus the daemon's stop of a stdio tree.
     args.timeout = (args.timeout or 10.0) + 10.0
-    body = _call(args, "POST", "/v1/test-endpoint", body=payload)
-    if isinstance(body, int):
-        return body
-    ok = bool((body.get("result") or {}).get("succeeded"))
+    response = call(args, "POST", "/v1/test-endpoint", EndpointTestResponse, body=payload)
     if args.json:
-        _print_json(body)
+        print_json(response)
     else:
         from agentctl.diagnostics.render import render_endpoint_test
 
-        _out(render_endpoint_test(body, _color()))
-    return EXIT_OK if ok else EXIT_TEST_FAILED
+        out(render_endpoint_test(response, stdout_color()))
+    return EXIT_OK if response.result.succeeded else EXIT_TEST_FAILED
 
 
+@command
 def cmd_diagnostics(args: argparse.Namespace) -> int:
-    body = _call(args, "GET", "/v1/diagnostics")
-    if isinstance(body, int):
-        return body
+    diagnostics = call(args, "GET", "/v1/diagnostics", Diagnostics)
     if args.json:
-        _print_json(body)
+        print_json(diagnostics)
     else:
         from agentctl.diagnostics.render import render_diagnostics
 
-        _out(render_diagnostics(body, _color()))
+        out(render_diagnostics(diagnostics, stdout_color()))
     return EXIT_OK
 
 
+@command
 def cmd_tools(args: argparse.Namespace) -> int:
     if not args.tool:
-        body = _call(args, "GET", "/v1/tools")
-        if isinstance(body, int):
-            return body
+        view = call(args, "GET", "/v1/tools", ToolsView)
         if args.json:
-            _print_json(body)
+            print_json(view)
         else:
             from agentctl.diagnostics.render import render_tools
 
-            _out(render_tools(body, _color()))
+            out(render_tools(view, stdout_color()))
         return EXIT_OK
-    body = _call(args, "GET", "/v1/tools/" + quote(args.tool, safe=""))
-    if isinstance(body, int):
-        return body
+    detail = call(args, "GET", "/v1/tools/" + quote(args.tool, safe=""), ToolDetail)
     if args.json:
-        _print_json(body)
+        print_json(detail)
     else:
         from agentctl.diagnostics.render import render_tool
 
-        _out(render_tool(body, _color()))
+        out(render_tool(detail, stdout_color()))
     return EXIT_OK
-

@@ -193,12 +193,17 @@ def build_tools_view(ctx: DaemonContext) -> ToolsView:
 
 
 class ToolLookupError(Exception):
-    """`tools NAME` cannot answer: why, in one line (and whether it is a third-party server's name)."""
+    """`tools NAME` cannot answer: why, in one line, and its reason code (`third_party_server` for the name of
+    a server agentctl has no catalog for)."""
 
-    def __init__(self, message: str, third_party: bool = False) -> None:
+    def __init__(self, reason_code: str, message: str) -> None:
         super().__init__(message)
+        self.reason_code = reason_code
         self.message = message
-        self.third_party = third_party
+
+    @property
+    def third_party(self) -> bool:
+        return self.reason_code == "third_party_server"
 
 
 THIRD_PARTY_NOTE = (
@@ -210,12 +215,13 @@ THIRD_PARTY_NOTE = (
 def find_tool(ctx: DaemonContext, name: str) -> ToolDetail:
     view = build_tools_view(ctx)
     if name in view.third_party:
-        raise ToolLookupError(f"{name!r} is a third-party server: {THIRD_PARTY_NOTE}", third_party=True)
+        raise ToolLookupError("third_party_server", f"{name!r} is a third-party server: {THIRD_PARTY_NOTE}")
     if view.attempt_id is None:
-        raise ToolLookupError("no attachment attempt yet: open a session first")
+        raise ToolLookupError("no_attempt", "no attachment attempt yet: open a session first")
     if not view.loaded or view.catalog is None:
         raise ToolLookupError(
-            f"catalog not loaded yet: the agent has not listed the {view.server} tools in this attempt"
+            "catalog_not_loaded",
+            f"catalog not loaded yet: the agent has not listed the {view.server} tools in this attempt",
         )
     for tool in view.catalog.tools:
         if tool.name == name:
@@ -224,4 +230,4 @@ def find_tool(ctx: DaemonContext, name: str) -> ToolDetail:
             )
     known = ", ".join(t.name for t in view.catalog.tools) or "none"
     extra = " (the catalog was truncated: a tool past the bound is not kept)" if view.catalog.truncated else ""
-    raise ToolLookupError(f"no tool named {name!r} in the {view.server} catalog{extra}; known: {known}")
+    raise ToolLookupError("unknown_tool", f"no tool named {name!r} in the {view.server} catalog{extra}; known: {known}")

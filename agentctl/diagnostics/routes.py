@@ -33,18 +33,18 @@ def tester_of(ctx: DaemonContext) -> EndpointTester:
 def install_diagnostics_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext]) -> None:
     async def test_endpoint(request: web.Request) -> web.Response:
         if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-            return error_response(413, f"request body over {MAX_BODY_BYTES} bytes")
+            return error_response(413, "body_too_large", f"request body over {MAX_BODY_BYTES} bytes")
         try:
             body = await decode_body(
                 request, _TestBody, max_bytes=MAX_BODY_BYTES,
                 hint=" (only a server name and an optional timeout are accepted)",
             )
         except BodyError as exc:
-            return error_response(exc.status, exc.message)
+            return exc.response()
         try:
             response = await tester_of(request.app[ctx_key]).test(body.name, body.timeout)
         except EndpointTestError as exc:
-            return json_response({"error": exc.message, "code": exc.code}, status=exc.status)
+            return error_response(exc.status, exc.code, exc.message)
         return json_response(response)
 
     async def diagnostics(request: web.Request) -> web.Response:
@@ -57,7 +57,7 @@ def install_diagnostics_routes(app: web.Application, ctx_key: web.AppKey[DaemonC
         try:
             return json_response(find_tool(request.app[ctx_key], request.match_info["name"]))
         except ToolLookupError as exc:
-            return json_response({"error": exc.message, "third_party": exc.third_party}, status=404)
+            return error_response(404, exc.reason_code, exc.message)
 
     app.router.add_post("/v1/test-endpoint", test_endpoint)
     app.router.add_get("/v1/diagnostics", diagnostics, allow_head=False)

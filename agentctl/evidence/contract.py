@@ -257,7 +257,8 @@ class Attempt(Base, kw_only=True):
 
 
 class McpCapabilities(Base, kw_only=True):
-    """What the agent advertised in ACP initialize. Capability is not connection evidence."""
+    """What the agent advertised in ACP initialize (agentCapabilities.mcpCapabilities); delivery is planned from
+    it. stdio is mandatory for every ACP agent, so it has no flag. Capability is not connection evidence."""
 
     http: bool = False
     sse: bool = False
@@ -326,15 +327,38 @@ class StatusResponse(msgspec.Struct, kw_only=True):
     degraded: dict[str, str] = {}
 
 
+class CheckState(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One readiness check: whether it holds, and a short value-free detail (`exited: killed by SIGKILL`)."""
+
+    ok: bool
+    detail: str | None = None
+
+
+class AgentReadiness(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """How the agent stands, as codes and numbers only: nothing it said (its name, version and the summary of a
+    start failure stay on the control socket), since the loopback probe answers without a credential."""
+
+    state: Literal["starting", "running", "exited"]
+    start_failure: str | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    stopped_by_daemon: bool | None = None  # set once the agent has exited
+
+
 class HealthResponse(msgspec.Struct, kw_only=True):
-    """`agentctl health --json` and GET /v1/health. `live` is true whenever the daemon answers."""
+    """Readiness, one shape wherever it is asked: GET /v1/health (`agentctl health --json`) and `/readyz?verbose`.
+
+    `live` is true whenever the daemon answers. `ready` holds while every check is ok and no stop was requested;
+    a failing check's detail says why (the agent's end once it has exited, the upstream's state). Degraded
+    components (check name -> reason code) are visible and never make the daemon unready.
+    """
 
     live: bool
     ready: bool
     stopping: bool
-    checks: dict[str, bool]
-    details: dict[str, str]
+    checks: dict[str, CheckState]
     degraded: dict[str, str] = {}  # as in StatusResponse
+    agent: AgentReadiness | None = None  # null without an [agent]
 
 
 class SessionResult(msgspec.Struct, kw_only=True):
@@ -382,6 +406,74 @@ class EndpointTestResponse(msgspec.Struct, kw_only=True):
     attempt_id: str | None
     stored: bool
     result: EndpointTestResult
+
+
+class ControlError(msgspec.Struct, kw_only=True):
+    """Every refusal of the control API and of the hub page's API (HTTP status >= 400), and what the CLI reports
+    for one: one line for a person (never a value the caller sent), a stable reason code
+    (agentctl.evidence.reasons) and the HTTP status it came with."""
+
+    error: str
+    reason_code: str
+    status: int
+
+
+class PromptStreamItem(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One NDJSON line of POST /v1/prompt, as `agentctl prompt --json` prints it: the agent's updates as they
+    arrive (`type` is ACP's session_update kind: agent_message_chunk, tool_call, ...), then one final `done`
+    (with the stop reason) or `error` (reason code and redacted summary). It carries the agent's own words: it
+    goes to the caller only, never to a log, a file or upstream."""
+
+    type: str
+    text: str | None = None  # agent_message_chunk, agent_thought_chunk
+    title: str | None = None  # tool_call, tool_call_update
+    status: str | None = None  # tool_call, tool_call_update
+    stop_reason: str | None = None  # done
+    reason_code: str | None = None  # error
+    summary: str | None = None  # error
+    dropped_updates: int = 0  # done, error: updates dropped because the reader was too slow
+
+
+class StopResult(msgspec.Struct, kw_only=True):
+    """`agentctl stop --json` and POST /v1/stop (202): the daemon drains, then exits."""
+
+    stopping: bool
+
+
+class CancelResult(msgspec.Struct, kw_only=True):
+    """`agentctl cancel --json` and POST /v1/cancel: session/cancel was sent to the agent."""
+
+    cancelled: bool
+
+
+class ProfileResult(msgspec.Struct, kw_only=True):
+    """`agentctl mcp profile NAME --json` and POST /v1/mcp/profile: the built-in server's tool profile now."""
+
+    profile: str
+    tool_count: int
+
+
+class DaemonReady(msgspec.Struct, kw_only=True, tag_field="event", tag="ready"):
+    """The one JSON line `agentctl serve` prints on stdout once the daemon is ready (`"event": "ready"`)."""
+
+    control_socket: str
+    mcp_url: str | None
+    instance_id: str
+    execution_id: str
+    pid: int
+
+
+class HubReady(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="event", tag="ready"):
+    """The one JSON line `agentctl hub serve` prints on stdout once the hub is ready (`"event": "ready"`)."""
+
+    socket: str
+    db: str
+    tasks_db: str
+    pid: int
+    http: str | None = None  # with --http: the status page's address
+    # That address with a new token in its fragment (`#token=...`; a browser never sends a fragment): SECRET.
+    page: str | None = None
+    token_file: str | None = None  # with --token-file: where the page's token is kept
 
 
 ChecklistStepName = Literal[

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Literal, NamedTuple
 
-Where = Literal["row", "session", "agent", "endpoint_test", "upstream", "tools", "report"]
+Where = Literal["row", "session", "agent", "endpoint_test", "upstream", "control", "tools", "report"]
 
 
 class Reason(NamedTuple):
@@ -106,6 +106,26 @@ TABLE: tuple[Reason, ...] = tuple(Reason(*row) for row in (
     ("unavailable", "upstream", "the request cannot be answered now", "Try again when the daemon has an agent and is connected."),
     ("unreachable", "upstream", "the upstream socket could not be reached", "Check that the hub runs and that [upstream] socket names its socket; evidence is buffered meanwhile."),
     ("unsupported_version", "upstream", "a frame of another protocol version arrived", "Run daemon and hub from the same agentctl release."),
+    # ---- refusals of the control API and of the hub page's API (the reason_code of an error answer) -----------
+    ("bad_request_body", "control", "the request body could not be used: not JSON, or a field it does not take", "Send only the fields the route documents; the message names the field msgspec refused."),
+    ("bad_token", "control", "the hub page's token is missing or wrong", "Open the page at the address the hub printed when it started (with its #token=), or read the token from the hub's --token-file."),
+    ("body_too_large", "control", "the request body is over the route's size limit", "Send a smaller body (a prompt is at most 256 KiB)."),
+    ("catalog_not_loaded", "control", "the agent has not listed the built-in server's tools in this attempt yet", "Wait until the row is active (`agentctl status`), then ask again."),
+    ("daemon_stopping", "control", "the daemon is shutting down and takes no new work", "Start a new execution if the work must go on."),
+    ("no_acp_agent", "control", "the request needs an ACP agent and this daemon has none (MCP only, or a passthrough CLI)", "Configure an [agent] with protocol = \"acp\" to open sessions, prompt or cancel."),
+    ("no_attempt", "control", "there is no attachment attempt yet", "Open one with `agentctl session new` first."),
+    ("no_snapshot", "control", "the hub has no snapshot from this session's current execution yet", "Wait for the daemon to connect to the hub; it sends a snapshot at once."),
+    ("request_refused", "control", "the request was turned down (the HTTP status says how)", "Read the message beside the code; the daemon's log has details."),
+    ("third_party_server", "control", "the name is a third-party server's: agentctl has no tool catalog for it", "Third-party servers connect directly to the agent; `agentctl tools` lists the built-in server's tools only."),
+    ("token_in_query", "control", "a request carried a token in its URL query", "Open the page with #token=… in the fragment, or send the token as an Authorization: Bearer header."),
+    ("too_many_streams", "control", "too many update streams of the hub page are open", "Close page tabs you no longer use."),
+    ("unexpected_answer", "control", "the answer could not be read as this agentctl's contract", "Run the CLI from the same agentctl release as the daemon."),
+    ("unknown_profile", "control", "no tool profile has this name", "Use task, task-title, config or external."),
+    ("unknown_route", "control", "no such route in this API", "Check the route and the agentctl version; the control API answers only on the control socket."),
+    ("unknown_session", "control", "the hub has no session of this id", "Take a session id from the hub's status (the page's list, or its status command)."),
+    ("unknown_tool", "control", "no tool of this name in the built-in server's catalog", "`agentctl tools` lists the names; a catalog past its bound keeps the first 128 by name."),
+    ("wrong_host", "control", "the hub page answers only to a loopback host name", "Open the page at 127.0.0.1, [::1] or localhost, with the port it listens on."),
+    ("wrong_method", "control", "the route does not take this HTTP method", "Use the method the route documents (GET to read, POST to act)."),
     # ---- tool catalog ------------------------------------------------------------------------------------------
     ("encoding_unavailable", "tools", "the o200k_base encoding could not be loaded, so there are no token estimates", "The copy shipped in the package is missing or damaged (reinstall agentctl), or $AGENTCTL_O200K_PATH names a file that is not o200k_base (unset it); nothing else is affected."),
     ("estimator_loading", "tools", "the token estimator is still loading", "List the tools again in a moment."),
@@ -141,6 +161,7 @@ WHERE_TITLES: dict[str, str] = {
     "agent": "Answers about the agent (session, prompt and cancel commands, readiness)",
     "endpoint_test": "Endpoint tests (reachability from the daemon, never a row's status)",
     "upstream": "The upstream link (`upstream` in status) and upstream error frames",
+    "control": "Refusals of the control API and of the hub page (the `reason_code` of an error answer)",
     "tools": "The tool catalog",
     "report": "The report itself",
 }

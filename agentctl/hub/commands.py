@@ -1,22 +1,33 @@
 """`agentctl hub serve|status|report|migrate|schema`: the reference upstream's command line.
 
 `status` and `report` read the hub's SQLite file read-only (no socket round trip, works while the hub is
-down); they show what the hub last flushed, a fraction of a second behind the live hub. Exit codes: 0 ok,
-1 bad arguments or unknown session, 2 the database or socket cannot be used.
+down); they show what the hub last flushed, a fraction of a second behind the live hub. Exit codes
+(agentctl.cli_support's table): 0 ok, 1 bad arguments or unknown session, 2 the database or socket cannot be
+used, 128+N a second signal N cut `hub serve`'s drain short.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentctl.control.commands import _err, _print_json
+from agentctl.cli_support import (
+    EXIT_FAILED,
+    EXIT_NO_DAEMON,
+    EXIT_OK,
+    EXIT_SIGNAL_BASE,
+    EXIT_USAGE,
+    fail,
+    out,
+    print_json,
+    stdout_color,
+)
 from agentctl.safetext import neutralize_data
 
 if TYPE_CHECKING:  # pragma: no cover
+    from agentctl.evidence.contract import HubSession, HubSessionReport, HubStatus
     from agentctl.lifecycle import Signals
 
 ENV_HUB_SOCKET = "AGENTCTL_HUB_SOCKET"
@@ -48,7 +59,7 @@ def add_hub_commands(subparsers: Any) -> None:
         description="The reference upstream. Daemons with an [upstream] socket publish to it; it keeps every "
         "session's history in SQLite and answers the tool tunnel from its own task store.",
     )
-    hub.set_defaults(func=lambda args: (hub.print_help(), 1)[1])
+    hub.set_defaults(func=lambda args: (hub.print_help(), EXIT_USAGE)[1])
     sub = hub.add_subparsers(title="hub commands", metavar="COMMAND")
     db_help = f"hub database (default: ${ENV_HUB_DB}, else <state dir>/hub.sqlite3)"
 
@@ -112,9 +123,9 @@ def _hub_serve(args: argparse.Namespace, signals: Signals) -> int:
         socket_path = Path(args.socket).expanduser().absolute() if args.socket else default_socket()
         db = sqlite_db(args.db)
     except ControlSocketError as exc:
-        return _err(f"hub socket: {exc}", 2)
+        return fail(f"hub socket: {exc}", EXIT_NO_DAEMON)
     except DsnError as exc:
-        return _err(str(exc), 1)
+        return fail(str(exc), EXIT_USAGE)
     from agentctl.hub.web import WebConfigError, load_token, parse_listen
 
     web_args = None
@@ -123,19 +134,19 @@ def _hub_serve(args: argparse.Namespace, signals: Signals) -> int:
             token_file = Path(args.token_file).expanduser().absolute() if args.token_file else None
             web_args = (*parse_listen(args.http), *load_token(token_file), token_file)
         elif args.token_file:
-            return _err("--token-file needs --http HOST:PORT", 1)
+            return fail("--token-file needs --http HOST:PORT", EXIT_USAGE)
     except WebConfigError as exc:
-        return _err(str(exc), 1)
+        return fail(str(exc), EXIT_USAGE)
     from agentctl.lifecycle import run
 
     try:
         return run(_serve(socket_path, db, args.tasks_db, web_args, signals))
     except ControlSocketError as exc:
-        return _err(f"hub socket: {exc}", 2)
+        return fail(f"hub socket: {exc}", EXIT_NO_DAEMON)
     except (HubStoreError, TaskStoreError) as exc:
-        return _err(str(exc), 2)
+        return fail(str(exc), EXIT_NO_DAEMON)
     except WebConfigError as exc:
-        return _err(str(exc), 2)
+        return fail(str(exc), EXIT_NO_DAEMON)
 
 
 # The hub has no spec: its drain (close connections, last flush, stores closed) is bounded by this.
@@ -147,10 +158,10 @@ async def _serve(socket_path: Path, db: Path, tasks_db: str | None, web_args: tu
     """Serve until SIGTERM/SIGINT (agentctl.lifecycle): exit 0 after the drain, 128 + N when a second signal
     N cut it short."""
     import asyncio
-    import json
     import logging
 
     from agentctl.control.socket import cleanup_socket_path
+    from agentctl.evidence.contract import HubReady, encode
     from agentctl.lifecycle import StopStack, serve_until_signalled
     from agentctl.runtime import freeze_startup_heap
     from agentctl.hub.hub import Hub
@@ -158,30 +169,29 @@ async def _serve(socket_path: Path, db: Path, tasks_db: str | None, web_args: tu
     hub = Hub(socket_path, db, tasks_db=tasks_db)
     stops = StopStack(logging.getLogger("agentctl.hub"))
 
-    async def start() -> dict[str, Any]:
+    async def start() -> HubReady:
         try:
             await stops.enter("hub", hub)
-            ready = {"event": "ready", "socket": str(hub.socket_path), "db": str(hub.db_path),
-                     "tasks_db": str(hub.tasks_db), "pid": os.getpid()}
+            ready = HubReady(socket=str(hub.socket_path), db=str(hub.db_path), tasks_db=str(hub.tasks_db),
+                             pid=os.getpid())
             if web_args is not None:
                 from agentctl.hub.web import HubWeb
 
                 host, port, token, generated, token_file = web_args
                 page = await stops.enter("hub page", HubWeb(hub, host, port, token=token))
-                ready["http"] = page.url
+                ready.http = page.url
                 # The token goes in the fragment: a browser never sends that part of a URL to any server.
-                ready["page"] = page.url + "#token=" + token if generated else page.url
+                ready.page = page.url + "#token=" + token if generated else page.url
                 if token_file is not None:
-                    ready["token_file"] = str(token_file)
+                    ready.token_file = str(token_file)
         except BaseException:
             await stops.aclose()  # a start that failed or was cut short stops what it started
             raise
         freeze_startup_heap()
         return ready
 
-    async def main(ready: dict[str, Any]) -> None:
-        sys.stdout.write(json.dumps(ready) + "\n")
-        sys.stdout.flush()
+    async def main(ready: HubReady) -> None:
+        out(encode(ready).decode() + "\n")
         await asyncio.Event().wait()  # until a signal
 
     async def abort() -> None:
@@ -189,7 +199,7 @@ async def _serve(socket_path: Path, db: Path, tasks_db: str | None, web_args: tu
 
     outcome = await serve_until_signalled(start=start, main=main, stop=stops.aclose, abort=abort,
                                           shutdown_timeout=HUB_SHUTDOWN_TIMEOUT, signals=signals)
-    return 128 + outcome.forced_by if outcome.forced_by is not None else 0
+    return EXIT_SIGNAL_BASE + outcome.forced_by if outcome.forced_by is not None else EXIT_OK
 
 
 def _load(args: argparse.Namespace):
@@ -201,7 +211,7 @@ def _load(args: argparse.Namespace):
     try:
         db = sqlite_db(args.db)
     except DsnError as exc:
-        return str(exc), 1
+        return str(exc), EXIT_USAGE
     try:
         store = HubStore(db, readonly=True)
         try:
@@ -209,48 +219,40 @@ def _load(args: argparse.Namespace):
         finally:
             store.close()
     except HubStoreError as exc:
-        return str(exc), 2
+        return str(exc), EXIT_NO_DAEMON
 
 
 def cmd_hub_status(args: argparse.Namespace) -> int:
-    import msgspec
-
     from agentctl.hub.views import status_view
 
     sessions = _load(args)
     if isinstance(sessions, tuple):  # (message, exit code)
-        return _err(*sessions)
+        return fail(*sessions)
     view = status_view(sessions)
     if args.json:
-        _print_json(msgspec.to_builtins(view))
-        return 0
-    from agentctl.control.render import use_color
-
-    sys.stdout.write(render_hub_status(view, use_color(sys.stdout)))
-    return 0
+        print_json(view)
+    else:
+        out(render_hub_status(view, stdout_color()))
+    return EXIT_OK
 
 
 def cmd_hub_report(args: argparse.Namespace) -> int:
-    import msgspec
-
     from agentctl.hub.views import report_view
 
     sessions = _load(args)
     if isinstance(sessions, tuple):  # (message, exit code)
-        return _err(*sessions)
+        return fail(*sessions)
     session = sessions.get(args.session_id)
     if session is None:
-        return _err(f"the hub has no session {args.session_id!r}", 1)
+        return fail(f"the hub has no session {args.session_id!r}", EXIT_FAILED)
     view = report_view(session, args.execution)
     if view is None:
-        return _err(f"session {args.session_id!r} has no execution {args.execution!r}", 1)
+        return fail(f"session {args.session_id!r} has no execution {args.execution!r}", EXIT_FAILED)
     if args.json:
-        _print_json(msgspec.to_builtins(view))
-        return 0
-    from agentctl.control.render import use_color
-
-    sys.stdout.write(render_hub_report(view, use_color(sys.stdout)))
-    return 0
+        print_json(view)
+    else:
+        out(render_hub_report(view, stdout_color()))
+    return EXIT_OK
 
 
 def cmd_hub_migrate(args: argparse.Namespace) -> int:
@@ -264,24 +266,20 @@ def cmd_hub_schema(args: argparse.Namespace) -> int:
 
     from agentctl.upstream.protocol import frames_schema
 
-    sys.stdout.write(json.dumps(frames_schema(), indent=2, sort_keys=True) + "\n")
-    return 0
+    out(json.dumps(frames_schema(), indent=2, sort_keys=True) + "\n")
+    return EXIT_OK
 
 
 # ---- human output -------------------------------------------------------------------------------------
 
 
-def _when(value: Any) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S") if hasattr(value, "strftime") else str(value)
-
-
-def _session_lines(session: Any, color: bool) -> list[str]:
-    from agentctl.control.render import render_attempt
+def _session_lines(session: HubSession, color: bool) -> list[str]:
+    from agentctl.control.render import render_attempt, when
 
     link = "connected" if session.connected else "not connected"
     lines = [
         f"session {session.session_id} (task {session.task_id})",
-        f"  execution {session.current_execution_id} · {link} · last contact {_when(session.last_contact_at)}",
+        f"  execution {session.current_execution_id} · {link} · last contact {when(session.last_contact_at)}",
     ]
     attempt = session.current_attempt
     if attempt is not None:
@@ -300,7 +298,7 @@ def _session_lines(session: Any, color: bool) -> list[str]:
     return lines
 
 
-def render_hub_status(view: Any, color: bool) -> str:
+def render_hub_status(view: HubStatus, color: bool) -> str:
     view = neutralize_data(view)  # ids, names and summaries came from daemons' frames: no control characters
     if not view.sessions:
         return "the hub has no sessions yet\n"
@@ -308,8 +306,8 @@ def render_hub_status(view: Any, color: bool) -> str:
     return "\n\n".join(blocks) + "\n"
 
 
-def render_hub_report(view: Any, color: bool) -> str:
-    from agentctl.control.render import render_report
+def render_hub_report(view: HubSessionReport, color: bool) -> str:
+    from agentctl.control.render import render_report, when
 
     view = neutralize_data(view)  # ids, names and summaries came from daemons' frames: no control characters
     lines = [f"session {view.session.session_id} (task {view.session.task_id})", "executions, newest first:"]
@@ -318,7 +316,7 @@ def render_hub_report(view: Any, color: bool) -> str:
         flags.append("connected" if execution.connected else "not connected")
         if execution.rejected_frames:
             flags.append(f"{execution.rejected_frames} frame(s) rejected")
-        lines.append(f"  {execution.execution_id} ({', '.join(flags)}), last contact {_when(execution.last_contact_at)}")
+        lines.append(f"  {execution.execution_id} ({', '.join(flags)}), last contact {when(execution.last_contact_at)}")
     text = "\n".join(lines) + "\n\n"
     if view.history is None:
         return text + "no snapshot received for this execution yet\n"

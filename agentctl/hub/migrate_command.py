@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentctl.control.commands import _err, _print_json
+from agentctl.cli_support import EXIT_NO_DAEMON, EXIT_OK, EXIT_USAGE, fail, print_json
 from agentctl.hub.commands import ENV_HUB_DB, default_db
 from agentctl.safetext import neutralize_data
 
@@ -30,8 +30,6 @@ def sqlite_db(value: str | None) -> Path:
 
 
 def cmd_hub_migrate(args: argparse.Namespace) -> int:
-    import msgspec
-
     from agentctl.dsn import DsnError, PostgresDsn
     from agentctl.dsn_source import resolve_location
     from agentctl.evidence.contract import CONTRACT_VERSION, HubMigration, MigrationStep
@@ -43,7 +41,7 @@ def cmd_hub_migrate(args: argparse.Namespace) -> int:
     try:
         resolved = resolve_location(args.db, args.db_file, ENV_HUB_DB, default_db)
     except DsnError as exc:
-        return _err(str(exc), 1)
+        return fail(str(exc), EXIT_USAGE)
     for warning in resolved.warnings:
         sys.stderr.write(f"agentctl: warning: {warning}\n")
     location = resolved.location
@@ -56,18 +54,18 @@ def cmd_hub_migrate(args: argparse.Namespace) -> int:
             store.close()
             result = store.migration
     except (MigrationError, PostgresUnavailable, HubStoreError) as exc:
-        return _err(str(exc), 2)
+        return fail(str(exc), EXIT_NO_DAEMON)
     view = HubMigration(
         version=CONTRACT_VERSION, database=location.display(), engine=location.kind, schema_from=result.before,
         schema_to=result.after, schema_latest=result.latest, adopted=result.adopted,
         applied=[MigrationStep(version=v, description=d) for v, d in result.applied],
     )
     if args.json:
-        _print_json(msgspec.to_builtins(view))
-        return 0
+        print_json(view)
+        return EXIT_OK
     created = not isinstance(location, PostgresDsn) and not existed
     sys.stdout.write(render_hub_migration(neutralize_data(view), created=created))
-    return 0
+    return EXIT_OK
 
 
 def render_hub_migration(view: Any, *, created: bool = False) -> str:

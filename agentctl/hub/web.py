@@ -34,8 +34,10 @@ from typing import Annotated, Any
 import msgspec
 from aiohttp import web
 
+from agentctl.control.server import Refusal, error_response, status_reason
 from agentctl.evidence.contract import encode
 from agentctl.lifecycle import StackedService, StopStack
+from agentctl.evidence.decode_errors import describe_decode_error
 from agentctl.listener_guard import (
     HTTP_REFUSAL,
     GuardedSite,
@@ -70,6 +72,7 @@ KEEPALIVE_SECONDS = 15.0
 COALESCE_SECONDS = 0.05  # a burst of evidence becomes one update per session
 TEST_TIMEOUT = 70.0  # the daemon's own bound is at most 60 s, plus the stop of a stdio tree
 MAX_BODY_BYTES = 1024
+MAX_ERROR_DETAIL = 200  # characters of msgspec's reason in a refusal
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
     "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
@@ -161,10 +164,6 @@ def _json(body: Any, status: int = 200) -> web.Response:
     return web.Response(body=encode(body), status=status, content_type="application/json")
 
 
-def _error(status: int, message: str, code: str | None = None) -> web.Response:
-    return _json({"error": message, **({"code": code} if code else {})}, status)
-
-
 class HubWeb(StackedService):
     """The page's HTTP server, on the hub's event loop, reading the hub's in-memory state."""
 
@@ -247,24 +246,27 @@ class HubWeb(StackedService):
     @web.middleware
     async def _guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
         if self._allowed_hosts is not None and request.host not in self._allowed_hosts:
-            response: web.StreamResponse = _error(421, "this page answers only to a loopback host name")
+            response: web.StreamResponse = error_response(
+                421, "wrong_host", "this page answers only to a loopback host name")
         elif _TOKEN_QUERY_KEYS & {key.lower() for key in request.query}:
             # Refused whatever the value: a URL is logged, kept in history and sent as a referrer.
-            response = _error(400, "never put the token in a URL query: open the page with #token=… or send "
-                                   "it as an Authorization: Bearer header")
+            response = error_response(400, "token_in_query", "never put the token in a URL query: open the page with "
+                                      "#token=… or send it as an Authorization: Bearer header")
         elif request.path.startswith("/api/") and not self._authorized(request):
-            response = _error(401, "the hub token is missing or wrong (the hub printed the page address with "
-                                   "its token when it started)")
+            response = error_response(401, "bad_token", "the hub token is missing or wrong (the hub printed the page "
+                                      "address with its token when it started)")
             response.headers["WWW-Authenticate"] = 'Bearer realm="agentctl-hub"'
         else:
             if request.path.startswith("/api/"):
                 trust(request.transport)
             try:
                 response = await handler(request)
+            except Refusal as exc:
+                response = exc.response()
             except web.HTTPException as exc:
                 if exc.status < 400:
                     raise
-                response = _error(exc.status, exc.reason or "refused")
+                response = error_response(exc.status, status_reason(exc.status), exc.reason or "refused")
         if not response.prepared:
             response.headers.update(SECURITY_HEADERS)
             if request.path.startswith("/api/"):
@@ -296,7 +298,7 @@ class HubWeb(StackedService):
     def _report(self, request: web.Request) -> Any:
         report = self.hub.report(request.match_info["sid"])
         if report is None:
-            raise web.HTTPNotFound(reason="the hub has no such session")
+            raise Refusal(404, "unknown_session", "the hub has no such session")
         return report
 
     async def _status(self, request: web.Request) -> web.Response:
@@ -311,13 +313,13 @@ class HubWeb(StackedService):
     async def _tool(self, request: web.Request) -> web.Response:
         view = tool_view(self._report(request), request.match_info["name"])
         if view is None:
-            return _error(404, "no tool of that name in the built-in server's current catalog")
+            return error_response(404, "unknown_tool", "no tool of that name in the built-in server's current catalog")
         return _json(view)
 
     async def _diagnostics(self, request: web.Request) -> web.Response:
         text = diagnostics_text(self._report(request), self._now())
         if text is None:
-            return _error(404, "no snapshot from this session's current execution yet")
+            return error_response(404, "no_snapshot", "no snapshot from this session's current execution yet")
         return _json({"text": text})
 
     # -- actions --------------------------------------------------------------------------------------
@@ -327,20 +329,22 @@ class HubWeb(StackedService):
         try:
             body = msgspec.json.decode(await request.read() or b"{}", type=_TestBody)
         except msgspec.ValidationError as exc:
-            return _error(400, f"bad request body: {str(exc).split(' - ')[0]} (only a server name is accepted)")
+            detail = describe_decode_error(exc).text(with_path=False, limit=MAX_ERROR_DETAIL)
+            return error_response(400, "bad_request_body",
+                                  f"bad request body: {detail} (only a server name is accepted)")
         except msgspec.DecodeError:
-            return _error(400, "bad request body: not JSON")
+            return error_response(400, "bad_request_body", "bad request body: not JSON")
         attempt = report.history.current if report.history else None
         known = [row.name for row in attempt.servers] if attempt else []
         if body.server not in known:
             # Stored names only: the daemon tests its own configuration of a server the attempt holds.
-            return _error(404, f"no server of that name in the current attempt; known: {', '.join(known) or 'none'}",
-                          "unknown_server")
+            return error_response(404, "unknown_server",
+                                  f"no server of that name in the current attempt; known: {', '.join(known) or 'none'}")
         try:
             result = await self.hub.test_endpoint(report.session.session_id, body.server, timeout=TEST_TIMEOUT)
         except HubRequestError as exc:
             status = {"unknown_server": 404, "not_supported": 501}.get(exc.code, 503)
-            return _error(status, str(exc), exc.code)
+            return error_response(status, exc.code, str(exc))
         return _json({"server": body.server, "result": result, "view": endpoint_test_view(result)})
 
     async def _agent_output(self, request: web.Request) -> web.Response:
@@ -348,7 +352,7 @@ class HubWeb(StackedService):
         try:
             view = await self.hub.read_stderr(session_id)
         except HubRequestError as exc:
-            return _error(503 if exc.code == "unavailable" else 502, str(exc), exc.code)
+            return error_response(503 if exc.code == "unavailable" else 502, exc.code, str(exc))
         return _json({"view": view, "notes": output_notes(view)})
 
     # -- live updates ---------------------------------------------------------------------------------
@@ -360,7 +364,7 @@ class HubWeb(StackedService):
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
         if len(self._streams) >= MAX_STREAMS:
-            return _error(503, f"too many open update streams (at most {MAX_STREAMS})")
+            return error_response(503, "too_many_streams", f"too many open update streams (at most {MAX_STREAMS})")
         response = web.StreamResponse(headers={
             "Content-Type": "text/event-stream", "Cache-Control": "no-store", "X-Accel-Buffering": "no",
             **SECURITY_HEADERS,

@@ -12,8 +12,6 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-import msgspec
-
 from agentctl.control.agent_routes import STDERR_WARNING
 from agentctl.control.render import (
     AMBER,
@@ -21,26 +19,28 @@ from agentctl.control.render import (
     GREY,
     RED,
     STATE_COLORS,
-    _row_details,
-    _when,
     display_label,
+    plural,
+    row_details,
     row_explanation,
     session_error_lines,
+    when,
 )
 from agentctl.diagnostics.diagnostics import attempt_diagnostics, checklist
 from agentctl.diagnostics.render import (
-    _BUILTIN_ONLY,
+    BUILTIN_ONLY,
     ESTIMATE_NOTE,
     NOT_OBSERVABLE,
     REACHABILITY_NOTE,
     STEP_LABELS,
     TEST_FAILURE_NOTE,
     THIRD_PARTY_NOTE,
-    _agent_lines,
-    _upstream_lines,
+    agent_lines,
     endpoint_test_line,
     render_diagnostics,
+    some_names,
     tool_arguments,
+    upstream_lines,
 )
 from agentctl.evidence.contract import (
     CONTRACT_VERSION,
@@ -59,8 +59,8 @@ _TONE_OF_CODE = {GREEN: "green", AMBER: "amber", RED: "red", GREY: "grey"}
 TONES = {status: _TONE_OF_CODE[code] for status, code in STATE_COLORS.items()}
 
 
-def _text(value: Any) -> str | None:
-    return f"{_when(value)} UTC" if value is not None else None
+def _text(value: datetime | None) -> str | None:
+    return f"{when(value)} UTC" if value is not None else None
 
 
 def _join(lines: list[str]) -> str:
@@ -68,19 +68,13 @@ def _join(lines: list[str]) -> str:
     return " ".join(line.strip() for line in lines if line.strip())
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def endpoint_test_view(test: EndpointTestResult | dict[str, Any] | None) -> dict[str, Any] | None:
+def endpoint_test_view(test: EndpointTestResult | None) -> dict[str, Any] | None:
     if test is None:
         return None
-    data = msgspec.to_builtins(test) if not isinstance(test, dict) else test
-    ok = bool(data.get("succeeded"))
     return {
-        "succeeded": ok,
-        "line": endpoint_test_line(data),
-        "note": REACHABILITY_NOTE if ok else TEST_FAILURE_NOTE,
+        "succeeded": test.succeeded,
+        "line": endpoint_test_line(test),
+        "note": REACHABILITY_NOTE if test.succeeded else TEST_FAILURE_NOTE,
     }
 
 
@@ -91,7 +85,7 @@ def steps_view(row: ServerRow, attempt: Attempt) -> tuple[list[dict[str, Any]], 
     steps, hidden = [], []
     for step in checklist(row, attempt):
         label = STEP_LABELS.get(step.step, step.step)
-        if third_party and step.step in _BUILTIN_ONLY and not step.done:
+        if third_party and step.step in BUILTIN_ONLY and not step.done:
             hidden.append(label)
             continue
         if step.done or step.at:  # a step with a time but not done: a failure that is no longer current
@@ -119,7 +113,7 @@ def server_view(row: ServerRow, attempt: Attempt, agent: AgentState | None = Non
         "label": display_label(row),
         "tone": TONES.get(row.status, "plain"),
         "explanation": row_explanation(row),
-        "details": _row_details(row, agent),
+        "details": row_details(row, agent),
         "where": " · ".join(str(x) for x in (row.source, row.transport, row.target) if x),
         "steps": steps,
         "hidden_note": hidden_note,
@@ -149,15 +143,14 @@ def attempt_view(attempt: Attempt | None, agent: AgentState | None = None) -> di
         "acp_session_id": attempt.acp_session_id,
         "times": " · ".join(times),
         "session_error": error_line,
-        "dropped": f"{_plural(attempt.dropped_events, 'older event')} dropped (64 are kept)"
+        "dropped": f"{plural(attempt.dropped_events, 'older event')} dropped (64 are kept)"
         if attempt.dropped_events else None,
         "servers": [server_view(row, attempt, agent) for row in attempt.servers],
     }
 
 
 def _agent_text(session: HubSession) -> str:
-    agent = msgspec.to_builtins(session.agent) if session.agent is not None else None
-    return _join(_agent_lines(agent))
+    return _join(agent_lines(session.agent))
 
 
 def session_view(session: HubSession) -> dict[str, Any]:
@@ -169,7 +162,7 @@ def session_view(session: HubSession) -> dict[str, Any]:
         "link": "connected" if session.connected else "not connected",
         "last_contact": _text(session.last_contact_at),
         "executions": session.executions,
-        "stale": f"rejected {_plural(session.stale_rejected, 'frame')} from superseded executions or instances"
+        "stale": f"rejected {plural(session.stale_rejected, 'frame')} from superseded executions or instances"
         if session.stale_rejected else None,
         "agent": _agent_text(session),
         "attempt": attempt_view(session.current_attempt, session.agent),
@@ -201,7 +194,7 @@ def history_view(report: HubSessionReport) -> dict[str, Any]:
     for e in report.executions:
         flags = ["current" if e.current else "superseded", "connected" if e.connected else "not connected"]
         if e.rejected_frames:
-            flags.append(f"{_plural(e.rejected_frames, 'frame')} rejected")
+            flags.append(f"{plural(e.rejected_frames, 'frame')} rejected")
         executions.append({"execution_id": e.execution_id, "flags": ", ".join(flags),
                            "last_contact": _text(e.last_contact_at), "current": e.current})
     return {
@@ -220,11 +213,6 @@ def _builtin(attempt: Attempt | None) -> ServerRow | None:
     if attempt is None:
         return None
     return next((row for row in attempt.servers if row.source == "builtin"), None)
-
-
-def _some(names: list[str], limit: int = 5) -> str:
-    shown = ", ".join(names[:limit])
-    return shown if len(names) <= limit else f"{_plural(len(names), 'tool')} ({shown}, …)"
 
 
 def tools_view(report: HubSessionReport) -> dict[str, Any]:
@@ -256,7 +244,7 @@ def tools_view(report: HubSessionReport) -> dict[str, Any]:
     view["tool_count"] = row.tool_count
     estimates = [t.token_estimate for t in tools if isinstance(t.token_estimate, int)]
     head = f"{row.name} tools in attempt {attempt.attempt_id}: " + (
-        _plural(row.tool_count, "tool") if isinstance(row.tool_count, int) else "?"
+        plural(row.tool_count, "tool") if isinstance(row.tool_count, int) else "?"
     )
     if estimates and len(estimates) == len(tools):
         head += f", ~{sum(estimates):,} tokens in all"
@@ -282,9 +270,9 @@ def tools_view(report: HubSessionReport) -> dict[str, Any]:
     cut_desc = [t.name for t in tools if t.description_truncated]
     cut_schema = [t.name for t in tools if t.schema_truncated]
     if cut_desc:
-        notes.append(f"description cut at 1,024 bytes: {_some(cut_desc)}")
+        notes.append(f"description cut at 1,024 bytes: {some_names(cut_desc)}")
     if cut_schema or catalog.schemas_truncated:
-        names = f": {_some(cut_schema)}" if cut_schema else ""
+        names = f": {some_names(cut_schema)}" if cut_schema else ""
         notes.append(f"input schema dropped (over 64 KiB, or past 512 KiB in all){names}")
     return view
 
@@ -338,16 +326,13 @@ def diagnostics_text(report: HubSessionReport, now: datetime | None = None) -> s
         rejected_events=history.rejected_events,
         agent=history.agent,
     )
-    data = msgspec.to_builtins(diag)
-    data.pop("ready", None)
-    data.pop("checks", None)
-    text = render_diagnostics(data, color=False)
+    text = render_diagnostics(diag, color=False, with_readiness=False)
     session = report.session
     hub_line = (
         f"Upstream: agentctl hub; execution {'connected' if session.connected else 'not connected'}, "
-        f"last contact {_when(session.last_contact_at)} UTC"
+        f"last contact {when(session.last_contact_at)} UTC"
     )
     if session.stale_rejected:
-        hub_line += f"; {_plural(session.stale_rejected, 'frame')} from superseded executions or instances rejected"
-    return text.replace(_upstream_lines(None)[0], hub_line, 1)
+        hub_line += f"; {plural(session.stale_rejected, 'frame')} from superseded executions or instances rejected"
+    return text.replace(upstream_lines(None)[0], hub_line, 1)
 

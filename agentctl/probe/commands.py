@@ -1,8 +1,8 @@
 """The `agentctl probe mcp` command: argument parsing, output, exit codes.
 
-Exit codes: 0 the probe ran (whatever it observed), 1 bad arguments (nothing was started), 2 the probe
-could not run (the agent could not be started, or did not complete ACP initialize). Errors are one
-line on stderr, prefixed `agentctl: probe mcp: `.
+Exit codes (agentctl.cli_support's table): 0 the probe ran (whatever it observed), 1 bad arguments (nothing
+was started), 2 the probe could not run (the agent could not be started, or did not complete ACP
+initialize). Errors are one line on stderr, prefixed `agentctl: probe mcp: `.
 """
 
 from __future__ import annotations
@@ -12,11 +12,8 @@ import os
 import sys
 from typing import Any
 
-# Kept here, not imported from probe.run: that module pulls in the MCP and ACP SDKs (~2 s), and the
-# parser is built for every agentctl command. tests/probe checks the two stay equal.
-DEFAULT_TIMEOUT = 15.0
-
-EXIT_USAGE = 1
+from agentctl.cli_support import EXIT_USAGE, fail, positive_seconds
+from agentctl.probe.defaults import DEFAULT_TIMEOUT, MAX_TIMEOUT
 
 _DESCRIPTION = """\
 Start a temporary sentinel MCP server on loopback, spawn the agent CMD the way the daemon does, run
@@ -30,24 +27,6 @@ As for the daemon's agent, AGENTCTL_* variables are not passed on; use --env to 
 """
 
 
-class _ProbeParser(argparse.ArgumentParser):
-    """Bad arguments exit 1: exit 2 means the probe could not run."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"agentctl: {self.prog}: {message}\n")
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < value <= 3600:
-        raise argparse.ArgumentTypeError(f"must be greater than 0 and at most 3600: {text!r}")
-    return value
-
-
 def _env_item(text: str) -> tuple[str, str]:
     name, sep, value = text.partition("=")
     if not sep or not name or "\0" in text:
@@ -58,16 +37,9 @@ def _env_item(text: str) -> tuple[str, str]:
 
 def add_probe_commands(subparsers: Any) -> None:
     """Register `probe mcp` on the top-level subparsers action (no heavy imports: every CLI call builds it)."""
-    saved = getattr(subparsers, "_parser_class", None)
-    if saved is not None:
-        subparsers._parser_class = _ProbeParser
-    try:
-        probe = subparsers.add_parser("probe", help="developer probes against a real agent (mcp)")
-    finally:
-        if saved is not None:
-            subparsers._parser_class = saved
+    probe = subparsers.add_parser("probe", help="developer probes against a real agent (mcp)")
     probe.set_defaults(func=lambda args: _no_probe(probe))
-    kinds = probe.add_subparsers(title="probes", metavar="PROBE", parser_class=_ProbeParser)
+    kinds = probe.add_subparsers(title="probes", metavar="PROBE")
     mcp = kinds.add_parser(
         "mcp",
         help="inject a sentinel MCP server into a real ACP session/new and report what the agent did",
@@ -85,7 +57,7 @@ def add_probe_commands(subparsers: Any) -> None:
     )
     mcp.add_argument(
         "--timeout",
-        type=_positive_float,
+        type=positive_seconds(MAX_TIMEOUT),
         default=DEFAULT_TIMEOUT,
         metavar="S",
         help=f"from delivery, wait this long for the agent to use the sentinel ({DEFAULT_TIMEOUT:g}); "
@@ -124,8 +96,7 @@ def _no_probe(parser: argparse.ArgumentParser) -> int:
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> int:
-    print(f"agentctl: probe mcp: {message}", file=sys.stderr)
-    return code
+    return fail(f"probe mcp: {message}", code)
 
 
 def cmd_probe_mcp(args: argparse.Namespace) -> int:

@@ -46,12 +46,12 @@ from acp.schema import (
 )
 
 from agentctl import __version__
-from agentctl.probe.commands import DEFAULT_TIMEOUT
 from agentctl.agent.acp import install_sdk_log_scrubber
 from agentctl.agent.manager import DAEMON_SECRET_ENV_PREFIXES, resolve_command
 from agentctl.agent.supervisor import AgentStartError, Supervisor
 from agentctl.agent.transports import AgentStdioTransport
 from agentctl.bundled import self_command
+from agentctl.exit_codes import EXIT_NO_DAEMON, EXIT_OK
 from agentctl.evidence.contract import (
     CONTRACT_VERSION,
     AgentState,
@@ -68,6 +68,7 @@ from agentctl.evidence.secret_registry import SecretRegistry
 from agentctl.identity import new_token
 from agentctl.logs import log_failure
 from agentctl.probe import sentinel as S
+from agentctl.probe.defaults import DEFAULT_TIMEOUT
 from agentctl.spec import AgentSpec
 
 log = logging.getLogger(__name__)
@@ -78,8 +79,8 @@ DEFAULT_PROMPT = (
     f"`{S.SERVER_NAME}` once, with no arguments, and then reply with its result. Do nothing else."
 )
 MAX_CONTACTS = 64
-EXIT_RAN = 0
-EXIT_COULD_NOT_RUN = 2
+EXIT_RAN = EXIT_OK
+EXIT_COULD_NOT_RUN = EXIT_NO_DAEMON  # the agent could not be started or did not complete ACP initialize
 
 
 @dataclass

@@ -12,7 +12,6 @@ from the frame (a garbage frame may carry anything, secrets included).
 from __future__ import annotations
 
 import asyncio
-import re
 from datetime import datetime
 from typing import Any, Union
 
@@ -26,6 +25,7 @@ from agentctl.evidence.contract import (
     Identity,
     StderrView,
 )
+from agentctl.evidence.decode_errors import describe_decode_error
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 1024 * 1024  # JSON bytes of one frame, not counting the newline
@@ -211,8 +211,6 @@ class _Envelope(msgspec.Struct):
 
 
 _envelope = msgspec.json.Decoder(_Envelope)
-# From the first quote to the last: msgspec quotes some values without escaping the quotes inside them.
-_QUOTED = re.compile(r"['\"].*['\"]", re.S)
 _MAX_SHOWN_VERSION = 2**31  # a longer number is content, not a version worth quoting
 
 
@@ -233,15 +231,6 @@ def _tag(obj: Any) -> str:
     return type(obj).__struct_config__.tag if hasattr(type(obj), "__struct_config__") else type(obj).__name__
 
 
-def _describe(exc: Exception) -> str:
-    """msgspec's reason without any quoted value from the frame; the `$.path` stays (it names fields)."""
-    # msgspec appends the path last; a value earlier in the message may imitate one.
-    reason, at, path = str(exc).rpartition(" - at `")
-    text = _QUOTED.sub("<value>", reason if at else path) + (at + path if at else "")
-    # One line even when msgspec names an unknown key that holds a line break.
-    return "".join(ch if ch.isprintable() else "?" for ch in text)
-
-
 def _decode(decoder: msgspec.json.Decoder, line: bytes, direction: str) -> Any:
     if len(line) > MAX_FRAME_BYTES:
         raise ProtocolError("frame_too_large", f"frame of {len(line)} bytes is over {MAX_FRAME_BYTES}")
@@ -257,7 +246,7 @@ def _decode(decoder: msgspec.json.Decoder, line: bytes, direction: str) -> Any:
             version = None
         if isinstance(version, int) and version != PROTOCOL_VERSION:
             raise _version_error(version) from None
-        raise ProtocolError("malformed_frame", f"malformed {direction} frame: {_describe(exc)}") from None
+        raise ProtocolError("malformed_frame", f"malformed {direction} frame: {describe_decode_error(exc).text()}") from None
     if result.v != PROTOCOL_VERSION:
         raise _version_error(result.v)
     return result

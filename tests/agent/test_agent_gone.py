@@ -12,9 +12,11 @@ import os
 import signal
 import urllib.request
 
+import msgspec
 import psutil
 
 from agentctl.control.render import agent_gone
+from agentctl.evidence.contract import AgentState
 from tests.agent.serve_support import cli, http_get, row
 from tests.conftest import poll
 from tests.upstream.procs import control, start_daemon, start_hub, write_spec
@@ -66,7 +68,7 @@ def test_a_killed_agent_is_shown_gone_on_every_surface_and_the_rows_keep_their_e
         assert body["agent"]["exit_signal"] == 9 and not body["agent"].get("stopped_by_daemon")
         assert row(body, "kandev")["status"] == "active", "the row keeps its strongest evidence"
         gone = "the agent has exited, killed by SIGKILL"
-        assert agent_gone(body["agent"]) == gone
+        assert agent_gone(msgspec.convert(body["agent"], AgentState)) == gone
 
         text = cli(sock, "status").stdout
         headline = text.splitlines()[0]

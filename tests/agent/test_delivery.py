@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agentctl.agent.delivery import AcpReceiver, BuiltinEndpoint, McpCaps, plan_delivery, plan_servers
+from agentctl.agent.delivery import AcpReceiver, BuiltinEndpoint, plan_delivery, plan_servers
 from agentctl.agent.passthrough.base import CliReceiver
+from agentctl.evidence.contract import McpCapabilities
 from agentctl.spec import parse_spec
 
 BASE = """
@@ -37,7 +38,7 @@ env = { LOCAL_KEY = "env-secret" }
 """
 
 
-def _plan(extra: str = SERVERS, caps: McpCaps = McpCaps(http=True, sse=True)):
+def _plan(extra: str = SERVERS, caps: McpCapabilities = McpCapabilities(http=True, sse=True)):
     spec = parse_spec((BASE + extra).encode())
     return plan_delivery(spec, caps, builtin_base="http://127.0.0.1:4000", token="tok-123")
 
@@ -55,12 +56,12 @@ def test_builtin_goes_over_http_with_the_attempt_token_when_http_is_advertised()
 
 
 def test_builtin_falls_back_to_sse_when_only_sse_is_advertised():
-    plan = _plan("", McpCaps(http=False, sse=True))
+    plan = _plan("", McpCapabilities(http=False, sse=True))
     assert plan.delivered[0].entry["url"].endswith("/sse") and plan.delivered[0].transport == "sse"
 
 
 def test_builtin_is_filtered_when_the_agent_advertises_no_remote_transport():
-    plan = _plan("", McpCaps())
+    plan = _plan("", McpCapabilities())
     assert plan.delivered == []
     assert [(o.name, o.reason_code) for o in plan.filtered] == [("kandev", "no_supported_transport")]
 
@@ -68,10 +69,10 @@ def test_builtin_is_filtered_when_the_agent_advertises_no_remote_transport():
 @pytest.mark.parametrize(
     "caps, expected",
     [
-        (McpCaps(http=True, sse=True), {"web": "delivered", "stream": "delivered", "local": "delivered"}),
-        (McpCaps(http=False, sse=True), {"web": "http_unsupported", "stream": "delivered", "local": "delivered"}),
-        (McpCaps(http=True, sse=False), {"web": "delivered", "stream": "sse_unsupported", "local": "delivered"}),
-        (McpCaps(), {"web": "http_unsupported", "stream": "sse_unsupported", "local": "delivered"}),
+        (McpCapabilities(http=True, sse=True), {"web": "delivered", "stream": "delivered", "local": "delivered"}),
+        (McpCapabilities(http=False, sse=True), {"web": "http_unsupported", "stream": "delivered", "local": "delivered"}),
+        (McpCapabilities(http=True, sse=False), {"web": "delivered", "stream": "sse_unsupported", "local": "delivered"}),
+        (McpCapabilities(), {"web": "http_unsupported", "stream": "sse_unsupported", "local": "delivered"}),
     ],
 )
 def test_profile_servers_are_filtered_by_the_agents_transports_and_stdio_always_goes(caps, expected):
@@ -118,9 +119,9 @@ def test_targets_never_carry_secrets_paths_or_arguments():
 
 # -- one planner, two kinds of receiver ------------------------------------------------------------
 
-ACP_ALL = AcpReceiver(McpCaps(http=True, sse=True))
-ACP_SSE = AcpReceiver(McpCaps(http=False, sse=True))
-ACP_NONE = AcpReceiver(McpCaps())
+ACP_ALL = AcpReceiver(McpCapabilities(http=True, sse=True))
+ACP_SSE = AcpReceiver(McpCapabilities(http=False, sse=True))
+ACP_NONE = AcpReceiver(McpCapabilities())
 CLI_ALL = CliReceiver(frozenset({"http", "sse", "stdio"}))
 CLI_NO_SSE = CliReceiver(frozenset({"http", "stdio"}))
 CLI_SSE_ONLY = CliReceiver(frozenset({"sse", "stdio"}))
@@ -200,7 +201,7 @@ def test_the_builtin_server_itself_is_refused_by_a_name_rule_like_any_other():
 
 def test_an_acp_plan_and_a_cli_plan_of_the_same_transports_deliver_the_same_servers():
     spec = parse_spec((BASE + SERVERS).encode())
-    acp_plan = plan_delivery(spec, McpCaps(http=True, sse=True), builtin_base="http://127.0.0.1:4000", token="tok")
+    acp_plan = plan_delivery(spec, McpCapabilities(http=True, sse=True), builtin_base="http://127.0.0.1:4000", token="tok")
     cli_plan = plan_servers(spec, BuiltinEndpoint("kandev", "http://127.0.0.1:4000/mcp",
                                                   "http://127.0.0.1:4000/sse", "tok"), CLI_ALL)
     assert [(p.name, p.transport, p.target) for p in acp_plan.delivered] == [

@@ -17,7 +17,7 @@ import pytest
 
 from agentctl.agent.manager import AgentManager
 from agentctl.agent.outcome import AgentError
-from agentctl.control.client import ControlClient, ControlError
+from agentctl.control.client import ControlClient, ControlClientError
 from tests.agent.serve_support import agent_spec, base_url, cli, http_get, row
 from tests.conftest import REPO, ServeProcess, agentctl_cmd, poll
 
@@ -32,9 +32,9 @@ def _agent_starting(sock: Path) -> bool:
     """The control socket answers and the agent check says `starting` (initialize not answered yet)."""
     try:
         code, body = ControlClient(sock, timeout=2).get("/v1/health")
-    except ControlError:
+    except ControlClientError:
         return False
-    return code == 200 and body["details"].get("agent") == "starting"
+    return code == 200 and body["checks"].get("agent", {}).get("detail") == "starting"
 
 
 def _finish(proc: subprocess.Popen) -> ServeProcess:

@@ -11,6 +11,9 @@ import pytest
 from tests.control.control_support import EXECUTION_ID, Served, make_ctx, serve_app
 
 from agentctl.control.socket import cleanup_socket_path
+from agentctl.daemon.app import Daemon
+from agentctl.spec import load_spec
+from tests.conftest import write_spec
 
 
 @pytest.fixture
@@ -42,3 +45,14 @@ async def served(short_dir: Path, tmp_path: Path) -> AsyncIterator[Served]:
     finally:
         await s.runner.cleanup()
         cleanup_socket_path(socket_path)
+
+
+@pytest.fixture
+async def daemon(tmp_path: Path, short_tmp: Path) -> AsyncIterator[Daemon]:
+    """A real MCP-only daemon, started, its control socket at `short_tmp / "c.sock"`."""
+    d = Daemon(load_spec(write_spec(tmp_path)), socket_path=short_tmp / "c.sock")
+    await d.start()
+    try:
+        yield d
+    finally:
+        await d.stop()

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from aiohttp import web
 
-from agentctl.control.commands import add_client_commands
+from agentctl.cli import build_parser as cli_parser
 from agentctl.control.server import install_control_routes
 from agentctl.control.socket import prepare_socket_path, start_unix_site
 from agentctl.context import DaemonContext
@@ -105,10 +106,7 @@ async def serve_app(ctx: DaemonContext, socket_path: Path, *, prepare: bool = Tr
 
 def build_parser() -> argparse.ArgumentParser:
     """The client commands as the real CLI registers them."""
-    parser = argparse.ArgumentParser(prog="agentctl")
-    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
-    add_client_commands(sub)
-    return parser
+    return cli_parser()
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -117,3 +115,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def is_root() -> bool:
     return os.geteuid() == 0
+
+
+def raw_exchange(sock: Path, head: str, body: bytes = b"") -> tuple[int, bytes]:
+    """One raw HTTP/1.1 request (`head` ends in the blank line) over the control socket: status and body bytes."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(30)
+        conn.connect(str(sock))
+        conn.sendall(head.encode() + body)
+        raw = b""
+        while chunk := conn.recv(1 << 16):
+            raw += chunk
+    status_line, _, rest = raw.partition(b"\r\n")
+    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]

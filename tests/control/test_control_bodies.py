@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
 from pathlib import Path
 
 import pytest
@@ -14,21 +13,13 @@ import pytest
 from agentctl.control.agent_routes import MAX_PROMPT_BYTES
 from agentctl.control.client import ControlClient
 from agentctl.daemon.app import Daemon
-from agentctl.spec import load_spec
-from tests.conftest import write_spec
+from tests.control.control_support import raw_exchange
 
 
 def exchange(sock: Path, head: str, body: bytes) -> tuple[int, dict]:
     """One raw HTTP/1.1 request over the control socket; the status and the JSON body of the answer."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        conn.settimeout(30)
-        conn.connect(str(sock))
-        conn.sendall(head.encode() + body)
-        raw = b""
-        while chunk := conn.recv(1 << 16):
-            raw += chunk
-    status_line, _, rest = raw.partition(b"\r\n")
-    return int(status_line.split()[1]), json.loads(rest.partition(b"\r\n\r\n")[2])
+    status, raw = raw_exchange(sock, head, body)
+    return status, json.loads(raw)
 
 
 def post(path: str, body: bytes, *, chunked: bool = False) -> tuple[str, bytes]:
@@ -37,16 +28,6 @@ def post(path: str, body: bytes, *, chunked: bool = False) -> tuple[str, bytes]:
     size = 64 * 1024  # no Content-Length at all: the size is only known once it has been read
     chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i : i + size]), body[i : i + size]) for i in range(0, len(body), size))
     return f"POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n", chunks + b"0\r\n\r\n"
-
-
-@pytest.fixture
-async def daemon(tmp_path: Path, short_tmp: Path):
-    d = Daemon(load_spec(write_spec(tmp_path)), socket_path=short_tmp / "c.sock")
-    await d.start()
-    try:
-        yield d
-    finally:
-        await d.stop()
 
 
 @pytest.mark.parametrize("path", ["/v1/session/load", "/v1/prompt", "/v1/mcp/profile", "/v1/test-endpoint"])

@@ -11,7 +11,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from agentctl.control.commands import EXIT_OK, EXIT_UNHEALTHY, EXIT_UNREACHABLE, EXIT_USAGE
+from agentctl.cli_support import EXIT_NO_DAEMON, EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE
 from agentctl.evidence.contract import encode
 from tests.control.control_support import EXECUTION_ID, Served, parse, seed_attempt
 
@@ -67,7 +67,7 @@ async def test_health_ready_exit_4_while_stopping(served: Served, capsys) -> Non
 
 def test_health_exit_2_when_no_daemon(short_dir: Path, capsys) -> None:
     path = short_dir / "none.sock"
-    assert run_sync(["health", "--socket", str(path)]) == EXIT_UNREACHABLE
+    assert run_sync(["health", "--socket", str(path)]) == EXIT_NO_DAEMON
     captured = capsys.readouterr()
     assert captured.out == ""
     assert one_error_line(captured.err) == (
@@ -80,7 +80,7 @@ def test_health_exit_2_on_a_stale_socket(short_dir: Path, capsys) -> None:
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     dead.bind(str(path))
     dead.close()
-    assert run_sync(["health", "--ready", "--socket", str(path)]) == EXIT_UNREACHABLE
+    assert run_sync(["health", "--ready", "--socket", str(path)]) == EXIT_NO_DAEMON
     assert "nobody is listening" in one_error_line(capsys.readouterr().err)
 
 
@@ -229,7 +229,7 @@ async def test_stop_command_stops_the_daemon(served: Served, capsys) -> None:
 
 
 def test_stop_without_a_daemon_is_exit_2_one_line(short_dir: Path, capsys) -> None:
-    assert run_sync(["stop", "--socket", str(short_dir / "x.sock")]) == EXIT_UNREACHABLE
+    assert run_sync(["stop", "--socket", str(short_dir / "x.sock")]) == EXIT_NO_DAEMON
     one_error_line(capsys.readouterr().err)
 
 

@@ -6,6 +6,7 @@ import io
 import re
 from datetime import UTC, datetime
 
+import msgspec
 import pytest
 
 from agentctl.control.render import (
@@ -20,7 +21,16 @@ from agentctl.control.render import (
     render_status,
     use_color,
 )
-from agentctl.evidence.contract import Attempt, EndpointTestResult, ErrorSummary, ServerRow
+from agentctl.evidence.contract import (
+    AttachmentHistory,
+    Attempt,
+    CheckState,
+    EndpointTestResult,
+    ErrorSummary,
+    HealthResponse,
+    ServerRow,
+    StatusResponse,
+)
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 EXEC = "exec_0123456789abcdef0123456789abcdef"
@@ -49,7 +59,12 @@ def flat(text: str) -> str:
     return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
-def status_body(rows=ROWS, **extra) -> dict:
+def status_body(rows=ROWS, **extra) -> StatusResponse:
+    """GET /v1/status's answer as the control client decodes it."""
+    return msgspec.convert(status_dict(rows, **extra), StatusResponse)
+
+
+def status_dict(rows=ROWS, **extra) -> dict:
     body = {
         "identity": {
             "task_id": "task-1",
@@ -163,7 +178,7 @@ def test_colour_codes_follow_the_display_state() -> None:
 )
 def test_each_state_label_and_plain_language_line(row: dict, label: str, meaning: str) -> None:
     row = {"name": "srv", **row}
-    assert display_label(row) == label
+    assert display_label(msgspec.convert(row, ServerRow)) == label
     out = render_status(status_body(rows=[row]), color=False)
     assert re.search(rf"^  srv +{re.escape(label)}$", out, re.M)
     assert meaning in flat(out)
@@ -175,7 +190,7 @@ def test_active_without_tool_use_does_not_claim_use() -> None:
     assert "3 tools loaded, none used yet\n" in out and ", used" not in out
 
 
-def test_contract_structs_render_like_their_json() -> None:
+def test_an_attempt_shows_its_endpoint_test_and_session_error_as_details_and_fails_no_row() -> None:
     t = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     attempt = Attempt(
         attempt_id="att_1",
@@ -228,7 +243,7 @@ def test_not_ready_and_no_attempt_yet() -> None:
 
 
 def test_report_shows_previous_attempts() -> None:
-    body = status_body()
+    body = status_dict()
     previous = dict(body["current"], attempt_id="att_old", superseded_at=T0, servers=[ROWS[3]])
     history = {
         "version": 1,
@@ -238,17 +253,21 @@ def test_report_shows_previous_attempts() -> None:
         "previous": [previous],
         "http_refusals": [{"route": "/mcp", "method": "POST", "status": 401, "count": 3}],
     }
-    out = render_report(history, color=False)
+    out = render_report(msgspec.convert(history, AttachmentHistory), color=False)
     assert "Previous attempt att_old (session_new) · ACP session acp-1, superseded 2026-01-02 03:04:05" in flat(out)
     assert "refused    3 HTTP requests before MCP" in out
     assert "Daemon:" not in out  # a report has no live readiness
     assert max(len(line) for line in out.splitlines()) <= 80
 
 
+def _health(**fields) -> HealthResponse:
+    return HealthResponse(**{"live": True, "ready": False, "stopping": False, "checks": {}, **fields})
+
+
 def test_health_lines() -> None:
-    assert render_health({"live": True, "ready": False}, False, color=False) == "live\n"
-    assert render_health({"live": True, "ready": True}, True, color=True) == f"{GREEN}ready{RESET}\n"
-    body = {"live": True, "ready": False, "stopping": True, "checks": {"a": True}}
+    assert render_health(_health(live=True, ready=False), False, color=False) == "live\n"
+    assert render_health(_health(live=True, ready=True), True, color=True) == f"{GREEN}ready{RESET}\n"
+    body = _health(live=True, ready=False, stopping=True, checks={"a": CheckState(ok=True)})
     assert render_health(body, True, color=False) == "not ready (stopping)\n"
 
 

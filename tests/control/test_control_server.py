@@ -104,8 +104,8 @@ async def test_health_is_live_and_reports_readiness_checks(served: Served) -> No
     status, body = await unix_request(served.socket_path, "GET", "/v1/health")
     assert status == 200
     assert body["live"] is True and body["ready"] is False
-    assert body["checks"] == {"upstream": False}
-    assert body["details"] == {"upstream": "connecting"}
+    # The one readiness shape (as /readyz?verbose): each check with its detail.
+    assert body["checks"] == {"upstream": {"ok": False, "detail": "connecting"}}
 
 
 async def test_stop_answers_202_then_triggers_the_stop_event(served: Served) -> None:
@@ -147,7 +147,8 @@ async def test_a_failing_handler_logs_its_type_and_keeps_the_traceback_for_debug
     await start_unix_site(runner, path)
     try:
         caplog.set_level(logging.INFO, logger="agentctl")
-        assert await unix_request(path, "GET", "/v1/boom") == (500, {"error": "internal error"})
+        assert await unix_request(path, "GET", "/v1/boom") == (
+            500, {"error": "internal error", "reason_code": "internal_error", "status": 500})
         (line,) = [r for r in caplog.records if r.name == "agentctl.control.server"]
         assert line.getMessage() == "control request GET /v1/boom failed (RuntimeError)" and line.exc_info is None
         assert canary not in caplog.text and "Traceback" not in caplog.text

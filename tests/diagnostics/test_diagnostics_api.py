@@ -54,7 +54,7 @@ async def test_diagnostics_and_tools_follow_the_attempts(short_dir: Path, capsys
         tool = await d.control.get("/v1/tools/get_task")
         assert tool["tool"]["name"] == "get_task" and tool["attempt_id"] == first
         status, body = await d.control.request("GET", "/v1/tools/search")
-        assert status == 404 and body["third_party"] is True and "connect directly to the agent" in body["error"]
+        assert status == 404 and body["reason_code"] == "third_party_server" and "connect directly to the agent" in body["error"]
         status, body = await d.control.request("GET", "/v1/tools/nope")
         assert status == 404 and "known: " in body["error"]
 

@@ -35,7 +35,7 @@ async def test_an_unknown_name_is_refused_with_the_known_names_listed(short_dir:
     async with running_daemon(spec, short_dir / "c.sock") as d:
         status, body = await d.control.post("/v1/test-endpoint", {"name": "http://127.0.0.1:1/mcp"})
         assert status == 404
-        assert body["code"] == "unknown_server"
+        assert body["reason_code"] == "unknown_server"
         assert "known: kandev, web" in body["error"]
         assert mcp_server.seen.paths == [], "nothing was contacted"
 
@@ -65,7 +65,7 @@ async def test_the_timeout_is_bounded_to_60_seconds(short_dir: Path):
     async with running_daemon(spec_text(short_dir / "state"), short_dir / "c.sock") as d:
         for bad in (0, -1, MAX_TIMEOUT + 1):
             status, body = await d.control.post("/v1/test-endpoint", {"name": "kandev", "timeout": bad})
-            assert status == 400 and body["code"] == "bad_timeout", bad
+            assert status == 400 and body["reason_code"] == "bad_timeout", bad
 
 
 # ---- http and sse with the stored headers ----------------------------------------------------------------
@@ -147,7 +147,7 @@ async def test_a_second_concurrent_test_of_the_same_server_is_refused(short_dir:
         first = asyncio.create_task(d.control.post("/v1/test-endpoint", {"name": "slow", "timeout": 1.5}))
         await wait_for_file_lines(pidfile, 3)
         status, body = await d.control.post("/v1/test-endpoint", {"name": "slow"})
-        assert status == 409 and body["code"] == "already_running"
+        assert status == 409 and body["reason_code"] == "already_running"
         assert "already running" in body["error"]
         # Another server is not blocked by it.
         status, body = await d.control.post("/v1/test-endpoint", {"name": "kandev"})

@@ -75,8 +75,10 @@ async def running(short_dir: Path) -> AsyncIterator[World]:
         # with estimates (session-b's agent never lists, so its daemon never loads one).
         loader = w.a.endpoint.estimator_loader
         await eventually(lambda: loader is None or loader.ready, 60, "the token estimator")
-        for sid in ("session-a", "session-b"):
-            await eventually(lambda: (r := w.hub.report(sid)) and r.history and r.history.current, what=f"{sid} at the hub")
+        for sid, daemon in (("session-a", w.a), ("session-b", w.b)):
+            # The hub has folded the daemon's last evidence (a snapshot may arrive before the session's result).
+            await eventually(lambda: None != _rows_at_hub(w, sid) == _rows(daemon.ledger.history.current),
+                             what=f"{sid} at the hub")
         if loader is not None:
             # The listing recorded again with estimates reaches the hub before a page opens, so no test sees
             # the page change under it.
@@ -88,6 +90,15 @@ def _estimates_at_hub(w: World) -> bool:
     report = w.hub.report("session-a")
     rows = report.history.current.servers if report and report.history and report.history.current else []
     return any(row.catalog is not None and row.catalog.estimator for row in rows)
+
+
+def _rows(attempt: Any) -> list[tuple[str, str]] | None:
+    return [(row.name, row.status) for row in attempt.servers] if attempt is not None else None
+
+
+def _rows_at_hub(w: World, sid: str) -> list[tuple[str, str]] | None:
+    report = w.hub.report(sid)
+    return _rows(report.history.current) if report and report.history else None
 
 
 @pytest.fixture

@@ -133,7 +133,7 @@ async def test_actions_take_stored_server_names_only_and_agent_output_is_never_c
                 return resp.status, await resp.json(), resp.headers
 
         status, body, _ = await call("POST", "session-a/test-endpoint", {"server": "http://127.0.0.1:9/mcp"})
-        assert status == 404 and body["code"] == "unknown_server"
+        assert status == 404 and body["reason_code"] == "unknown_server"
         assert body["error"].endswith("known: kandev, docs, legacy, local")
         status, body, _ = await call("POST", "session-a/test-endpoint", {"server": "docs", "url": "http://x"})
         assert status == 400 and "only a server name is accepted" in body["error"]

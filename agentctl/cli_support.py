@@ -1,0 +1,234 @@
+"""Owns what every command of the `agentctl` CLI shares: the parser class, the exit codes (agentctl.exit_codes'
+one table), where the daemon's control socket is, talking to it, and printing (JSON, text, one-line errors made
+safe).
+
+Command modules (cli.py, control/commands.py, control/session_commands.py, diagnostics/commands.py,
+probe/commands.py, hub/commands.py) import from here and never from each other. No heavy import at module
+level: every CLI call builds the parsers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from agentctl.exit_codes import (
+    EXIT_FAILED,
+    EXIT_NO_DAEMON,
+    EXIT_OK,
+    EXIT_SIGNAL_BASE,
+    EXIT_TEST_FAILED,
+    EXIT_UNHEALTHY,
+    EXIT_USAGE,
+)
+
+__all__ = [
+    "EXIT_FAILED", "EXIT_NO_DAEMON", "EXIT_OK", "EXIT_SIGNAL_BASE", "EXIT_TEST_FAILED", "EXIT_UNHEALTHY",
+    "EXIT_USAGE", "CommandExit", "CommandParser", "UsageError", "call", "client_exit", "command", "connect",
+    "daemon_options", "fail", "locate_socket", "out", "positive_seconds", "print_json", "stdout_color",
+]
+
+T = TypeVar("T")
+
+# ---- parsing ----------------------------------------------------------------------------------------------
+
+
+class CommandParser(argparse.ArgumentParser):
+    """Every parser of the CLI (installed with `add_subparsers(parser_class=...)`): a usage error is the usage
+    and one `agentctl: COMMAND: message` line, and exits EXIT_USAGE whichever command it is."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        command = self.prog.removeprefix("agentctl").strip()
+        self.exit(EXIT_USAGE, f"agentctl: {command + ': ' if command else ''}{message}\n")
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        # A subcommand is parsed with parse_known_args; unknown extras would otherwise reach the parent parser.
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error("unrecognized arguments: " + " ".join(extras))
+        return namespace, extras
+
+
+class UsageError(Exception):
+    """Bad or missing arguments, found after parsing; one line (exit EXIT_USAGE)."""
+
+
+class CommandExit(Exception):
+    """A helper has already said why the command stops: it exits with `code`."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def command(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """A command function: a UsageError becomes its one line and EXIT_USAGE, a CommandExit its code."""
+
+    @functools.wraps(fn)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except UsageError as exc:
+            return fail(str(exc), EXIT_USAGE)
+        except CommandExit as exc:
+            return exc.code
+
+    return run
+
+
+def positive_seconds(maximum: float | None = None) -> Callable[[str], float]:
+    """An argparse type: a number of seconds greater than 0 (and at most `maximum`)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not (value > 0 and (maximum is None or value <= maximum)):
+            bound = "greater than 0" + (f" and at most {maximum:g}" if maximum is not None else "")
+            raise argparse.ArgumentTypeError(f"must be {bound}: {text!r}")
+        return value
+
+    return parse
+
+
+def daemon_options(*, timeout: bool = True) -> argparse.ArgumentParser:
+    """The options of every command that talks to a daemon, as a parent parser: which daemon, --json and
+    (unless the command has its own) the client's --timeout."""
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument("--socket", metavar="PATH", help="control socket path")
+    options.add_argument(
+        "--execution",
+        metavar="ID",
+        help="execution id: finds <runtime dir>/<ID>/control.sock (runtime dir: $AGENTCTL_SOCKET, "
+        "$RUNTIME_DIRECTORY, or the user runtime dir)",
+    )
+    options.add_argument("--json", action="store_true", help="print the daemon's JSON instead of text")
+    if timeout:
+        options.add_argument(
+            "--timeout", metavar="SECONDS", type=positive_seconds(), default=5.0, help="give up after this long (5)"
+        )
+    return options
+
+
+# ---- output -----------------------------------------------------------------------------------------------
+
+
+def out(text: str) -> None:
+    """Text on stdout; a reader that went away (`agentctl report | head`) is fine."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+
+
+def print_json(data: Any) -> None:
+    """A contract struct (or builtins) as indented JSON on stdout: exactly the fields the contract encodes."""
+    if hasattr(data, "__struct_fields__"):
+        import msgspec
+
+        data = msgspec.to_builtins(data)
+    out(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def fail(message: str, code: int) -> int:
+    """One `agentctl: ...` line on stderr, its control characters made visible; returns `code`."""
+    from agentctl.safetext import neutralize
+
+    print(f"agentctl: {neutralize(message)}", file=sys.stderr)
+    return code
+
+
+def stdout_color() -> bool:
+    from agentctl.control.render import use_color
+
+    return use_color(sys.stdout)
+
+
+# ---- the daemon's control socket --------------------------------------------------------------------------
+
+
+def locate_socket(args: argparse.Namespace) -> Path:
+    """--socket, else --execution (via resolve_socket_path), else the only live daemon under the runtime dir.
+
+    Sockets that nobody listens on any more (daemons killed without removing theirs) are removed, said so
+    on stderr, and never count as a daemon."""
+    from agentctl.control.client import ControlUnavailable
+    from agentctl.control.socket import (
+        ControlSocketError,
+        check_path_length,
+        discover,
+        remove_stale,
+        resolve_socket_path,
+        socket_base_dir,
+    )
+
+    try:
+        if getattr(args, "socket", None) or getattr(args, "execution", None):
+            path = resolve_socket_path(args.socket, args.execution or "")
+            check_path_length(path)
+            return path
+        base = socket_base_dir()
+    except ControlSocketError as exc:
+        raise UsageError(str(exc)) from None
+    live, stale = discover(base)
+    removed = [p.parent.name for p in stale if remove_stale(p)]
+    if removed:
+        print(f"agentctl: removed the stale control socket(s) of {len(removed)} dead daemon(s) under {base} "
+              f"({', '.join(removed)})", file=sys.stderr)
+    if len(live) == 1:
+        return live[0]
+    if live:
+        ids = ", ".join(p.parent.name for p in live)
+        raise UsageError(f"several daemons under {base} ({ids}); choose one with --execution ID or --socket PATH")
+    if removed:
+        raise ControlUnavailable(f"no agentctl daemon is running under {base} (only dead ones had left sockets)")
+    raise UsageError(
+        f"cannot locate the control socket: no --socket or --execution given, and no daemon socket under {base}"
+    )
+
+
+def client_exit(exc: Exception) -> int:
+    """The exit code for a failed exchange with the daemon (ControlClientError and its kinds)."""
+    from agentctl.control.client import ControlRefused, ControlUnavailable
+
+    if isinstance(exc, ControlUnavailable):
+        return EXIT_NO_DAEMON
+    if isinstance(exc, ControlRefused) and exc.error.status == 403:
+        return EXIT_NO_DAEMON  # another user's daemon: there is none this user may work with
+    return EXIT_FAILED
+
+
+def connect(args: argparse.Namespace, timeout: float | None = None) -> Any:
+    """A ControlClient for the daemon the arguments name; a daemon that cannot be found stops the command."""
+    from agentctl.control.client import ControlClient, ControlUnavailable
+
+    try:
+        path = locate_socket(args)
+    except ControlUnavailable as exc:
+        raise CommandExit(fail(str(exc), EXIT_NO_DAEMON)) from None
+    return ControlClient(path, timeout=timeout if timeout is not None else getattr(args, "timeout", 5.0))
+
+
+def call(args: argparse.Namespace, method: str, route: str, kind: type[T], *, body: Any = None,
+         ok: tuple[int, ...] = (200,)) -> T:
+    """The daemon's answer to one request, decoded as `kind`; anything else stops the command with one line."""
+    from agentctl.control.client import ControlClientError
+
+    client = connect(args)
+    try:
+        return client.call(method, route, kind, body, ok)
+    except ControlClientError as exc:
+        raise CommandExit(fail(str(exc), client_exit(exc))) from None

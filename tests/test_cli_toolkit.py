@@ -1,0 +1,196 @@
+"""The CLI's one toolkit: every subcommand's usage error exits with the same code, one exit-code table is what
+`--help` and the README print and what the commands use, and no module reaches into another's private names."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from agentctl import exit_codes
+from agentctl.cli import build_parser, main
+from agentctl.cli_support import EXIT_USAGE
+from tests.conftest import REPO, agentctl_cmd
+
+PACKAGE = REPO / "agentctl"
+HIDDEN = {"stdio-sentinel"}  # a parser with no help line: not listed, still a parser
+
+
+def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command path of the parser tree (`("hub", "status")`), parents included."""
+    found = [path] if path else []
+    for action in parser._actions:  # argparse has no public walk of its subparsers
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += _commands(sub, (*path, name))
+    return found
+
+
+COMMANDS = _commands(build_parser())
+
+
+def test_the_command_tree_is_found():
+    assert {("status",), ("probe", "mcp"), ("hub", "status"), ("session", "new"), ("mcp", "profile")} <= set(COMMANDS)
+    assert len(COMMANDS) >= 25 and HIDDEN <= {c[-1] for c in COMMANDS}
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_every_command_refuses_an_unknown_option_with_the_one_usage_code_and_one_line(command, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main([*command, "--no-such-option"])
+    assert exited.value.code == EXIT_USAGE
+    err = capsys.readouterr().err
+    # The command's own parser answers (a command with a required argument names that one first).
+    assert err.strip().splitlines()[-1].startswith(f"agentctl: {' '.join(command)}: ") and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [["--bogus"], ["no-such-command"], ["serve"], ["run"], ["hub", "report"],
+                                  ["probe", "mcp", "--timeout", "0", "--", "x"], ["status", "--timeout", "nan"]])
+def test_a_missing_argument_an_unknown_command_and_a_bad_value_are_usage_errors_too(argv, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == EXIT_USAGE
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("agentctl: ")
+
+
+def test_the_exit_code_names_are_the_tables_rows():
+    rows = {name: row.status for row in exit_codes.EXIT_CODES for name in row.names}
+    constants = {name: str(getattr(exit_codes, name)) for name in dir(exit_codes) if name.startswith("EXIT_")
+                 and isinstance(getattr(exit_codes, name), int)}
+    assert {name: value for name, value in rows.items() if name != "EXIT_SIGNAL_BASE"} == {
+        name: value for name, value in constants.items() if name != "EXIT_SIGNAL_BASE"}
+    assert rows["EXIT_SIGNAL_BASE"] == f"{exit_codes.EXIT_SIGNAL_BASE}+N"
+    assert len({row.status for row in exit_codes.EXIT_CODES}) == len(exit_codes.EXIT_CODES), "one row per code"
+
+
+def test_the_top_level_help_prints_the_table():
+    done = subprocess.run(agentctl_cmd("--help"), capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 0
+    assert exit_codes.exit_codes_help() in done.stdout
+    for row in exit_codes.EXIT_CODES:
+        assert f"  {row.status:<7}" in done.stdout
+
+
+def test_the_readme_carries_exactly_the_generated_table():
+    text = (REPO / "README.md").read_text()
+    start = text.index(exit_codes.EXIT_CODES_BEGIN) + len(exit_codes.EXIT_CODES_BEGIN) + 1
+    assert text[start:text.index(exit_codes.EXIT_CODES_END)] == exit_codes.exit_codes_markdown(), (
+        "README.md is stale: run `make schema` (python -m agentctl.exit_codes --doc README.md)")
+
+
+# ---- the exit codes are the table's names, never numbers -----------------------------------------------
+
+COMMAND_MODULES = ["cli.py", "control/commands.py", "control/session_commands.py", "diagnostics/commands.py",
+                   "probe/commands.py", "hub/commands.py", "daemon/run.py", "probe/run.py"]
+EXIT_HELPERS = {"fail", "_fail", "CommandExit"}
+
+
+def numeric_exit_codes(source: str) -> list[int]:
+    """Lines that give an exit code as a number: `return 2`, `fail(msg, 2)`, `128 + n`."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Constant) and type(node.value.value) is int:
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in EXIT_HELPERS:
+            if any(isinstance(a, ast.Constant) and type(a.value) is int for a in node.args):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.BinOp) and isinstance(node.left, ast.Constant) and node.left.value == 128:
+            lines.append(node.lineno)
+    return lines
+
+
+@pytest.mark.parametrize("module", COMMAND_MODULES)
+def test_no_command_module_gives_an_exit_code_as_a_number(module):
+    assert numeric_exit_codes((PACKAGE / module).read_text()) == [], f"agentctl/{module}: use agentctl.exit_codes"
+
+
+def test_the_exit_code_check_catches_each_form():
+    source = "def a():\n    return 2\ndef b():\n    return fail('x', 1)\ndef c(n):\n    return 128 + n\n"
+    assert numeric_exit_codes(source) == [2, 4, 6]
+    assert numeric_exit_codes("def a():\n    return EXIT_OK\n") == []
+
+
+# ---- no private name crosses a module boundary -----------------------------------------------------------
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_reaches(source: str, module: str, packages: set[str]) -> list[str]:
+    """`from agentctl.x import _name` and `x._name` on an imported agentctl module, in `source` (of `module`).
+
+    A private submodule imported by a module of its own package (`from agentctl.testing import _ref_mcp` in
+    agentctl.testing.*) stays inside that package, and is allowed."""
+    own_package = module if module in packages else module.rpartition(".")[0]
+    found: list[str] = []
+    modules: dict[str, str] = {}  # local name -> agentctl module it is bound to
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "agentctl":
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                if _private(alias.name) and not (node.module == own_package and full not in packages
+                                                 and _is_submodule(full)):
+                    found.append(f"line {node.lineno}: from {node.module} import {alias.name}")
+                if _is_submodule(full):
+                    modules[alias.asname or alias.name] = full
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "agentctl":
+                    if any(_private(part) for part in alias.name.split(".")):
+                        found.append(f"line {node.lineno}: import {alias.name}")
+                    modules[alias.asname or alias.name] = alias.name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            target = node.value
+            dotted = []
+            while isinstance(target, ast.Attribute):
+                dotted.insert(0, target.attr)
+                target = target.value
+            if isinstance(target, ast.Name) and target.id in modules:
+                found.append(f"line {node.lineno}: {'.'.join([target.id, *dotted, node.attr])}")
+    return found
+
+
+def _is_submodule(dotted: str) -> bool:
+    path = REPO.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+SOURCES = sorted(PACKAGE.rglob("*.py"))
+PACKAGES = {module_name(p) for p in SOURCES if p.name == "__init__.py"}
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(REPO)))
+def test_no_module_imports_or_reaches_a_private_name_of_another_module(path):
+    assert private_reaches(path.read_text(), module_name(path), PACKAGES) == []
+
+
+def test_the_private_name_check_catches_imports_and_attribute_reaches():
+    source = (
+        "from agentctl.control.commands import _call, cmd_status\n"
+        "import agentctl.control.render as render\n"
+        "from agentctl.control import render as r2\n"
+        "render._get(1)\n"
+        "r2._paint('x')\n"
+        "from agentctl.testing import _ref_mcp\n"
+        "self._private = 1\n"
+    )
+    assert private_reaches(source, "agentctl.hub.web_view", PACKAGES) == [
+        "line 1: from agentctl.control.commands import _call",
+        "line 6: from agentctl.testing import _ref_mcp",
+        "line 4: render._get",
+        "line 5: r2._paint",
+    ]
+    # Inside its own package a private submodule is that package's business.
+    assert private_reaches("from agentctl.testing import _ref_mcp\n", "agentctl.testing.reference_agent",
+                           PACKAGES) == []
