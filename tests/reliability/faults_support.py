@@ -148,6 +148,9 @@ import os, shutil, sys
 from agentctl.cli import build_parser
 import agentctl.control.client, agentctl.control.commands, agentctl.control.render
 import agentctl.control.session_commands
+# The interpreter's own files may be unreadable to uid (a pyenv under /root): what the command imports
+# lazily must be loaded before the drop.
+import agentctl.cli_support, agentctl.safe_files, agentctl.exit_codes, agentctl.safetext
 uid, argv = int(sys.argv[1]), sys.argv[2:]
 args = build_parser().parse_args(argv)
 os.setgroups([]); os.setgid(uid); os.setuid(uid)
