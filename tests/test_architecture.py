@@ -1,14 +1,17 @@
 """The layering is declared once (pyproject.toml's [tool.importlinter]) and checked here with import-linter's own
 `lint-imports`: packages layered from the entry points down to the pure core, a pure core with no I/O, no
-import cycles; docs/architecture.md shows the same layers."""
+import cycles; docs/architecture.md shows the same layers. And no component handle is typed `Any`."""
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import REPO
 
@@ -57,3 +60,39 @@ def test_the_architecture_doc_shows_the_contracts_layers_in_order():
     for ignored in CONTRACTS["layers"]["ignore_imports"]:
         importer = ignored.split(" -> ")[0]
         assert f"`{importer}`" in text, f"docs/architecture.md does not explain the exception for {importer}"
+
+
+# ---- no component handle is typed Any -----------------------------------------------------------------------
+
+# Names that hold one of the daemon's or the hub's components (or the aiohttp app and runner they serve on). A
+# database or peer connection may stay `Any`: SQLite and psycopg share no type.
+HANDLE_NAMES = {"ctx", "context", "agent", "endpoint", "publisher", "tester", "supervisor", "hub", "store",
+                "ledger", "backend", "manager", "runner", "journal", "app"}
+
+
+def any_typed_handles(source: str) -> list[str]:
+    """Parameters, attributes and variables named for a component (`ctx`, `self._runner`) annotated `Any`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.arg):
+            name, annotation = node.arg, node.annotation
+        elif isinstance(node, ast.AnnAssign):
+            target = node.target
+            name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+            annotation = node.annotation
+        else:
+            continue
+        if annotation is not None and ast.unparse(annotation).strip("'\"") == "Any" and name.strip("_") in HANDLE_NAMES:
+            found.append(f"line {node.lineno}: {name}")
+    return found
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "agentctl").rglob("*.py")), ids=lambda p: str(p.relative_to(REPO)))
+def test_no_component_handle_is_typed_any(path):
+    assert any_typed_handles(path.read_text()) == []
+
+
+def test_the_any_handle_check_catches_parameters_and_attributes():
+    source = ("def f(ctx: Any, n: Any, agent: 'Any'):\n    pass\n"
+              "class C:\n    def __init__(self):\n        self._runner: Any = None\n        self.count: Any = 0\n")
+    assert any_typed_handles(source) == ["line 1: ctx", "line 1: agent", "line 5: _runner"]
