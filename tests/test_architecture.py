@@ -21,6 +21,7 @@ CONTRACTS = {contract["id"]: contract for contract in CONFIG["contracts"]}
 
 
 def lint_imports(*args: str) -> subprocess.CompletedProcess[str]:
+    assert LINT_IMPORTS.is_file(), f"{LINT_IMPORTS} is missing: install the test extra (make .venv/.installed)"
     return subprocess.run([str(LINT_IMPORTS), "--no-logo", "--no-cache", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=120)
 
