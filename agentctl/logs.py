@@ -9,9 +9,12 @@ import logging
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentctl.safetext import neutralize
+
+if TYPE_CHECKING:  # pragma: no cover
+    from aiohttp import web
 
 # These loggers print bearer-like ids or payloads at INFO/DEBUG: the SDK logs Mcp-Session-Id values, the SSE transport logs message bodies, aiohttp's access log shows
 # the SSE session_id query parameter. They never log below WARNING, whatever the daemon's level.
@@ -163,7 +166,7 @@ class RequestErrorLog(logging.Logger):
             self._target.debug("%s: traceback", self.listener, exc_info=exc)
 
 
-def http_server_logging(app: Any, listener: str) -> dict[str, Any]:
+def http_server_logging(app: web.Application, listener: str) -> dict[str, Any]:
     """Install the route middleware first in `app` (before it is frozen) and return the AppRunner keyword
     arguments that route aiohttp's request errors through `RequestErrorLog` for `listener`."""
     app.middlewares.insert(0, route_middleware)

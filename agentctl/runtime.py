@@ -1,9 +1,13 @@
-"""Process-wide tuning for agentctl's long-lived servers (the daemon, the hub): the start-up heap kept out of
-the garbage collector."""
+"""Process-wide facts for agentctl's long-lived servers (the daemon, the hub): the start-up heap kept out of
+the garbage collector, and which environment variables belong to the service manager that started them."""
 
 from __future__ import annotations
 
 import gc
+
+# Variables that belong to the daemon's service manager, never to anything the daemon spawns (an agent
+# holding NOTIFY_SOCKET could tell systemd the daemon is ready or stopping).
+SERVICE_MANAGER_ENV_PREFIXES = ("NOTIFY_SOCKET", "WATCHDOG_", "LISTEN_")
 
 
 def freeze_startup_heap() -> None:

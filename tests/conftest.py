@@ -134,6 +134,20 @@ def start_serve(spec: Path, socket: Path, env: dict[str, str] | None = None, ext
 
 
 @pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A short directory under /tmp for Unix sockets (AF_UNIX paths are limited to 107 bytes; pytest's tmp_path
+    can push a socket path past that). Removed whatever a test left in it, unreadable modes included."""
+    import shutil
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="actl-", dir="/tmp"))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
 def short_tmp() -> Iterator[Path]:
     """A short directory for Unix sockets (AF_UNIX paths are limited to 107 bytes; pytest's tmp_path can be long)."""
     import tempfile

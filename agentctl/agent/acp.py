@@ -12,7 +12,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import acp
 import acp.meta
@@ -36,6 +36,9 @@ from agentctl.evidence.ledger import Ledger, ServerSeed
 from agentctl.evidence.sanitize import bounded_text, opaque_id, summarize
 from agentctl.evidence.secret_registry import SecretRegistry
 from agentctl.spec import Spec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from acp.client.connection import ClientSideConnection
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +121,7 @@ class AcpRuntime:
         self._seeds = seeds
         # Why there is no usable agent, for an attempt that cannot be delivered (the manager knows how it ended).
         self._gone = gone or (lambda: "no ACP connection")
-        self._conn: Any = None
+        self._conn: ClientSideConnection | None = None
         self._transport: AgentStdioTransport | None = None
         self.caps = McpCapabilities()
         # Until the agent answers initialize, `caps` is a default, not the agent's decision: nothing may be

@@ -26,9 +26,8 @@ from agentctl.agent.stderr_ring import StderrRing
 from agentctl.agent.tree import register_own_child, unregister_own_child
 from agentctl.bundled import self_command
 
-# The daemon's service-manager variables (an agent holding NOTIFY_SOCKET could tell systemd the daemon
-# is ready or stopping) are stripped from every agent environment.
-from agentctl.daemon.systemd import SERVICE_MANAGER_ENV_PREFIXES
+# The daemon's service-manager variables are stripped from every agent environment.
+from agentctl.runtime import SERVICE_MANAGER_ENV_PREFIXES
 
 # The hidden `agentctl` subcommand that runs the shim where no shim.py file exists (a frozen build).
 SHIM_SUBCOMMAND = "agent-shim"

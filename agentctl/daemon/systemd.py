@@ -9,9 +9,6 @@ import socket
 
 log = logging.getLogger(__name__)
 
-# Variables that belong to the daemon's service manager, never to anything the daemon spawns.
-SERVICE_MANAGER_ENV_PREFIXES = ("NOTIFY_SOCKET", "WATCHDOG_", "LISTEN_")
-
 
 class Notifier:
     """Sends sd_notify datagrams when run under systemd; a silent no-op otherwise."""

@@ -24,33 +24,12 @@ from agentctl.cli_support import (
     print_json,
     stdout_color,
 )
+from agentctl.hub.locations import ENV_HUB_DB, ENV_HUB_SOCKET, default_db, default_socket
 from agentctl.safetext import neutralize_data
 
 if TYPE_CHECKING:  # pragma: no cover
     from agentctl.evidence.contract import HubSession, HubSessionReport, HubStatus
     from agentctl.lifecycle import Signals
-
-ENV_HUB_SOCKET = "AGENTCTL_HUB_SOCKET"
-ENV_HUB_DB = "AGENTCTL_HUB_DB"
-
-
-def default_socket() -> Path:
-    env = os.environ.get(ENV_HUB_SOCKET)
-    if env:
-        return Path(env).expanduser().absolute()
-    from agentctl.control.socket import socket_base_dir
-
-    return socket_base_dir() / "hub" / "hub.sock"
-
-
-def default_db() -> Path:
-    env = os.environ.get(ENV_HUB_DB)
-    if env:
-        return Path(env).expanduser().absolute()
-    from agentctl.evidence.store import resolve_state_dir
-
-    return resolve_state_dir(None) / "hub.sqlite3"
-
 
 def add_hub_commands(subparsers: Any) -> None:
     hub = subparsers.add_parser(

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from agentctl.cli_support import EXIT_NO_DAEMON, EXIT_OK, EXIT_USAGE, fail, print_json
-from agentctl.hub.commands import ENV_HUB_DB, default_db
+from agentctl.hub.locations import ENV_HUB_DB, default_db
 from agentctl.safetext import neutralize_data
 
 

@@ -27,12 +27,16 @@ import asyncio
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from agentctl.listener_guard import RateLimitedLog
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 log = logging.getLogger(__name__)
 _ROOM_LOG = RateLimitedLog(log, level=logging.INFO)
@@ -63,7 +67,8 @@ class SessionPool:
     """Admission and ending of the legacy sessions of one endpoint; the current attempt comes from
     `current()`, the attempts whose tokens still work from `live()`."""
 
-    def __init__(self, manager: Any, current: Any, live: Any, *, per_attempt: int = PER_ATTEMPT,
+    def __init__(self, manager: StreamableHTTPSessionManager, current: Callable[[], str | None],
+                 live: Callable[[], Iterable[str]], *, per_attempt: int = PER_ATTEMPT,
                  total: int = TOTAL) -> None:
         self._manager = manager
         self._current = current

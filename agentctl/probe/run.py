@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import acp
 import msgspec
@@ -70,6 +70,9 @@ from agentctl.logs import log_failure
 from agentctl.probe import sentinel as S
 from agentctl.probe.defaults import DEFAULT_TIMEOUT
 from agentctl.spec import AgentSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from acp.client.connection import ClientSideConnection
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +227,7 @@ class Probe:
         self.advertised: tuple[datetime, float] | None = None
         self.session: ProbeSession | None = None
         self.prompt: ProbePrompt | None = None
-        self._conn: Any = None
+        self._conn: ClientSideConnection | None = None
         self._transport: AgentStdioTransport | None = None
         self._sentinel: S.HttpSentinel | S.StdioReportServer | None = None
         self._window: tuple[float, bool] | None = None  # (seconds watched, reached the deadline)

@@ -256,7 +256,7 @@ class HttpSentinel:
         self.server.streamable_http_app(streamable_http_path=MCP_PATH, transport_security=self.security)
         self._sse_app = self.server.sse_app(sse_path=SSE_PATH, message_path=MESSAGES_PATH, transport_security=self.security)
         self.bridge = AsgiBridge()
-        self._runner: Any = None
+        self._runner: web.AppRunner | None = None
         self._manager_task: asyncio.Task[None] | None = None
         self._manager_stop = asyncio.Event()
         self.port: int | None = None

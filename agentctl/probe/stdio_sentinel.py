@@ -20,10 +20,13 @@ import json
 import logging
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentctl.logs import SafeFormatter
 from agentctl.probe.sentinel import CREDENTIAL_ENV, SentinelObserver, build_server, credential_digest
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mcp.server.context import ServerRequestContext
 
 ACK_TIMEOUT = 2.0
 log = logging.getLogger("agentctl.probe.stdio_sentinel")
@@ -66,7 +69,7 @@ async def _main(report_path: str, expect: str | None) -> int:
     if expect is not None:
         credential_seen = presented is not None and hmac.compare_digest(credential_digest(presented), expect)
 
-    def base(ctx: Any) -> dict[str, Any]:
+    def base(ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         return {"transport": "stdio", "credential_seen": credential_seen}
 
     observer = SentinelObserver(reporter.send, base, track_connections=False)

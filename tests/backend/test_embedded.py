@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import stat
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -242,14 +243,34 @@ async def test_a_store_locked_past_the_deadline_gives_a_timeout_error_and_recove
     assert view["task"]["id"] == "task-1"
 
 
-async def test_an_abandoned_op_still_waiting_for_its_turn_is_skipped(backend: EmbeddedBackend) -> None:
+async def test_an_abandoned_op_still_waiting_for_its_turn_is_skipped(
+    backend: EmbeddedBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker_done = threading.Event()  # the abandoned worker has taken the lock and answered
+    outcomes: list[BaseException | None] = []
+    run = backend._run
+
+    def run_and_tell(*args: Any) -> dict[str, Any]:
+        try:
+            result = run(*args)
+        except BaseException as exc:
+            outcomes.append(exc)
+            raise
+        else:
+            outcomes.append(None)
+            return result
+        finally:
+            worker_done.set()
+
+    monkeypatch.setattr(backend, "_run", run_and_tell)
     backend._lock.acquire()  # a long op is running in another thread
     try:
         with pytest.raises(BackendError, match="did not answer"):
             await backend.call("task.message", IDENTITY, {"text": "late"}, deadline=0.1)
     finally:
         backend._lock.release()
-    await asyncio.sleep(0.1)  # let the abandoned worker take the lock and give up
+    assert await asyncio.to_thread(worker_done.wait, 10.0), "the abandoned worker never ran"
+    assert [str(exc) for exc in outcomes] == ["abandoned"]
     assert (await call(backend, "task.get"))["recent_messages"] == []
 
 

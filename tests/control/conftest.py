@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -14,16 +12,6 @@ from agentctl.control.socket import cleanup_socket_path
 from agentctl.daemon.app import Daemon
 from agentctl.spec import load_spec
 from tests.conftest import write_spec
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A short directory under /tmp: pytest's tmp_path can push a socket path past 107 bytes."""
-    d = Path(tempfile.mkdtemp(prefix="actl-", dir="/tmp"))
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import sys
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,16 +29,6 @@ REF_AGENT = str(Path(sys.executable).parent / "agentctl-reference-agent")
 def _quiet_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("AGENTCTL_SOCKET", "RUNTIME_DIRECTORY", "NO_COLOR", "TERM"):
         monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A short directory for control sockets (AF_UNIX paths are limited to 107 bytes)."""
-    d = Path(tempfile.mkdtemp(prefix="actl-d-", dir="/tmp"))
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 # ---- a real MCP server ---------------------------------------------------------------------------------

@@ -8,11 +8,10 @@ from pathlib import Path
 import pytest
 
 from agentctl.hub.hub import Hub
-from tests.upstream.conftest import short_dir  # noqa: F401 - a fixture, shared with the publisher's tests
 
 
 @pytest.fixture
-async def hub(short_dir: Path) -> AsyncIterator[Hub]:  # noqa: F811 - the fixture above, by name
+async def hub(short_dir: Path) -> AsyncIterator[Hub]:
     h = Hub(short_dir / "hub.sock", short_dir / "hub.sqlite3", flush_interval=0.02)
     await h.start()
     try:

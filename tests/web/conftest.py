@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -50,15 +49,6 @@ def _env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
     # Token estimates come from the encoding shipped in the package, with no network.
     monkeypatch.delenv("AGENTCTL_O200K_PATH", raising=False)
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="actl-w-", dir="/tmp"))
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 async def eventually(predicate, timeout: float = 15.0, what: str = "condition"):

@@ -18,10 +18,13 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agentctl.agent.delivery import BuiltinEndpoint, Refusal, ServerPlan, plan_servers
 from agentctl.spec import Spec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agentctl.agent.passthrough.journal import Entry
 
 MATERIALIZE_FAILED = "materialize_failed"
 NO_PASSTHROUGH_STRATEGY = "no_passthrough_strategy"
@@ -60,7 +63,7 @@ class Restore:
     written_sha256: str = ""
     changed: list[tuple[str, ...]] = field(default_factory=list)
     # The journal entry that makes this restore survive a crash (None: no journal, e.g. unit tests).
-    journal: Any = field(default=None, repr=False)
+    journal: Entry | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -85,9 +88,9 @@ class WorkspaceJournal(Protocol):
 
     def settle(self, workdir: Path, parts: tuple[str, ...]) -> None: ...
 
-    def record(self, restore: Restore) -> Any: ...
+    def record(self, restore: Restore) -> Entry: ...
 
-    def discard(self, entry: Any) -> None: ...
+    def discard(self, entry: Entry | None) -> None: ...
 
 
 class Strategy(Protocol):

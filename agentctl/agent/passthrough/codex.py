@@ -41,7 +41,7 @@ from agentctl.agent.passthrough.base import (
     plan_materialization,
     unsupported,
 )
-from agentctl.daemon.systemd import SERVICE_MANAGER_ENV_PREFIXES
+from agentctl.runtime import SERVICE_MANAGER_ENV_PREFIXES
 
 TOKEN_ENV = "AGENTCTL_MCP_BEARER_TOKEN"
 HEADER_ENV = "AGENTCTL_MCP_HEADER_{server}_{header}"
