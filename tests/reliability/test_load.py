@@ -106,6 +106,16 @@ async def _load(daemon: Proc, d: Path) -> None:
     assert (await asyncio.to_thread(ctl.post, "/v1/session/new"))[0] == 200
     status, config = await asyncio.to_thread(ctl.get, "/v1/mcp-config")
     assert status == 200
+    # The first tools/list loads the token vocabulary and is recorded again once it has: done before the
+    # load, so what the load counts is the clients' traffic alone.
+    async with _session("modern", -1, config) as client:  # modern: no connection whose close lands later
+        await client.list_tools()
+
+    async def estimated() -> bool:
+        report = (await asyncio.to_thread(ctl.get, "/v1/report"))[1]
+        return any((row.get("catalog") or {}).get("estimator") for row in report["current"]["servers"])
+
+    await eventually(estimated, timeout=60, what="the first listing recorded with token estimates")
     base_seq, base_events, _ = _attempt_counts((await asyncio.to_thread(ctl.get, "/v1/report"))[1])
 
     samples: list[int] = []
