@@ -31,7 +31,8 @@ def clis_dir() -> Path:
 
 
 def find_cli(name: str) -> Path:
-    """The installed executable `name` (claude, codex, gemini, opencode); skips only when SKIP_VAR is 1."""
+    """The installed executable `name` (claude, codex, gemini, opencode); skips when SKIP_VAR is 1 or when it
+    is missing where REQUIRE_VAR is not set, and fails when it is missing where REQUIRE_VAR is set."""
     if os.environ.get(SKIP_VAR) == "1":
         pytest.skip(f"the real CLIs are skipped ({SKIP_VAR}=1)")
     path = clis_dir() / "node_modules" / ".bin" / name
