@@ -21,6 +21,12 @@ from agentctl.exit_codes import exit_codes_help
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["health"], ["status"]):
+        from agentctl import fastpath  # the exec probe, without the parser tree or http.client
+
+        code = fastpath.run(argv)
+        if code is not None:
+            return code
     if argv[:1] == ["reference-agent"]:
         # Hidden: the shipped reference agent, so a zipapp or frozen build provides agentctl-reference-agent
         # too (agentctl.bundled). Dispatched before argparse: its flags belong to the agent, not to us.

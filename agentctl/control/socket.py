@@ -26,8 +26,6 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agentctl.safe_files import make_private_dir
-
 if TYPE_CHECKING:  # pragma: no cover
     from aiohttp import web
 
@@ -130,6 +128,8 @@ def check_path_length(path: Path) -> None:
 
 def _ensure_private_dir(directory: Path) -> None:
     """Create `directory` (and missing parents) 0700, or verify an existing one is ours and tighten it."""
+    from agentctl.safe_files import make_private_dir  # here: the CLI's fast path imports this module
+
     missing: list[Path] = []
     probe = directory
     while not os.path.lexists(probe):
