@@ -12,19 +12,22 @@ from typing import Any, Final
 from mcp.server import MCPServer
 
 from agentctl import __version__
+from agentctl.mcp_endpoint.sdk_imports import missing
 
 
 def new_mcp_server(name: str, **kwargs: Any) -> MCPServer[Any]:
     """`MCPServer(name, ...)` without its side effect on logging.
 
     The constructor calls `logging.basicConfig(INFO)` (a root handler at INFO would print the SDK's
-    session-id lines). Whatever it adds to the root logger is removed again and the root level restored.
+    session-id lines). Whatever it adds to the root logger is removed again and the root level restored;
+    rich is reported missing meanwhile, so the handler it would build (and remove) costs no import.
     """
     install_sdk_log_redaction()
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     try:
-        return MCPServer(name, version=__version__, **kwargs)
+        with missing("rich"):
+            return MCPServer(name, version=__version__, **kwargs)
     finally:
         for handler in list(root.handlers):
             if handler not in handlers:
