@@ -171,6 +171,43 @@ def timed_run(argv: Sequence[str], **kwargs: Any) -> float:
     return seconds
 
 
+def run_cpu(argv: Sequence[str], **kwargs: Any) -> tuple[float, float]:
+    """(wall seconds, CPU seconds user + system) of one run to exit; fails loudly on a non-zero exit."""
+    t0 = time.perf_counter()
+    proc = spawn(argv, stdout=subprocess.DEVNULL, **kwargs)
+    cpu = wait_cpu(proc)
+    seconds = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, list(argv))
+    return seconds, cpu
+
+
+def timed_to_line(argv: Sequence[str], timeout: float = 60.0) -> float:
+    """Wall seconds from the spawn to the first line the process prints (not to its exit: an interpreter's
+    teardown is no part of "ready"); the process is then ended, untimed."""
+    t0 = time.perf_counter()
+    proc = spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        line = read_line(proc, timeout)
+        seconds = time.perf_counter() - t0
+        if not line:
+            raise RuntimeError(f"{argv[0]} printed no line")
+        return seconds
+    finally:
+        end(proc)
+
+
+# A fixed CPU-bound workload, run in a fresh interpreter in the same run as the figure it calibrates: a figure
+# that grew while this did not is a regression, not a slower machine.
+CALIBRATION = [PYTHON, "-c", "import json\nd={'kind':'tool_call_observed','server':'kandev','tool':'t','n':0}\n"
+               "for i in range(200000):\n    d['n']=i; json.loads(json.dumps(d))"]
+
+
+def calibration_cpu(rounds: int = 3) -> float:
+    """CPU seconds of CALIBRATION (median of `rounds` fresh runs)."""
+    return median(run_cpu(CALIBRATION)[1] for _ in range(rounds))
+
+
 @contextlib.contextmanager
 def temp_dir(prefix: str) -> Iterator[Path]:
     """A short directory under /tmp (AF_UNIX paths are limited to 107 bytes)."""

@@ -9,12 +9,14 @@ up and their RSS holds still: RSS and PSS summed over the daemons and, separatel
 (PSS shares the interpreter's and libraries' pages among the processes that map them, so the PSS sum
 is what the fleet really occupies), and over the agents' shims. Then CPU seconds (user + system, psutil) of every daemon and agent
 over a --seconds window with nothing asking anything of them: the idle cost of supervision, tree
-tracking and timers, given per process per minute.
+tracking and timers, given per process per minute. Its reference is the CPU a fixed workload
+(_common.CALIBRATION) takes on the same machine in the same run, so the ratio tells a regression from a
+slower or busier machine.
 
 Every process is ended on exit, on failure and on Ctrl-C: each daemon runs in its own process group,
 and the agents (in sessions of their own) are killed by pid after their daemons.
 
-Not a test: numbers depend on the machine. No target in the issue: reported as measured.
+Not a test: numbers depend on the machine. The issue's target: PSS per daemon <= 60 MB.
 """
 
 from __future__ import annotations
@@ -81,20 +83,23 @@ def main() -> None:
     args = parser.parse_args()
     print(f"# fleet: {args.daemons} daemons with idle reference agents, {args.seconds:g} s CPU window")
     r = measure(args)
+    calibration = c.calibration_cpu()  # after the fleet: the same machine, the same run
     n = r["daemons"]
     t = r["total"]
     print(f"#   started in {r['start_seconds']:.1f} s; daemons RSS {t['daemons']['rss'] / c.MB:.0f} MB, "
           f"PSS {t['daemons']['pss'] / c.MB:.0f} MB; agents RSS {t['agents']['rss'] / c.MB:.0f} MB, "
           f"PSS {t['agents']['pss'] / c.MB:.0f} MB")
     cpu = r["cpu_seconds_per_minute"]
+    r["calibration_cpu_seconds"] = calibration
     r.update({"bench": "fleet", "params": {"daemons": args.daemons, "seconds": args.seconds, "batch": args.batch}})
     r["figures"] = [
         c.figure(f"fleet of {n}: daemons total PSS", t["daemons"]["pss"], unit="B"),
         c.figure(f"fleet of {n}: daemons total RSS", t["daemons"]["rss"], unit="B"),
         c.figure(f"fleet of {n}: agents total PSS", t["agents"]["pss"], unit="B"),
         c.figure(f"fleet of {n}: agent shims total PSS", t["shims"]["pss"], unit="B"),
-        c.figure(f"fleet of {n}: PSS per daemon", t["daemons"]["pss"] / n, unit="B"),
-        c.figure(f"fleet of {n}: CPU s per idle daemon per minute", cpu["daemon"], unit="s"),
+        c.figure(f"fleet of {n}: PSS per daemon", t["daemons"]["pss"] / n, unit="B", target=("value", "<=", 60 * c.MB)),
+        c.figure(f"fleet of {n}: CPU s per idle daemon per minute", cpu["daemon"], calibration, unit="s",
+                 reference_name="fixed workload's CPU, same run"),
         c.figure(f"fleet of {n}: CPU s per idle agent per minute", cpu["agent"], unit="s"),
     ]
     c.emit(r, args.json)

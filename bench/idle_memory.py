@@ -3,7 +3,7 @@
 Run:  .venv/bin/python bench/idle_memory.py [--rounds 3] [--importtime] [--json PATH]
 
 The daemon is a real `agentctl serve` whose [agent] is agentctl-reference-agent (ACP, initialized, no
-session). After the ready line, RSS is sampled until it holds still for a second; then RSS, USS (pages
+session); beside it, the same daemon without an agent (MCP-only). After the ready line, RSS is sampled until it holds still for a second; then RSS, USS (pages
 only it maps) and PSS (shared pages split among their users) of the daemon and, separately, of the agent
 (psutil memory_full_info). The reference is the floor interpreter that only imports mcp.server and
 aiohttp.web, in the same run.
@@ -30,7 +30,8 @@ STAGES = [
     ("bare python", ""),
     ("+ pydantic", "from pydantic import BaseModel"),
     ("+ mcp_types (MCP's pydantic models)", "import mcp_types"),
-    ("+ mcp.server", "import mcp.server"),
+    # As the daemon imports it: agentctl.mcp_endpoint's guards first (no MCP client, uvicorn or rich).
+    ("+ mcp.server (as the daemon imports it)", "import agentctl.mcp_endpoint, mcp.server"),
     ("+ aiohttp.web", "import aiohttp.web"),
     ("+ acp (ACP SDK)", "import acp"),
     ("+ msgspec, psutil, sqlite3", "import msgspec, psutil, sqlite3"),
@@ -52,10 +53,13 @@ def floor_rss() -> int:
     return int(out.stdout.split()[-1]) * 1024
 
 
-def idle_daemon() -> dict:
+def idle_daemon(agent: bool = True) -> dict:
     with c.temp_dir("idlemem-") as d:
-        daemon = c.start_daemon(d, agent=[c.REF_AGENT])
+        daemon = c.start_daemon(d, agent=[c.REF_AGENT] if agent else None)
         try:
+            if not agent:
+                c.settled_rss(daemon.pid)
+                return {"daemon": c.memory(daemon.pid)}
             c.wait_until(lambda: c.agent_ready(daemon), 60, "the agent to be ready")
             agent = c.wait_until(daemon.agent_pid, 10, "the agent's pid")
             c.settled_rss(daemon.pid)
@@ -87,10 +91,12 @@ def main() -> None:
     parser.add_argument("--json", metavar="PATH", help="also write the results here")
     args = parser.parse_args()
     idle: list[dict] = []
+    mcp_only: list[dict] = []
     floors: list[int] = []
     stages: list[list[int]] = [[] for _ in STAGES]
     for r in range(args.rounds):
         idle.append(idle_daemon())
+        mcp_only.append(idle_daemon(agent=False)["daemon"])
         floors.append(floor_rss())
         for i in range(len(STAGES)):
             stages[i].append(stage_rss(i))
@@ -106,7 +112,8 @@ def main() -> None:
     for name, rss in breakdown:
         print(f"#   {name:<36} {rss / c.MB:7.1f} MB   {'+' if rss >= prev else ''}{(rss - prev) / c.MB:6.1f} MB")
         prev = rss
-    result = {"bench": "idle_memory", "params": {"rounds": args.rounds}, "idle": idle, "medians": med,
+    result = {"bench": "idle_memory", "params": {"rounds": args.rounds}, "idle": idle, "mcp_only": mcp_only,
+              "medians": med,
               "floor_rss_bytes": c.median(floors), "breakdown": [{"stage": n, "rss_bytes": v} for n, v in breakdown]}
     if args.importtime:
         rows = importtime()
@@ -119,6 +126,8 @@ def main() -> None:
         c.figure("idle daemon RSS (idle ACP agent)", med["daemon"]["rss"], floor, unit="B",
                  reference_name="import mcp.server, aiohttp.web", target=("value", "<=", 80 * c.MB)),
         c.figure("idle daemon PSS", med["daemon"]["pss"], unit="B"),
+        c.figure("idle daemon RSS, MCP-only (no agent)", c.median(m["rss"] for m in mcp_only), floor, unit="B",
+                 reference_name="import mcp.server, aiohttp.web"),
         c.figure("idle daemon USS", med["daemon"]["uss"], unit="B"),
         c.figure("idle reference agent RSS", med["agent"]["rss"], unit="B"),
     ]

@@ -1,11 +1,13 @@
 """Start to ready: `agentctl serve` until its JSON ready line, against the floor of importing its two big
-dependencies; plus `agentctl --version` against a bare interpreter.
+dependencies until a printed line; plus `agentctl --version` against a bare interpreter.
 
 Run:  .venv/bin/python bench/startup.py [--rounds 7] [--json PATH]
 
 Measured from just before the spawn to the moment the line is read (wall clock), in interleaved rounds
 (medians), after one unmeasured warm-up of each (page cache):
-- floor:         .venv/bin/python -c "import mcp.server, aiohttp.web" (to exit)
+- floor:         .venv/bin/python -c "import mcp.server, aiohttp.web; print(...)" until its line: timed to a
+                 printed line like the daemon, not to the interpreter's exit (its teardown, ~0.3 s with these
+                 modules loaded, is no part of being ready)
 - serve:         .venv/bin/agentctl serve SPEC --socket ... with no [agent]: the daemon's own start
 - serve + agent: the same with `[agent] command = ["agentctl-reference-agent"]`, protocol acp: the ready
                  line comes after the agent's ACP initialize was answered, so this includes a second
@@ -28,7 +30,7 @@ import time
 
 import _common as c
 
-FLOOR = [c.PYTHON, "-c", "import mcp.server, aiohttp.web"]
+FLOOR = [c.PYTHON, "-c", "import mcp.server, aiohttp.web; print('imported', flush=True)"]
 BARE = [c.PYTHON, "-c", "pass"]
 VERSION = [c.AGENTCTL, "--version"]
 INITIALIZE = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}\n'
@@ -52,7 +54,7 @@ def agent_alone() -> float:
 
 def once(kind: str) -> float:
     if kind == "floor":
-        return c.timed_run(FLOOR)
+        return c.timed_to_line(FLOOR)
     if kind == "bare":
         return c.timed_run(BARE)
     if kind == "version":
@@ -81,14 +83,14 @@ def main() -> None:
     print(f"# start to ready, {args.rounds} interleaved rounds, medians (seconds per round below)")
     for kind in KINDS:
         print(f"#   {kind:<12} {' '.join(f'{x:.3f}' for x in runs[kind])}")
-    floor = "import mcp.server, aiohttp.web"
+    floor = "import mcp.server, aiohttp.web, to a printed line"
     figures = [
         c.figure("start to ready: serve, no agent", med["serve"], med["floor"], unit="s", reference_name=floor,
                  target=("ratio", "<=", 1.3)),
         c.figure("start to ready: serve + reference ACP agent", med["serve+agent"], med["floor"] + med["agent"],
                  unit="s", reference_name="floor + agent alone to initialize", target=("ratio", "<=", 1.3)),
-        c.figure("  (the reference agent alone to initialize)", med["agent"], med["floor"], unit="s",
-                 reference_name=floor),
+        # A figure, not a ratio: the agent's start has nothing to do with the daemon's floor.
+        c.figure("  (the reference agent alone to initialize)", med["agent"], unit="s"),
         c.figure("agentctl --version", med["version"], med["bare"], unit="s", reference_name="python -c pass"),
     ]
     c.emit({"bench": "startup", "params": {"rounds": args.rounds}, "runs": runs, "medians": med,

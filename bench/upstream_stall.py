@@ -1,4 +1,5 @@
-"""MCP latency with the upstream stalled against healthy: p99 ratio, daemon memory, and the repair afterwards.
+"""MCP latency with the upstream stalled against healthy, and healthy against no upstream at all: p50 and p99
+ratios, daemon memory, and the repair after the stall.
 
 Run:  .venv/bin/python bench/upstream_stall.py [--calls 2500] [--rounds 1] [--json PATH]
 
@@ -9,7 +10,9 @@ answers locally, so the call measures the MCP path plus evidence publishing, not
 Phase 1: hub healthy. Phase 2: the hub is SIGSTOPped (it reads nothing; the daemon's socket buffers fill,
 its queue overflows and drops, counted). Then SIGCONT, and the time until the hub's database equals the
 daemon's report (the resync snapshot repairing the gap). Also the daemon's RSS before and after the stall.
-With --rounds N the two phases alternate N times on the same processes; medians of the per-round figures.
+Each round starts with a phase against a second daemon, the same spec without `[upstream]` (its evidence
+goes nowhere): what publishing upstream costs a call, healthy against none.
+With --rounds N the three phases alternate N times on the same processes; medians of the per-round figures.
 
 Not a test: numbers depend on the machine. The issue's target: p99 stalled / healthy <= 1.1.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -27,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,6 +46,23 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from agentctl.control.client import ControlClient  # noqa: E402
 from agentctl.evidence.contract import encode  # noqa: E402
 from agentctl.hub.hub_store import HubStore  # noqa: E402
+
+
+def _spec(tmp: Path, name: str, upstream: bool) -> Path:
+    spec = tmp / f"{name}.toml"
+    spec.write_text(f"""
+[identity]
+task_id = "task-1"
+session_id = "session-{name}"
+agent_id = "agent-1"
+agent_profile_id = "profile-1"
+execution_id = "exec-{name}"
+[mcp]
+profile = "external"
+[state]
+dir = "{tmp / 'state'}"
+""" + (f"[upstream]\nsocket = \"{tmp / 'hub.sock'}\"\n" if upstream else ""))
+    return spec
 
 
 def _start(args: list[str]) -> tuple[subprocess.Popen, dict]:
@@ -66,6 +88,16 @@ def _pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1] if len(values) > 1 else values[0]
 
 
+@contextlib.asynccontextmanager
+async def _client(control: ControlClient) -> AsyncIterator[Client]:
+    """An SDK client (legacy era) on the daemon's MCP endpoint, for a session opened on its control socket."""
+    control.post("/v1/session/new")
+    _, config = control.get("/v1/mcp-config")
+    async with httpx2.AsyncClient(headers=config["headers"], timeout=60) as http:
+        async with Client(streamable_http_client(config["url"], http_client=http), mode="legacy") as client:
+            yield client
+
+
 async def _calls(client: Client, n: int) -> list[float]:
     out = []
     for _ in range(n):
@@ -78,36 +110,24 @@ async def _calls(client: Client, n: int) -> list[float]:
 
 async def run(args: argparse.Namespace) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="stall-bench-", dir="/tmp"))
-    spec = tmp / "spec.toml"
-    spec.write_text(f"""
-[identity]
-task_id = "task-1"
-session_id = "session-1"
-agent_id = "agent-1"
-agent_profile_id = "profile-1"
-execution_id = "exec-1"
-[mcp]
-profile = "external"
-[state]
-dir = "{tmp / 'state'}"
-[upstream]
-socket = "{tmp / 'hub.sock'}"
-""")
     hub, _ = _start(["hub", "serve", "--socket", str(tmp / "hub.sock"), "--db", str(tmp / "hub.sqlite3"),
                      "--log-level", "warning"])
-    daemon, ready = _start(["serve", str(spec), "--socket", str(tmp / "c.sock"), "--log-level", "warning"])
+    daemon, ready = _start(["serve", str(_spec(tmp, "1", True)), "--socket", str(tmp / "c.sock"),
+                            "--log-level", "warning"])
+    alone, alone_ready = _start(["serve", str(_spec(tmp, "2", False)), "--socket", str(tmp / "c2.sock"),
+                                 "--log-level", "warning"])
     control = ControlClient(Path(ready["control_socket"]), timeout=30)
     rounds: list[dict] = []
     try:
-        control.post("/v1/session/new")
-        _, config = control.get("/v1/mcp-config")
-        async with httpx2.AsyncClient(headers=config["headers"], timeout=60) as http:
-            async with Client(streamable_http_client(config["url"], http_client=http), mode="legacy") as client:
-                await _calls(client, 100)  # warm-up
-                for _ in range(args.rounds):  # healthy and stalled alternate: drift hits both phases alike
-                    rounds.append(await _round(args, client, hub, daemon, control, tmp))
+        async with _client(control) as client, _client(ControlClient(Path(alone_ready["control_socket"]))) as bare:
+            await _calls(client, 100)  # warm-up
+            await _calls(bare, 100)
+            for _ in range(args.rounds):  # the phases alternate: drift hits them all alike
+                no_upstream = await _calls(bare, args.calls)
+                rounds.append({"none_p50_ms": statistics.median(no_upstream), "none_p99_ms": _pct(no_upstream, 99),
+                               **await _round(args, client, hub, daemon, control, tmp)})
     finally:
-        for proc in (daemon, hub):
+        for proc in (alone, daemon, hub):
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -118,6 +138,8 @@ socket = "{tmp / 'hub.sock'}"
     result = {
         "calls_per_phase": args.calls,
         "rounds": args.rounds,
+        "none_p50_ms": med("none_p50_ms"),
+        "none_p99_ms": med("none_p99_ms"),
         "healthy_p50_ms": med("healthy_p50_ms"),
         "healthy_p99_ms": med("healthy_p99_ms"),
         "stalled_p50_ms": med("stalled_p50_ms"),
@@ -169,6 +191,10 @@ def figures(r: dict) -> list[dict]:
     import _common as c
 
     return [
+        c.figure("MCP tools/call p50, upstream healthy", r["healthy_p50_ms"], r["none_p50_ms"], unit="ms",
+                 reference_name="no upstream"),
+        c.figure("MCP tools/call p99, upstream healthy", r["healthy_p99_ms"], r["none_p99_ms"], unit="ms",
+                 reference_name="no upstream"),
         c.figure("MCP p99, upstream stalled", r["stalled_p99_ms"], r["healthy_p99_ms"], unit="ms",
                  reference_name="upstream healthy", target=("ratio", "<=", 1.1)),
         c.figure("daemon RSS growth during the stall", r["daemon_rss_growth_bytes"], unit="B"),
@@ -185,6 +211,7 @@ def main() -> None:
     r = asyncio.run(run(args))
     rounds = f", medians of {r['rounds']} rounds" if r["rounds"] > 1 else ""
     print(f"MCP tools/call latency, {r['calls_per_phase']} sequential calls per phase{rounds}")
+    print(f"  no upstream        p50 {r['none_p50_ms']:8.3f} ms   p99 {r['none_p99_ms']:8.3f} ms")
     print(f"  healthy upstream   p50 {r['healthy_p50_ms']:8.3f} ms   p99 {r['healthy_p99_ms']:8.3f} ms")
     print(f"  stalled upstream   p50 {r['stalled_p50_ms']:8.3f} ms   p99 {r['stalled_p99_ms']:8.3f} ms")
     print(f"  p99 ratio stalled/healthy: {r['p99_ratio_stalled_over_healthy']}  (target <= 1.1)")
