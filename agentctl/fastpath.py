@@ -165,8 +165,8 @@ def _health_line(body: bytes, ready_mode: bool) -> int | None:
     if _color():
         return None
     try:
-        health = json.loads(body)
-    except ValueError:
+        health = json.loads(body.decode("utf-8"))  # bytes would also be read as UTF-16 or -32; msgspec would not
+    except ValueError:  # UnicodeDecodeError included
         return None
     if not valid_health(health):
         return None

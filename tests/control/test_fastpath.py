@@ -176,6 +176,8 @@ async def test_a_daemon_that_never_answers_costs_the_probe_one_timeout_and_the_f
     {"live": True, "ready": True, "stopping": False, "checks": {}, "agent": {"state": "gone"}},
     {"live": True, "ready": True, "stopping": False, "checks": {}, "agent": {"state": "exited", "exit_code": True}},
     {"live": True, "ready": True, "stopping": False, "checks": {}, "agent": {"state": "exited", "exit_code": 1.0}},
+    {"live": True, "ready": True, "stopping": False, "checks": {}, "agent": {"state": "exited", "exit_code": 1 << 64}},
+    {"live": True, "ready": True, "stopping": False, "checks": {}, "agent": {"state": "exited", "exit_code": -1 << 63}},
     [], "live",
 ])
 def test_the_fast_paths_health_check_accepts_exactly_what_the_full_clients_decoder_accepts(body):
@@ -185,6 +187,11 @@ def test_the_fast_paths_health_check_accepts_exactly_what_the_full_clients_decod
     except msgspec.ValidationError:
         accepted = False
     assert fastpath.valid_health(body) is accepted
+
+
+def test_a_health_body_msgspec_would_not_read_as_utf8_is_left_to_the_full_cli():
+    body = json.dumps({"live": True, "ready": True, "stopping": False, "checks": {}}).encode("utf-16")
+    assert fastpath._health_line(body, ready_mode=False) is None
 
 
 def test_the_fast_paths_health_tables_name_every_field_of_the_contract():
