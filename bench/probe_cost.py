@@ -10,6 +10,8 @@ One real MCP-only `agentctl serve`; then, in interleaved rounds (medians), each 
          tree, http.client, the contract), which is what every probe cost before the fast path
 - bare:  .venv/bin/python -c pass   (the interpreter's floor; the goal is fast <= 2x this and <= 35 ms)
 - curl:  curl -sf --unix-socket S http://localhost/v1/health   (what a probe in C costs)
+- stdlib: .venv/bin/python -c "import pathlib, json, socket"   (the standard modules the fast path cannot do
+         without: the socket location rules work on paths; the remaining floor of a probe in Python)
 The console script from this venv is timed (an editable install: its finder imports pathlib and re at
 start-up for every interpreter of the venv, `python -c pass` included).
 
@@ -23,7 +25,7 @@ import shutil
 
 import _common as c
 
-KINDS = ("fast", "full", "bare", "curl")
+KINDS = ("fast", "full", "bare", "stdlib", "curl")
 
 
 def argv_of(kind: str, sock: str) -> list[str]:
@@ -31,6 +33,7 @@ def argv_of(kind: str, sock: str) -> list[str]:
         "fast": [c.AGENTCTL, "health", "--ready", "--socket", sock],
         "full": [c.AGENTCTL, "health", "--ready", "--socket", sock, "--timeout", "5"],
         "bare": [c.PYTHON, "-c", "pass"],
+        "stdlib": [c.PYTHON, "-c", "import pathlib, json, socket"],
         "curl": ["curl", "-sf", "-o", "/dev/null", "--unix-socket", sock, "http://localhost/v1/health"],
     }[kind]
 
@@ -65,6 +68,8 @@ def main() -> None:
         c.figure("  the same through the full CLI (as before the fast path)", cpu["full"], cpu["fast"], unit="ms",
                  reference_name="fast path"),
     ]
+    figures.append(c.figure("  the fast path against its stdlib floor", cpu["fast"], cpu["stdlib"], unit="ms",
+                            reference_name="python -c 'import pathlib, json, socket'"))
     if "curl" in cpu:
         figures.append(c.figure("  the fast path against curl", cpu["fast"], cpu["curl"], unit="ms",
                                 reference_name="curl --unix-socket"))
