@@ -81,8 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     schema = sub.add_parser("schema", help="print the JSON Schema of the report contract")
     schema.set_defaults(func=cmd_schema)
 
-    from agentctl.control.commands import add_client_commands
-    from agentctl.control.session_commands import add_session_commands
+    from agentctl.commands.daemon_commands import add_client_commands
+    from agentctl.commands.session_commands import add_session_commands
     from agentctl.diagnostics.commands import add_diagnostics_commands
 
     add_client_commands(sub)

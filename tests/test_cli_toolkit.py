@@ -83,7 +83,7 @@ def test_the_readme_carries_exactly_the_generated_table():
 
 # ---- the exit codes are the table's names, never numbers -----------------------------------------------
 
-COMMAND_MODULES = ["cli.py", "control/commands.py", "control/session_commands.py", "diagnostics/commands.py",
+COMMAND_MODULES = ["cli.py", "commands/daemon_commands.py", "commands/session_commands.py", "diagnostics/commands.py",
                    "probe/commands.py", "hub/commands.py", "daemon/run.py", "probe/run.py"]
 EXIT_HELPERS = {"fail", "_fail", "CommandExit"}
 
