@@ -103,11 +103,11 @@ def daemon_options(*, timeout: bool = True) -> argparse.ArgumentParser:
     """The options of every command that talks to a daemon, as a parent parser: which daemon, --json and
     (unless the command has its own) the client's --timeout."""
     options = argparse.ArgumentParser(add_help=False)
-    options.add_argument("--socket", metavar="PATH", help="control socket path")
+    options.add_argument("--socket", metavar="PATH", help="the daemon's control socket (default: $AGENTCTL_SOCKET)")
     options.add_argument(
         "--execution",
         metavar="ID",
-        help="execution id: finds <runtime dir>/<ID>/control.sock (runtime dir: $AGENTCTL_SOCKET, "
+        help="execution id: finds <runtime dir>/<ID>/control.sock (runtime dir: $AGENTCTL_RUNTIME_DIR, "
         "$RUNTIME_DIRECTORY, or the user runtime dir)",
     )
     options.add_argument("--json", action="store_true", help="print the daemon's JSON instead of text")
@@ -161,7 +161,8 @@ def stdout_color() -> bool:
 
 
 def locate_socket(args: argparse.Namespace) -> Path:
-    """--socket, else --execution (via resolve_socket_path), else the only live daemon under the runtime dir.
+    """--socket, else --execution under the runtime dir, else $AGENTCTL_SOCKET, else the only live daemon
+    under the runtime dir. An option given on the command line wins over the environment, as everywhere.
 
     Sockets that nobody listens on any more (daemons killed without removing theirs) are removed, said so
     on stderr, and never count as a daemon."""
@@ -170,14 +171,20 @@ def locate_socket(args: argparse.Namespace) -> Path:
         ControlSocketError,
         check_path_length,
         discover,
+        env_socket,
+        execution_socket_path,
         remove_stale,
-        resolve_socket_path,
         socket_base_dir,
     )
 
     try:
-        if getattr(args, "socket", None) or getattr(args, "execution", None):
-            path = resolve_socket_path(args.socket, args.execution or "")
+        if getattr(args, "socket", None):
+            path = Path(args.socket).expanduser().absolute()
+        elif getattr(args, "execution", None):
+            path = execution_socket_path(args.execution)
+        else:
+            path = env_socket()
+        if path is not None:
             check_path_length(path)
             return path
         base = socket_base_dir()
@@ -192,11 +199,13 @@ def locate_socket(args: argparse.Namespace) -> Path:
         return live[0]
     if live:
         ids = ", ".join(p.parent.name for p in live)
-        raise UsageError(f"several daemons under {base} ({ids}); choose one with --execution ID or --socket PATH")
+        raise UsageError(f"several daemons under {base} ({ids}); choose one with --execution ID or --socket PATH "
+                         "(`agentctl ls` lists them)")
     if removed:
         raise ControlUnavailable(f"no agentctl daemon is running under {base} (only dead ones had left sockets)")
     raise UsageError(
-        f"cannot locate the control socket: no --socket or --execution given, and no daemon socket under {base}"
+        f"cannot locate the control socket: no --socket, --execution or $AGENTCTL_SOCKET given, and no daemon "
+        f"socket under {base}"
     )
 
 

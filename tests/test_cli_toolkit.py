@@ -177,7 +177,7 @@ def test_no_module_imports_or_reaches_a_private_name_of_another_module(path):
 
 def test_the_private_name_check_catches_imports_and_attribute_reaches():
     source = (
-        "from agentctl.control.commands import _call, cmd_status\n"
+        "from agentctl.commands.daemon_commands import _call, cmd_status\n"
         "import agentctl.control.render as render\n"
         "from agentctl.control import render as r2\n"
         "render._get(1)\n"
@@ -186,7 +186,7 @@ def test_the_private_name_check_catches_imports_and_attribute_reaches():
         "self._private = 1\n"
     )
     assert private_reaches(source, "agentctl.hub.web_view", PACKAGES) == [
-        "line 1: from agentctl.control.commands import _call",
+        "line 1: from agentctl.commands.daemon_commands import _call",
         "line 6: from agentctl.testing import _ref_mcp",
         "line 4: render._get",
         "line 5: r2._paint",
