@@ -23,18 +23,24 @@ from agentctl.exit_codes import (
     EXIT_NO_DAEMON,
     EXIT_OK,
     EXIT_SIGNAL_BASE,
+    EXIT_STILL_RUNNING,
     EXIT_TEST_FAILED,
     EXIT_UNHEALTHY,
     EXIT_USAGE,
 )
 
 __all__ = [
-    "EXIT_FAILED", "EXIT_NO_DAEMON", "EXIT_OK", "EXIT_SIGNAL_BASE", "EXIT_TEST_FAILED", "EXIT_UNHEALTHY",
-    "EXIT_USAGE", "CommandExit", "CommandParser", "UsageError", "call", "client_exit", "command", "connect",
-    "daemon_options", "fail", "locate_socket", "out", "positive_seconds", "print_json", "stdout_color",
+    "EXIT_FAILED", "EXIT_NO_DAEMON", "EXIT_OK", "EXIT_SIGNAL_BASE", "EXIT_STILL_RUNNING", "EXIT_TEST_FAILED",
+    "EXIT_UNHEALTHY", "EXIT_USAGE", "FILE_COMPLETION", "CommandExit", "CommandParser", "UsageError", "call", "client_exit", "command",
+    "connect", "daemon_options", "fail", "locate_socket", "out", "positive_seconds", "print_json", "stdout_color",
+    "wrapped",
 ]
 
 T = TypeVar("T")
+
+# An argument completed as a file name (shtab reads an action's `complete`; its value is shtab.FILE, spelt out so
+# that building the parser does not import shtab).
+FILE_COMPLETION = {"bash": "_shtab_compgen_files", "zsh": "_files", "tcsh": "f"}
 
 # ---- parsing ----------------------------------------------------------------------------------------------
 
@@ -97,6 +103,14 @@ def positive_seconds(maximum: float | None = None) -> Callable[[str], float]:
         return value
 
     return parse
+
+
+def wrapped(*paragraphs: str, width: int = 79) -> str:
+    """Paragraphs filled to `width`, for a description shown by RawDescriptionHelpFormatter (which keeps the
+    epilog's examples as written and so leaves the description unwrapped too)."""
+    import textwrap
+
+    return "\n\n".join(textwrap.fill(p, width=width, break_on_hyphens=False) for p in paragraphs)
 
 
 def daemon_options(*, timeout: bool = True) -> argparse.ArgumentParser:

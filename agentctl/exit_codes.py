@@ -16,6 +16,7 @@ EXIT_FAILED = 1  # the same code as a usage error: the command did not do what w
 EXIT_NO_DAEMON = 2
 EXIT_TEST_FAILED = 3
 EXIT_UNHEALTHY = 4
+EXIT_STILL_RUNNING = 5
 EXIT_SIGNAL_BASE = 128  # + the signal's number
 
 
@@ -39,6 +40,8 @@ EXIT_CODES: tuple[ExitCode, ...] = (
              "daemon"),
     ExitCode("4", ("EXIT_UNHEALTHY",), "`health`: the daemon answers but is not live, not ready (with --ready), "
              "or not sensibly"),
+    ExitCode("5", ("EXIT_STILL_RUNNING",), "`stop --wait`: the daemon was asked to stop and was still there when "
+             "the wait ended (still draining, or hung)"),
     ExitCode("128+N", ("EXIT_SIGNAL_BASE",), "interrupted by signal N (130 for SIGINT, 143 for SIGTERM): `run` "
              "once it stopped the agent and persisted the report; `serve` and `hub serve` when a second signal "
              "cut the drain short"),

@@ -20,12 +20,16 @@ HIDDEN = {"stdio-sentinel"}  # a parser with no help line: not listed, still a p
 
 
 def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    """Every command path of the parser tree (`("hub", "status")`), parents included."""
+    """Every command path of the parser tree (`("hub", "status")`), parents included; an alias (`ps` for `ls`)
+    is the same parser, walked once under its first name."""
     found = [path] if path else []
     for action in parser._actions:  # argparse has no public walk of its subparsers
         if isinstance(action, argparse._SubParsersAction):
+            seen: set[int] = set()
             for name, sub in action.choices.items():
-                found += _commands(sub, (*path, name))
+                if id(sub) not in seen:
+                    seen.add(id(sub))
+                    found += _commands(sub, (*path, name))
     return found
 
 
