@@ -15,10 +15,11 @@ from agentctl.cli_support import (
     EXIT_USAGE,
     FILE_COMPLETION,
     CommandParser,
+    add_main_command,
     fail,
     wrapped,
 )
-from agentctl.cli_help import command_epilog, environment_help, examples_help
+from agentctl.cli_help import environment_help, examples_help
 from agentctl.exit_codes import exit_codes_help
 
 
@@ -57,30 +58,20 @@ def build_parser() -> argparse.ArgumentParser:
     # Every subcommand's parser (and theirs) is a CommandParser: one usage error, one exit code.
     sub = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=CommandParser)
 
-    serve = sub.add_parser(
-        "serve",
-        help="run the daemon in the foreground for one execution",
-        description=wrapped("Run the daemon for one execution in the foreground.",
-                            "Once it is ready it prints one "
-                            "JSON line (`\"event\": \"ready\"`, the control socket, the MCP URL, the pid) on "
-                            "stdout; logs go to stderr. SIGTERM or SIGINT drains it (the report persisted) and it "
-                            f"exits {EXIT_OK}; a second signal exits at once. Exit codes: {EXIT_NO_DAEMON} bad spec "
-                            "or the daemon could not start."),
-        epilog=command_epilog("serve"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    serve = add_main_command(
+        sub, "serve", help="run the daemon in the foreground for one execution",
+        description=("Run the daemon for one execution in the foreground.",
+                     "Once it is ready it prints one JSON line (`\"event\": \"ready\"`, the control socket, the MCP "
+                     "URL, the pid) on stdout; logs go to stderr. SIGTERM or SIGINT drains it (the report persisted) "
+                     f"and it exits {EXIT_OK}; a second signal exits at once. Exit codes: {EXIT_NO_DAEMON} bad spec "
+                     "or the daemon could not start."),
     )
-    serve.add_argument("spec", metavar="SPEC", help="execution spec (TOML or JSON)").complete = FILE_COMPLETION
-    serve.add_argument("--socket", metavar="PATH", help="control socket path (default: $AGENTCTL_SOCKET, else "
-                       "<runtime dir>/<execution_id>/control.sock)")
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
-                       help="the least severe log lines written to stderr (info); debug is for troubleshooting "
-                       "and adds the traceback of an unexpected start-up error")
+    _daemon_arguments(serve, log_level="info")
     serve.set_defaults(func=cmd_serve)
 
-    run = sub.add_parser(
-        "run",
-        help="the main job: start the daemon, open a session, show status, persist",
-        description=wrapped(
+    run = add_main_command(
+        sub, "run", help="the main job: start the daemon, open a session, show status, persist",
+        description=(
             "The main job: the daemon, the agent, a session, the status and the report.",
             "Start the daemon with an in-process hub (unless [upstream] names one), start the agent, "
             "open a session, optionally prompt, show the status and persist the report.",
@@ -89,16 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
             "exited with an error (a non-zero code or a signal), for ACP and passthrough agents alike; "
             f"{EXIT_NO_DAEMON} bad spec or the daemon could not start; {EXIT_SIGNAL_BASE}+N interrupted by signal N "
             "(the agent is stopped and the report persisted all the same)"),
-        epilog=command_epilog("run"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument("spec", metavar="SPEC", help="execution spec (TOML or JSON)").complete = FILE_COMPLETION
-    run.add_argument("--socket", metavar="PATH", help="control socket path (default: $AGENTCTL_SOCKET, else "
-                     "<runtime dir>/<execution_id>/control.sock)")
+    _daemon_arguments(run, log_level="warning")
     run.add_argument("--prompt", metavar="TEXT", help="send this prompt once the session is accepted")
     run.add_argument("--json", action="store_true", help="print the final report as JSON")
-    run.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
-                     help="the least severe log lines written to stderr (warning)")
     run.set_defaults(func=cmd_run)
 
     schema = sub.add_parser("schema", help="print the JSON Schema of the report contract")
@@ -145,6 +130,16 @@ def build_parser() -> argparse.ArgumentParser:
     recover.add_argument("--json", action="store_true", help="print what was done as JSON")
     recover.set_defaults(func=cmd_recover)
     return parser
+
+
+def _daemon_arguments(parser: argparse.ArgumentParser, *, log_level: str) -> None:
+    """SPEC, --socket and --log-level: what `serve` and `run` share."""
+    parser.add_argument("spec", metavar="SPEC", help="execution spec (TOML or JSON)").complete = FILE_COMPLETION
+    parser.add_argument("--socket", metavar="PATH", help="control socket path (default: $AGENTCTL_SOCKET, else "
+                        "<runtime dir>/<execution_id>/control.sock)")
+    parser.add_argument("--log-level", default=log_level, choices=["debug", "info", "warning", "error"],
+                        help=f"the least severe log lines written to stderr ({log_level}); debug is for "
+                        "troubleshooting and adds the traceback of an unexpected start-up error")
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

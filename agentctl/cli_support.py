@@ -31,7 +31,8 @@ from agentctl.exit_codes import (
 
 __all__ = [
     "EXIT_FAILED", "EXIT_NO_DAEMON", "EXIT_OK", "EXIT_SIGNAL_BASE", "EXIT_STILL_RUNNING", "EXIT_TEST_FAILED",
-    "EXIT_UNHEALTHY", "EXIT_USAGE", "FILE_COMPLETION", "CommandExit", "CommandParser", "UsageError", "call", "client_exit", "command",
+    "EXIT_UNHEALTHY", "EXIT_USAGE", "FILE_COMPLETION", "CommandExit", "CommandParser", "UsageError",
+    "add_main_command", "call", "client_exit", "command",
     "connect", "daemon_options", "fail", "locate_socket", "out", "positive_seconds", "print_json", "stdout_color",
     "wrapped",
 ]
@@ -111,6 +112,18 @@ def wrapped(*paragraphs: str, width: int = 79) -> str:
     import textwrap
 
     return "\n\n".join(textwrap.fill(p, width=width, break_on_hyphens=False) for p in paragraphs)
+
+
+def add_main_command(subparsers: Any, name: str, *, help: str, description: tuple[str, ...],
+                     parents: tuple[argparse.ArgumentParser, ...] = (), aliases: tuple[str, ...] = ()
+                     ) -> argparse.ArgumentParser:
+    """A main command's parser: its description (a one-line summary first, which shell completion shows), then
+    its examples and the variables it reads (agentctl.cli_help) as the epilog, laid out as written."""
+    from agentctl.cli_help import command_epilog
+
+    return subparsers.add_parser(name, aliases=list(aliases), parents=list(parents), help=help,
+                                 description=wrapped(*description), epilog=command_epilog(name),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def daemon_options(*, timeout: bool = True) -> argparse.ArgumentParser:

@@ -21,6 +21,7 @@ from agentctl.cli_support import (
     EXIT_UNHEALTHY,
     EXIT_USAGE,
     CommandExit,
+    add_main_command,
     call,
     client_exit,
     command,
@@ -30,38 +31,28 @@ from agentctl.cli_support import (
     out,
     print_json,
     stdout_color,
-    wrapped,
 )
 from agentctl.evidence.contract import AttachmentHistory, HealthResponse, StatusResponse, StopResult
 
 
 def add_client_commands(subparsers: Any) -> None:
     """Register status, report, health, stop and ls on an argparse subparsers action."""
-    from agentctl.cli_help import command_epilog
     from agentctl.commands.host_daemons import add_host_commands, add_stop_wait
 
     options = daemon_options()
-    p = subparsers.add_parser(
-        "status",
-        parents=[options],
-        help="show the MCP attachment status of the current attempt",
-        description=wrapped("The MCP attachment status of the daemon's current attempt.",
-                            "One row per server with its display state and a plain-language line. Which daemon: --socket, else "
-                            "--execution, else $AGENTCTL_SOCKET, else the only one under the runtime dir."),
-        epilog=command_epilog("status"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = add_main_command(
+        subparsers, "status", parents=(options,), help="show the MCP attachment status of the current attempt",
+        description=("The MCP attachment status of the daemon's current attempt.",
+                     "One row per server with its display state and a plain-language line. Which daemon: --socket, "
+                     "else --execution, else $AGENTCTL_SOCKET, else the only one under the runtime dir."),
     )
     p.set_defaults(func=cmd_status)
 
-    p = subparsers.add_parser(
-        "report",
-        parents=[options],
+    p = add_main_command(
+        subparsers, "report", parents=(options,),
         help="print the whole attachment report (current and previous attempts)",
-        description=wrapped("The whole attachment report: current and previous attempts.",
-                            "From the running daemon, or read a persisted one offline with --state-dir DIR "
-                            "--execution ID."),
-        epilog=command_epilog("report"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=("The whole attachment report: current and previous attempts.",
+                     "From the running daemon, or read a persisted one offline with --state-dir DIR --execution ID."),
     )
     p.add_argument("--state-dir", metavar="DIR", help="read the persisted report offline from this state dir")
     p.set_defaults(func=cmd_report)
@@ -77,17 +68,14 @@ def add_client_commands(subparsers: Any) -> None:
     p.add_argument("--ready", action="store_true", help="check readiness instead of liveness")
     p.set_defaults(func=cmd_health)
 
-    p = subparsers.add_parser(
-        "stop",
-        parents=[options],
+    p = add_main_command(
+        subparsers, "stop", parents=(options,),
         help="ask the daemon to stop (it drains, then exits); --wait until it is gone",
-        description=wrapped("Ask the daemon to stop, and with --wait wait until it is gone.",
-                            "It drains (the agent stopped, the report persisted) and exits. "
-                            "Returns at once, or with --wait once the daemon's process has exited and its socket is "
-                            f"gone. Exit codes: {EXIT_OK} asked (or gone, with --wait), {EXIT_NO_DAEMON} no daemon "
-                            f"to stop, {EXIT_STILL_RUNNING} still there when the wait ended."),
-        epilog=command_epilog("stop"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=("Ask the daemon to stop, and with --wait wait until it is gone.",
+                     "It drains (the agent stopped, the report persisted) and exits. Returns at once, or with --wait "
+                     "once the daemon's process has exited and its socket is gone. Exit codes: "
+                     f"{EXIT_OK} asked (or gone, with --wait), {EXIT_NO_DAEMON} no daemon to stop, "
+                     f"{EXIT_STILL_RUNNING} still there when the wait ended."),
     )
     add_stop_wait(p)
     p.set_defaults(func=cmd_stop)

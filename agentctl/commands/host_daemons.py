@@ -19,13 +19,13 @@ from agentctl.cli_support import (
     EXIT_OK,
     EXIT_STILL_RUNNING,
     UsageError,
+    add_main_command,
     command,
     daemon_options,
     fail,
     out,
     positive_seconds,
     print_json,
-    wrapped,
 )
 from agentctl.evidence.contract import DaemonEntry, DaemonListing, StatusResponse
 
@@ -38,19 +38,14 @@ _STATE_TEXT = {"not_ready": "not ready", "not_yours": "not yours"}
 
 def add_host_commands(subparsers, options: argparse.ArgumentParser | None = None) -> None:
     """Register `ls` (and its alias `ps`)."""
-    from agentctl.cli_help import command_epilog
-
-    p = subparsers.add_parser(
-        "ls",
-        aliases=["ps"],
-        parents=[options or _ls_options()],
+    p = add_main_command(
+        subparsers, "ls", aliases=("ps",), parents=(options or _ls_options(),),
         help="list the daemons on this host: execution, task, session, agent, state, socket",
-        description=wrapped("The daemons on this host, one line each.", "The daemons under the runtime dir ($AGENTCTL_RUNTIME_DIR, $RUNTIME_DIRECTORY or "
-                            "the user runtime dir), and the one $AGENTCTL_SOCKET names. Each is asked in parallel "
-                            "with its own timeout: a hung daemon is shown as `unresponsive`, a socket nobody listens "
-                            "on as `dead` (left in place), another user's as `not yours` (not asked)."),
-        epilog=command_epilog("ls"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=("The daemons on this host, one line each.",
+                     "The daemons under the runtime dir ($AGENTCTL_RUNTIME_DIR, $RUNTIME_DIRECTORY or the user "
+                     "runtime dir), and the one $AGENTCTL_SOCKET names. Each is asked in parallel with its own "
+                     "timeout: a hung daemon is shown as `unresponsive`, a socket nobody listens on as `dead` (left "
+                     "in place), another user's as `not yours` (not asked)."),
     )
     p.set_defaults(func=cmd_ls)
 
