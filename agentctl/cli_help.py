@@ -37,7 +37,7 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
 EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
     "": (
         ("agentctl run examples/demo.toml", "the main job: daemon, agent, session, status, report"),
-        ("agentctl serve spec.toml &", "the daemon alone, in the foreground of its shell"),
+        ("agentctl serve spec.toml", "the daemon alone, in the foreground: one JSON ready line, then it serves"),
         ("agentctl ls", "the daemons on this host"),
         ("agentctl status --execution exec-42", "one daemon's MCP attachment status"),
         ("agentctl stop --wait", "stop the only daemon and wait until it is gone"),
