@@ -32,9 +32,8 @@ from agentctl.exit_codes import (
 __all__ = [
     "EXIT_FAILED", "EXIT_NO_DAEMON", "EXIT_OK", "EXIT_SIGNAL_BASE", "EXIT_STILL_RUNNING", "EXIT_TEST_FAILED",
     "EXIT_UNHEALTHY", "EXIT_USAGE", "FILE_COMPLETION", "CommandExit", "CommandParser", "UsageError",
-    "add_main_command", "call", "client_exit", "command",
-    "connect", "daemon_options", "fail", "locate_socket", "out", "positive_seconds", "print_json", "stdout_color",
-    "wrapped",
+    "add_main_command", "call", "client_exit", "command", "connect", "daemon_options", "fail", "locate_socket",
+    "out", "positive_seconds", "print_json", "stdout_color", "wrapped",
 ]
 
 T = TypeVar("T")

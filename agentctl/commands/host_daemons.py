@@ -12,8 +12,8 @@ import os
 import select
 import stat
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from agentctl.cli_support import (
     EXIT_OK,
@@ -21,13 +21,15 @@ from agentctl.cli_support import (
     UsageError,
     add_main_command,
     command,
-    daemon_options,
     fail,
     out,
     positive_seconds,
     print_json,
 )
-from agentctl.evidence.contract import DaemonEntry, DaemonListing, StatusResponse
+from agentctl.evidence.contract import DaemonEntry, DaemonListing, StatusResponse, StopResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agentctl.control.client import ControlClient
 
 LIST_TIMEOUT = 2.0  # per daemon; they are asked side by side
 MAX_PARALLEL = 16
@@ -36,10 +38,10 @@ STOP_WAIT_MAX = 3600.0
 _STATE_TEXT = {"not_ready": "not ready", "not_yours": "not yours"}
 
 
-def add_host_commands(subparsers, options: argparse.ArgumentParser | None = None) -> None:
+def add_host_commands(subparsers: Any) -> None:
     """Register `ls` (and its alias `ps`)."""
     p = add_main_command(
-        subparsers, "ls", aliases=("ps",), parents=(options or _ls_options(),),
+        subparsers, "ls", aliases=("ps",), parents=(_ls_options(),),
         help="list the daemons on this host: execution, task, session, agent, state, socket",
         description=("The daemons on this host, one line each.",
                      "The daemons under the runtime dir ($AGENTCTL_RUNTIME_DIR, $RUNTIME_DIRECTORY or the user "
@@ -154,6 +156,8 @@ def list_daemons(timeout: float) -> DaemonListing:
         paths.insert(0, named)
     entries: list[DaemonEntry] = []
     if paths:
+        from concurrent.futures import ThreadPoolExecutor  # only here: every CLI call imports this module
+
         with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(paths))) as pool:
             entries = [e for e in pool.map(lambda p: probe_daemon(p, timeout), paths) if e is not None]
     return DaemonListing(runtime_dir=str(base), daemons=entries)
@@ -231,7 +235,7 @@ def wait_gone(path: Path, pid: int | None, seconds: float) -> bool:
         select.select([], [], [], min(left, 0.05))  # no pid to wait on: poll the socket
 
 
-def stop_and_wait(args: argparse.Namespace, client, result) -> int:
+def stop_and_wait(args: argparse.Namespace, client: ControlClient, result: StopResult) -> int:
     """After POST /v1/stop was accepted: `--wait` until the daemon is gone, else say it is stopping."""
     if args.wait is None:
         if args.json:
