@@ -130,6 +130,34 @@ def test_serve_binds_where_agentctl_socket_says_and_ls_lists_every_kind_of_daemo
         proc.wait(timeout=20)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs the CLI as another uid: needs root")
+def test_ls_run_by_another_user_lists_the_daemon_it_cannot_look_into_as_not_yours_without_asking_it(
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.reliability.faults_support import cli_as
+
+    short_tmp.chmod(0o755)
+    runtime = short_tmp / "run"
+    runtime.mkdir(mode=0o755)  # a shared runtime dir; each daemon's directory is its own, 0700
+    path = runtime / "exec-root" / "control.sock"
+    path.parent.mkdir(mode=0o700)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(8)
+    listener.setblocking(False)
+    try:
+        monkeypatch.setenv("AGENTCTL_RUNTIME_DIR", str(runtime))
+        monkeypatch.delenv("AGENTCTL_SOCKET", raising=False)
+        done = cli_as(65534, "ls", "--json")
+        assert done.returncode == EXIT_OK, done.stderr
+        listing = msgspec.json.decode(done.stdout, type=DaemonListing)
+        assert listing.daemons == [DaemonEntry(socket=str(path), state="not_yours")]
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nobody connected: another user's daemon is not asked
+    finally:
+        listener.close()
+
+
 class _StopButStay(http.server.BaseHTTPRequestHandler):
     """Answers POST /v1/stop as a daemon does and then stays: one whose drain hangs."""
 

@@ -151,6 +151,7 @@ import agentctl.commands.session_commands
 # The interpreter's own files may be unreadable to uid (a pyenv under /root): what the command imports
 # lazily must be loaded before the drop.
 import agentctl.cli_support, agentctl.safe_files, agentctl.exit_codes, agentctl.safetext
+import concurrent.futures.thread  # `ls` asks the daemons side by side
 uid, argv = int(sys.argv[1]), sys.argv[2:]
 args = build_parser().parse_args(argv)
 os.setgroups([]); os.setgid(uid); os.setuid(uid)
