@@ -66,12 +66,64 @@ def test_the_spec_argument_is_completed_as_a_file(scripts: dict[str, Path], tmp_
     assert bash_complete(scripts["bash"], "agentctl", "run", str(tmp_path / "exec-")) == [str(tmp_path / "exec-spec.toml")]
 
 
-def test_zsh_loads_the_script_from_fpath_and_it_lists_every_command(scripts: dict[str, Path]) -> None:
+def _zsh() -> str:
     zsh = shutil.which("zsh")
     if zsh is None:
         if os.environ.get("AGENTCTL_REQUIRE_ZSH"):
             pytest.fail("zsh is not installed (.ci/run installs Debian's zsh package)")
         pytest.skip("zsh is not installed (apt-get install zsh; .ci/run does)")
+    return zsh
+
+
+# Types each line given after the fpath directory ($1), then TAB, into one real interactive zsh on a pty (zsh/zpty)
+# with the script on its fpath, and prints the candidates the completion system offers for each line (a compadd
+# wrapper reports them on the terminal between << >>), one line per candidate, a line "--" after each command
+# line. Each read loop is bounded (at most 200 rounds of 50 ms) and ends once the candidates came and 0.3 s passed
+# with no more output.
+ZSH_CAPTURE = r"""
+zmodload zsh/zpty
+zpty z zsh -f -i
+zpty -w z "fpath=($1 \$fpath); autoload -Uz compinit; compinit -u -D"
+zpty -w z 'compadd () { if [[ ${@[1,(i)(-|--)]} == *-(O|A|D)\ * ]]; then builtin compadd "$@"; return $?; fi; typeset -a __hits; builtin compadd -A __hits "$@"; (( $#__hits )) && print -n -- "<<${(j:>><<:)__hits}>>" >&2; builtin compadd "$@" }'
+zpty -w z 'exec 2>/dev/tty; PROMPT=; RPROMPT='
+zpty -w z "print -r -- READY"
+zpty -r z line '*READY*'
+for typed in "${@[2,-1]}"; do
+  zpty -n -w z "$typed"$'\t'
+  out=
+  integer i=0 quiet=0
+  while (( i++ < 200 && quiet < 6 )); do
+    if zpty -r -t z chunk; then out+=$chunk; quiet=0; else [[ $out == *'>>'* ]] && (( quiet++ )); sleep 0.05; fi
+  done
+  print -l -- ${${(M)${(s:>>:)out}##*<<*}//*<</} --
+  zpty -n -w z $'\C-u'
+done
+zpty -d z
+"""
+
+
+def zsh_complete(script: Path, *lines: str) -> list[set[str]]:
+    capture = script.parent / "capture.zsh"
+    capture.write_text(ZSH_CAPTURE)
+    done = subprocess.run([_zsh(), "-f", str(capture), str(script.parent), *lines], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "HOME": str(script.parent)})
+    assert done.returncode == 0, done.stderr
+    offered: list[set[str]] = [set()]
+    for word in (w.strip() for w in done.stdout.splitlines()):
+        if word == "--":
+            offered.append(set())
+        elif word:
+            offered[-1].add(word)
+    return offered[:-1]
+
+
+def test_zsh_completes_commands_options_and_choices_through_the_completion_system(scripts: dict[str, Path]) -> None:
+    assert zsh_complete(scripts["zsh"], "agentctl st", "agentctl stop --w", "agentctl completion ") == [
+        {"status", "stderr", "stop"}, {"--wait"}, {"bash", "zsh"}]
+
+
+def test_zsh_loads_the_script_from_fpath_and_it_lists_every_command(scripts: dict[str, Path]) -> None:
+    zsh = _zsh()
     script = scripts["zsh"]
     assert subprocess.run([zsh, "-n", str(script)], capture_output=True, timeout=30).returncode == 0
     program = (f"fpath=('{script.parent}' $fpath); autoload -Uz compinit && compinit -u -D\n"
