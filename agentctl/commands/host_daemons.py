@@ -207,12 +207,21 @@ def _start_time(pid: int) -> str | None:
     return None if fields[0] == b"Z" else fields[19].decode()
 
 
+def _inode(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def wait_gone(path: Path, pid: int | None, seconds: float) -> bool:
     """True once the daemon has exited (`pid`, when known) and its socket is gone or dead, within `seconds`."""
     from agentctl.control.socket import socket_state
 
     deadline = time.monotonic() + seconds
     started = _start_time(pid) if pid else None
+    bound = _inode(path)
     if pid and started:
         try:
             # Woken by the kernel when the process exits (pidfd); then the socket is checked below.
@@ -227,7 +236,9 @@ def wait_gone(path: Path, pid: int | None, seconds: float) -> bool:
                 os.close(fd)
     while True:
         process_gone = not started or _start_time(pid) != started
-        if process_gone and socket_state(path) in ("gone", "dead"):
+        # A socket file bound since (another daemon on the same path) is not this daemon's.
+        socket_gone = _inode(path) != bound or socket_state(path) in ("gone", "dead")
+        if process_gone and socket_gone:
             return True
         left = deadline - time.monotonic()
         if left <= 0:

@@ -200,6 +200,18 @@ def test_wait_gone_is_true_at_once_for_a_process_that_has_exited_and_a_socket_th
     proc.wait(timeout=10)
     assert wait_gone(short_tmp / "none.sock", proc.pid, 0.01)
     assert not wait_gone(short_tmp / "none.sock", os.getpid(), 0.05)  # this process is still running
+    # A socket that still answers is not gone, even once the process has exited; one left behind that nobody
+    # listens on (the daemon crashed) is.
+    path = short_tmp / "taken.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(1)
+    try:
+        assert not wait_gone(path, None, 0.05), "a live socket, no pid: still there"
+        assert not wait_gone(path, proc.pid, 0.05), "its own socket still answering: not gone"
+    finally:
+        listener.close()
+    assert wait_gone(path, proc.pid, 0.05), "exited, its socket left dead"
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "nan", "soon", "3601"])
