@@ -1,5 +1,5 @@
-"""The exec probe's fast path: `agentctl health [--ready] [--json]` and `agentctl status --json` with --socket or
---execution, answered with one raw HTTP/1.1 request over the control socket and printing exactly what the full
+"""The exec probe's fast path: `agentctl health [--ready] [--json]` and `agentctl status --json` pointed at one
+daemon (--socket, --execution or $AGENTCTL_SOCKET), answered with one raw HTTP/1.1 request over the control socket and printing exactly what the full
 commands print.
 
 An exec probe runs every few seconds in every pod; the full CLI spends most of a call on imports (argparse's
@@ -8,7 +8,7 @@ location rules (agentctl.control.socket, so they are written once) are imported 
 only for --json, where the answer is decoded and printed exactly as the full command does.
 
 `run(argv)` answers an exit code, or None for anything it does not reproduce byte for byte (another flag, no
---socket/--execution, a daemon that cannot be reached or refuses, a body it would not accept, a degraded or
+socket named, a daemon that cannot be reached or refuses, a body it would not accept, a degraded or
 not-ready daemon without --json): the full CLI then runs the command as if this module did not exist.
 """
 
@@ -35,13 +35,14 @@ def run(argv: list[str]) -> int | None:
     if options is None:
         return None
     command, flags, values = options
-    from agentctl.control.socket import ControlSocketError, check_path_length, resolve_socket_path
+    from agentctl.control.socket import ControlSocketError, named_socket
 
     try:
-        path = resolve_socket_path(values.get("--socket"), values.get("--execution") or "")
-        check_path_length(path)
+        path = named_socket(values.get("--socket"), values.get("--execution"))
     except ControlSocketError:
         return None
+    if path is None:
+        return None  # discovery of the one live daemon (and stale-socket clean-up) stays with the full CLI
     route = _ROUTES[command]
     answer = _get(path, route)
     if answer is None:
@@ -83,8 +84,6 @@ def _parse(argv: list[str]) -> tuple[str, set[str], dict[str, str]] | None:
             return None
     if command == "status" and "--json" not in flags:
         return None  # the text rendering (colour, layout) stays with the full CLI
-    if not values:
-        return None  # discovery of the one live daemon (and stale-socket clean-up) stays with the full CLI
     return command, flags, values
 
 

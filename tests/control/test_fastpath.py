@@ -91,9 +91,11 @@ async def test_a_live_ready_daemon_is_answered_by_the_fast_path_with_the_full_cl
     assert code == 0 and json.loads(out)["ready"] is True
     code, out, _ = await _both(["status", "--json", "--socket", sock], tmp_path, fast=True)
     assert code == 0 and json.loads(out)["identity"]["execution_id"] == EXECUTION_ID
-    # --execution: the same location rules as the full CLI (the runtime directory holds <ID>/control.sock).
-    env = {"RUNTIME_DIRECTORY": str(served.socket_path.parent.parent), "AGENTCTL_SOCKET": ""}
+    # The same location rules as the full CLI (agentctl.control.socket.named_socket): --execution under the
+    # runtime directory, else $AGENTCTL_SOCKET, and a command-line option wins over the environment.
+    env = {"AGENTCTL_RUNTIME_DIR": str(served.socket_path.parent.parent), "AGENTCTL_SOCKET": "/nonexistent/c.sock"}
     assert await _both(["health", "--execution", EXECUTION_ID], tmp_path, fast=True, env=env) == (0, "live\n", "")
+    assert await _both(["health"], tmp_path, fast=True, env={"AGENTCTL_SOCKET": sock}) == (0, "live\n", "")
 
 
 async def test_a_not_ready_or_degraded_daemon_gets_the_full_clis_words_and_exit_code(served: Served, tmp_path):
