@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from agentctl.evidence.contract import EVIDENCE_KINDS, EvidenceEvent, Status
-from agentctl.hub.metrics import METRICS_PATH, metrics_handler
+from agentctl.hub.metrics import METRICS_PATH, by_label, gauge, metrics_handler
 from agentctl.mcp_endpoint.server import MCP_PATH, MESSAGES_PATH, SSE_PATH
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,19 +68,13 @@ class DaemonCollector(Collector):
         history = self.ctx.ledger.history
         yield CounterMetricFamily("agentctl_attempts", "Attachment attempts opened since the daemon started",
                                   value=self.attempts)
-        kept = GaugeMetricFamily("agentctl_attempts_kept", "Attempts the report keeps (current and previous)")
-        kept.add_metric([], (1 if history.current else 0) + len(history.previous))
-        yield kept
-        rows = GaugeMetricFamily("agentctl_servers", "Server rows of the current attempt by display state",
-                                 labels=["state"])
+        yield gauge("agentctl_attempts_kept", "Attempts the report keeps (current and previous)",
+                    (1 if history.current else 0) + len(history.previous))
         by_state = Counter(row.status for row in history.current.servers) if history.current else Counter()
-        for state in STATES:
-            rows.add_metric([state], by_state.get(state, 0))
-        yield rows
-        events = CounterMetricFamily("agentctl_evidence_events", "Evidence events recorded, by kind", labels=["kind"])
-        for kind in EVIDENCE_KINDS:
-            events.add_metric([kind], self.events.get(kind, 0))
-        yield events
+        yield by_label(GaugeMetricFamily("agentctl_servers", "Server rows of the current attempt by display state",
+                                         labels=["state"]), STATES, by_state)
+        yield by_label(CounterMetricFamily("agentctl_evidence_events", "Evidence events recorded, by kind",
+                                           labels=["kind"]), EVIDENCE_KINDS, self.events)
         refusals = CounterMetricFamily("agentctl_http_refusals",
                                        "HTTP requests refused before any handler, by route, method and status",
                                        labels=["route", "method", "status"])
@@ -100,31 +94,22 @@ class DaemonCollector(Collector):
 
     def _agent(self) -> Iterator[Metric]:
         agent = self.ctx.ledger.history.agent
-        restarts = CounterMetricFamily("agentctl_agent_restarts", "Agent process starts after the first")
-        restarts.add_metric([], max(0, self.agent_starts - 1))
-        yield restarts
-        up = GaugeMetricFamily("agentctl_agent_running", "1 while the supervised agent's process runs")
-        up.add_metric([], 1 if agent is not None and agent.state == "running" else 0)
-        yield up
+        yield CounterMetricFamily("agentctl_agent_restarts", "Agent process starts after the first",
+                                  value=max(0, self.agent_starts - 1))
+        yield gauge("agentctl_agent_running", "1 while the supervised agent's process runs",
+                    1 if agent is not None and agent.state == "running" else 0)
 
     def _upstream(self) -> Iterator[Metric]:
         publisher = self.ctx.upstream
         if publisher is None:
             return
         status = publisher.status()
-        state = GaugeMetricFamily("agentctl_upstream_state", "1 for the upstream link's current state",
-                                  labels=["state"])
-        for name in UPSTREAM_STATES:
-            state.add_metric([name], 1 if status.state == name else 0)
-        yield state
-        buffered = GaugeMetricFamily("agentctl_upstream_buffered_bytes", "Bytes held for the upstream: queued "
-                                     "frames plus the socket's send buffer")
-        buffered.add_metric([], status.buffered_bytes)
-        yield buffered
-        lag = GaugeMetricFamily("agentctl_upstream_lag_frames",
-                                "Evidence frames recorded but not yet written to the upstream")
-        lag.add_metric([], publisher.queued_evidence)
-        yield lag
+        yield by_label(GaugeMetricFamily("agentctl_upstream_state", "1 for the upstream link's current state",
+                                         labels=["state"]), UPSTREAM_STATES, {status.state: 1})
+        yield gauge("agentctl_upstream_buffered_bytes", "Bytes held for the upstream: queued frames plus the "
+                    "socket's send buffer", status.buffered_bytes)
+        yield gauge("agentctl_upstream_lag_frames", "Evidence frames recorded but not yet written to the upstream",
+                    publisher.queued_evidence)
         yield CounterMetricFamily("agentctl_upstream_connects", "Upstream connections made", value=status.connects)
         yield CounterMetricFamily("agentctl_upstream_dropped_events", "Evidence frames dropped on overflow "
                                   "(a resync snapshot repaired each gap)", value=status.dropped_events)

@@ -9,7 +9,7 @@ needed for it: nothing here is a secret.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -32,27 +32,33 @@ FRAME_KINDS: tuple[str, ...] = tuple(
 )
 
 
+def gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    metric = GaugeMetricFamily(name, documentation)
+    metric.add_metric([], value)
+    return metric
+
+
+def by_label(metric: CounterMetricFamily | GaugeMetricFamily, values: Iterable[str],
+             counts: Mapping[str, float]) -> Metric:
+    """`metric` (one label) with a sample for every value of its closed set: zero when none was counted."""
+    for value in values:
+        metric.add_metric([value], counts.get(value, 0))
+    return metric
+
+
 class HubCollector(Collector):
     def __init__(self, hub: Hub) -> None:
         self.hub = hub
 
     def collect(self) -> Iterator[Metric]:
         hub = self.hub
-        sessions = GaugeMetricFamily("agentctl_hub_sessions", "Sessions the hub knows (in memory and stored)")
-        sessions.add_metric([], hub.session_count)
-        yield sessions
-        daemons = GaugeMetricFamily("agentctl_hub_connected_daemons", "Daemon connections that said hello")
-        daemons.add_metric([], hub.connected_daemons)
-        yield daemons
-        frames = CounterMetricFamily("agentctl_hub_frames", "Frames received from daemons, by type", labels=["kind"])
-        for kind in FRAME_KINDS:
-            frames.add_metric([kind], hub.frames_by_kind.get(kind, 0))
-        yield frames
-        refused = CounterMetricFamily("agentctl_hub_refused_frames",
-                                      "Connections closed for a refused frame, by reason code", labels=["code"])
-        for code in (*P.ERROR_CODES, "unknown"):
-            refused.add_metric([code], hub.refusals_by_code.get(code, 0))
-        yield refused
+        yield gauge("agentctl_hub_sessions", "Sessions the hub knows (in memory and stored)", hub.session_count)
+        yield gauge("agentctl_hub_connected_daemons", "Daemon connections that said hello", hub.connected_daemons)
+        yield by_label(CounterMetricFamily("agentctl_hub_frames", "Frames received from daemons, by type",
+                                           labels=["kind"]), FRAME_KINDS, hub.frames_by_kind)
+        yield by_label(CounterMetricFamily("agentctl_hub_refused_frames", "Connections closed for a refused "
+                                           "frame, by reason code", labels=["code"]),
+                       (*P.ERROR_CODES, "unknown"), hub.refusals_by_code)
         yield CounterMetricFamily("agentctl_hub_events_applied", "Evidence events applied", value=hub.events_applied)
         yield CounterMetricFamily("agentctl_hub_store_errors", "Failed database writes (each retried)",
                                   value=hub.store_errors)
