@@ -140,3 +140,42 @@ async def test_metrics_need_no_token_but_the_hub_page_still_refuses_a_foreign_ho
     finally:
         await page.stop()
         await hub.stop()
+
+
+def test_attempts_agent_restarts_and_evidence_kinds_are_counted_from_the_ledger_by_one_collector():
+    from datetime import UTC, datetime, timedelta
+    from types import SimpleNamespace
+
+    from prometheus_client import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+
+    from agentctl.daemon.metrics import DaemonCollector
+    from agentctl.evidence.contract import Identity
+    from agentctl.evidence.ledger import Ledger, ServerSeed
+
+    ident = Identity(task_id="t", session_id="s", execution_id="e", instance_id="i", agent_id="a",
+                     agent_profile_id="p")
+    ledger = Ledger(ident)
+    collector = DaemonCollector(SimpleNamespace(ledger=ledger, upstream=None))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    ledger.update_agent(protocol="passthrough", state="starting", started_at=t0)
+    seeds = [ServerSeed(name=HOSTILE, source="profile", transport="http", target="http://127.0.0.1:1")]
+    for n in range(3):  # a passthrough CLI restarted twice: three attempts, two restarts
+        attempt, _ = ledger.begin_attempt("passthrough_start", seeds)
+        ledger.record("delivered", attempt, HOSTILE, transport="http", target="http://127.0.0.1:1")
+        if n:
+            ledger.update_agent(state="starting", started_at=t0 + timedelta(seconds=n))
+        ledger.update_agent(state="running")
+    samples = {(s.name, tuple(s.labels.items())): s.value
+               for f in text_string_to_metric_families(generate_latest(registry).decode()) for s in f.samples}
+    assert samples[("agentctl_attempts_total", ())] == 3
+    assert samples[("agentctl_agent_restarts_total", ())] == 2
+    assert samples[("agentctl_agent_running", ())] == 1
+    assert samples[("agentctl_evidence_events_total", (("kind", "configured"),))] == 3
+    assert samples[("agentctl_evidence_events_total", (("kind", "delivered"),))] == 3
+    assert samples[("agentctl_servers", (("state", "delivered"),))] == 1
+    assert not any(name.startswith("agentctl_upstream") for name, _ in samples), "no [upstream]: no upstream metrics"
+    assert HOSTILE not in generate_latest(registry).decode()
+    collector.close()
