@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from agentctl.agent.component import Agent
 
 LAST_LINES = 5
+LINE_CHARS = 400  # a line's tail beyond this is cut: the window itself allows 16 KiB in one line
 
 
 def explain_refusal(agent: Agent | None, what: str, error: str | None, *, err: TextIO | None = None,
@@ -28,7 +29,7 @@ def explain_refusal(agent: Agent | None, what: str, error: str | None, *, err: T
     lines: list[str] = []
     if agent is not None and agent.supervisor.process is not None:
         window = agent.supervisor.stderr_snapshot()
-        lines = [neutralize(line, spaces=True) for line in window.lines[-last:]]
+        lines = [_cut(neutralize(line, spaces=True)) for line in window.lines[-last:]]
     out = [f"agentctl: the agent {what}: {neutralize(error or 'no reason given', spaces=True)}"]
     if lines:
         out.append(f"warning: {STDERR_WARNING}")
@@ -40,3 +41,7 @@ def explain_refusal(agent: Agent | None, what: str, error: str | None, *, err: T
         out.append(f"hint: {hint.text}")
     err.write("\n".join(out) + "\n")
     err.flush()
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= LINE_CHARS else line[: LINE_CHARS - 1] + "…"

@@ -7,8 +7,11 @@ from __future__ import annotations
 import io
 import os
 import subprocess
+from types import SimpleNamespace
 
+from agentctl.agent.stderr_ring import StderrWindow
 from agentctl.daemon.app import Daemon
+from agentctl.daemon.refusal import explain_refusal
 from agentctl.daemon.run import run_main_job
 from agentctl.diagnostics.diagnostics import build_diagnostics
 from agentctl.evidence.contract import encode
@@ -52,3 +55,24 @@ def test_run_names_a_missing_agent_executable_before_starting_anything(tmp_path)
     assert "CANARY-arg-77" not in done.stderr + done.stdout
     assert done.stdout == "" and not (tmp_path / "c.sock").exists()
     assert not any(tmp_path.rglob("*.json")), "no state was written"
+
+
+def _agent_with_output(lines: list[str]):
+    # The window's own type, handed out as the supervisor would; the ring itself is tested in test_stderr_ring.
+    window = StderrWindow(lines=lines, truncated=False, total_bytes_seen=sum(map(len, lines)), empty=not lines)
+    return SimpleNamespace(supervisor=SimpleNamespace(process=object(), stderr_snapshot=lambda: window))
+
+
+def test_the_explanation_shows_only_the_last_lines_cut_and_neutralized_and_says_when_there_were_none():
+    err = io.StringIO()
+    lines = [f"line {n}" for n in range(10)] + ["\x1b[31mred\x1b[0m " + "x" * 1000]
+    explain_refusal(_agent_with_output(lines), "refused the prompt", "prompt_rejected: Authentication required", err=err)
+    text = err.getvalue()
+    assert "line 5" not in text and "  | line 6" in text, "the last five lines only"
+    assert "\x1b" not in text and max(map(len, text.splitlines())) < 450
+    assert text.splitlines()[-1].startswith("hint: The agent wants to be authenticated first")
+
+    err = io.StringIO()
+    explain_refusal(_agent_with_output([]), "refused the session", "session_rejected: Internal error", err=err)
+    assert err.getvalue() == ("agentctl: the agent refused the session: session_rejected: Internal error\n"
+                              "(the agent wrote nothing to stderr)\n")
