@@ -58,6 +58,7 @@ IDLE_MCP_ONLY = {
     "opentelemetry",  # mcp.server._otel, imported by the low-level server unconditionally
     "httpx2",  # mcp.server.mcpserver.resources.types (HTTP resources)
     "msgspec", "psutil", "platformdirs",  # agentctl's own
+    "prometheus_client",  # the /metrics route's collectors (agentctl.daemon.metrics), about 1 MB at start
 }
 # Build and run-time artefacts that are modules by name only.
 _NOT_DEPENDENCIES = ("__main__", "_distutils_hack", "_sysconfigdata_", "__editable__", "_cython_", "cython_runtime",
