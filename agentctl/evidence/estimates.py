@@ -11,8 +11,8 @@ sha256 digests of the texts counted (each tool's whole definition as JSON, catal
 stricter than the catalog hash (which covers name, description and input schema only): the texts also carry
 output schemas and annotations, which the model is sent and the estimate counts.
 
-Cache. `$AGENTCTL_ESTIMATE_CACHE_DIR`, else `<platformdirs user cache dir>/token-estimates` (e.g.
-`~/.cache/agentctl/token-estimates`), a 0700 directory of 0600 files `<key>.json`, each replaced atomically
+Cache. `$AGENTCTL_ESTIMATE_CACHE_DIR`, else `$CACHE_DIRECTORY/token-estimates` (systemd), else
+`<platformdirs user cache dir>/token-estimates` (e.g. `~/.cache/agentctl/token-estimates`), a 0700 directory of 0600 files `<key>.json`, each replaced atomically
 (safe_files), so two daemons that compute one key at once both write it whole and a reader sees one of
 them, never a torn file. An entry is trusted only when it is a regular file of ours under MAX_ENTRY_BYTES
 whose version, key, method, encoding and digests are the ones asked for and whose counts are possible (no
@@ -71,11 +71,11 @@ HelperRun = Callable[[list[str]], tuple[list[int], str]]
 
 
 class EstimateUnavailable(Exception):
-    """The helper gave no counts; `reason` is the catalog's estimator_unavailable_reason."""
+    """The helper gave no counts; `unavailable_reason` is the catalog's estimator_unavailable_reason."""
 
-    def __init__(self, reason: str, detail: str) -> None:
+    def __init__(self, unavailable_reason: str, detail: str) -> None:
         super().__init__(detail)
-        self.reason = reason
+        self.unavailable_reason = unavailable_reason
 
 
 class CacheEntry(msgspec.Struct, forbid_unknown_fields=True):
@@ -99,9 +99,14 @@ def estimate_key(digests: Sequence[str], encoding_sha256: str) -> str:
 
 
 def default_cache_dir() -> Path:
+    """$AGENTCTL_ESTIMATE_CACHE_DIR, else below the first of systemd's $CACHE_DIRECTORY (':'-separated: one
+    directory for every instance of the unit, so host-wide), else below the platformdirs user cache dir."""
     configured = os.environ.get(ENV_CACHE_DIR)
     if configured:
         return Path(configured)
+    systemd = os.environ.get("CACHE_DIRECTORY", "").split(":")[0]
+    if systemd:
+        return Path(systemd) / "token-estimates"
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("agentctl")) / "token-estimates"
@@ -250,14 +255,14 @@ class Lookup:
 
     key: tuple[str, ...]  # the digests of its texts: what `when_ready` waits on
     estimator: TokenEstimator | None
-    reason: str | None  # None when `estimator` is set
+    unavailable_reason: str | None  # None when `estimator` is set
 
 
 @dataclass
 class _Job:
     texts: dict[str, str]  # digest -> text
     done: threading.Event = field(default_factory=threading.Event)
-    reason: str | None = None  # set when it failed
+    unavailable_reason: str | None = None  # set when it failed
     waiters: list[Callable[[], None]] = field(default_factory=list)
 
 
@@ -315,11 +320,11 @@ class CatalogEstimates:
         with self._lock:
             job = self._start(texts)
             if job is None:
-                return Lookup(key, TableEstimator({d: self._counts[d] for d in key}), None)
+                return Lookup(key, TableEstimator({d: self._counts[d] for d in key}), unavailable_reason=None)
             if job.done.is_set():
                 # Failed (a done job that succeeded left no text missing): as failed as it said.
-                return Lookup(key, None, job.reason or REASON_ESTIMATOR_FAILED)
-        return Lookup(key, None, REASON_ESTIMATOR_LOADING)
+                return Lookup(key, None, unavailable_reason=job.unavailable_reason or REASON_ESTIMATOR_FAILED)
+        return Lookup(key, None, unavailable_reason=REASON_ESTIMATOR_LOADING)
 
     def _run(self, job: _Job) -> None:
         counts: dict[str, int] = {}
@@ -327,10 +332,10 @@ class CatalogEstimates:
             counts = self._compute(job.texts)
         except EstimateUnavailable as exc:
             log.info("no token estimates for the built-in server's tools: %s", exc)
-            job.reason = exc.reason
+            job.unavailable_reason = exc.unavailable_reason
         except Exception:
             log.warning("token estimates failed", exc_info=True)
-            job.reason = REASON_ESTIMATOR_FAILED
+            job.unavailable_reason = REASON_ESTIMATOR_FAILED
         finally:
             with self._lock:
                 if len(self._counts) + len(counts) <= MAX_KNOWN_TEXTS:

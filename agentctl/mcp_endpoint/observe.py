@@ -413,7 +413,7 @@ class Observer:
         loader = self.estimator_loader
         lookup = loader.lookup(tools) if loader is not None else None  # never blocks
         estimator = lookup.estimator if lookup is not None else None
-        reason = lookup.reason if lookup is not None else None
+        reason = lookup.unavailable_reason if lookup is not None else None
         estimate_key = lookup.key if lookup is not None else None
         try:
             fingerprint = hash(_encode(tools))

@@ -73,7 +73,7 @@ def test_a_helper_without_a_usable_encoding_means_encoding_unavailable(tmp_path,
     monkeypatch.setenv("AGENTCTL_O200K_PATH", str(bogus))
     with pytest.raises(E.EstimateUnavailable) as failed:
         E.run_helper(["hello"])
-    assert failed.value.reason == "encoding_unavailable"
+    assert failed.value.unavailable_reason == "encoding_unavailable"
 
 
 @pytest.mark.parametrize(
@@ -89,7 +89,7 @@ def test_a_helper_without_a_usable_encoding_means_encoding_unavailable(tmp_path,
 def test_a_helper_that_fails_in_any_way_means_estimator_failed_never_a_crash(command, timeout) -> None:
     with pytest.raises(E.EstimateUnavailable) as failed:
         E.run_helper(["hello"], command=command, timeout=timeout)
-    assert failed.value.reason == "estimator_failed"
+    assert failed.value.unavailable_reason == "estimator_failed"
 
 
 def test_a_helper_answering_more_tokens_than_bytes_is_not_believed() -> None:
@@ -178,10 +178,13 @@ def test_a_cache_directory_others_can_write_is_never_used(tmp_path) -> None:
     assert sorted(os.listdir(directory)) == [f"{_key()}.json"], "and nothing written there"
 
 
-def test_the_cache_directory_is_the_env_var_else_the_user_cache_dir(monkeypatch, tmp_path) -> None:
+def test_the_cache_directory_is_the_env_var_else_systemds_cache_directory_else_the_user_cache_dir(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv(E.ENV_CACHE_DIR, str(tmp_path / "x"))
     assert E.default_cache_dir() == tmp_path / "x"
     monkeypatch.delenv(E.ENV_CACHE_DIR)
+    monkeypatch.setenv("CACHE_DIRECTORY", f"{tmp_path / 'unit'}:{tmp_path / 'second'}")
+    assert E.default_cache_dir() == tmp_path / "unit" / "token-estimates"
+    monkeypatch.delenv("CACHE_DIRECTORY")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert E.default_cache_dir() == tmp_path / "xdg" / "agentctl" / "token-estimates"
 
@@ -209,7 +212,7 @@ def test_lookup_never_waits_for_the_counts_and_who_waits_is_told_once_they_are_k
     gate = threading.Event()
     service = E.CatalogEstimates(E.EstimateCache(tmp_path / "c"), helper=CountingHelper(gate))
     first = service.lookup(TOOLS)
-    assert first.estimator is None and first.reason == "estimator_loading" and not service.ready
+    assert first.estimator is None and first.unavailable_reason == "estimator_loading" and not service.ready
     told = threading.Event()
     service.when_ready(first.key, told.set)
     gate.set()
@@ -238,7 +241,7 @@ def test_failed_counts_give_the_helpers_reason_and_the_daemon_goes_on(tmp_path) 
     service.prime([TOOLS])
     assert service.wait(10)
     looked = service.lookup(TOOLS)
-    assert (looked.estimator, looked.reason) == (None, "estimator_failed")
+    assert (looked.estimator, looked.unavailable_reason) == (None, "estimator_failed")
     assert len(failing.calls) == 1, "a failure is not retried on every listing"
     assert not (tmp_path / "c").exists(), "and nothing is cached"
 
@@ -249,7 +252,7 @@ def test_an_unreadable_encoding_file_means_encoding_unavailable_without_a_helper
     service = E.CatalogEstimates(E.EstimateCache(tmp_path / "c"), helper=helper)
     service.prime([TOOLS])
     assert service.wait(10)
-    assert service.lookup(TOOLS).reason == "encoding_unavailable" and helper.calls == []
+    assert service.lookup(TOOLS).unavailable_reason == "encoding_unavailable" and helper.calls == []
 
 
 def test_an_encoding_file_named_by_the_env_var_is_part_of_the_key(tmp_path, monkeypatch) -> None:
