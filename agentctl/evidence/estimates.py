@@ -304,7 +304,9 @@ class CatalogEstimates:
         if not missing:
             return None
         for job in reversed(self._jobs.values()):
-            if missing.keys() <= job.texts.keys():
+            # One still counting, or one that failed (not retried per listing); a job that succeeded and
+            # still leaves texts missing had its counts dropped for newer ones: count them again.
+            if missing.keys() <= job.texts.keys() and (not job.done.is_set() or job.unavailable_reason):
                 return job
         job = _Job(missing)
         self._jobs[tuple(sorted(missing))] = job

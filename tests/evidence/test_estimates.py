@@ -262,3 +262,49 @@ def test_an_encoding_file_named_by_the_env_var_is_part_of_the_key(tmp_path, monk
     other = E.encoding_sha256()
     assert other is not None and other != PACKAGED_SHA256
     assert E.estimate_key(sorted(TEXTS), other) != _key()
+
+
+_WRITER = """
+import sys
+from pathlib import Path
+from agentctl.evidence import estimates as E
+from tests.evidence.test_estimates import TEXTS, _key, _known_counts
+from agentctl.evidence.encoding import PACKAGED_SHA256
+E.EstimateCache(Path(sys.argv[1])).write(_key(), PACKAGED_SHA256, _known_counts())
+"""
+
+
+@pytest.mark.parametrize("step", ["estimate-cache-temp", "estimate-cache"])
+def test_a_writer_killed_at_any_step_leaves_no_torn_entry_and_the_next_daemon_counts_again(tmp_path, step) -> None:
+    import signal
+    import subprocess
+
+    from tests.conftest import REPO, poll
+
+    directory, marker = tmp_path / "cache", tmp_path / "paused"
+    env = {**os.environ, "AGENTCTL_TEST_PAUSE_AT": step, "AGENTCTL_TEST_PAUSE_FILE": str(marker)}
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(directory)], cwd=REPO, env=env)
+    try:
+        poll(marker.exists, 30, what="the writer to pause")
+    finally:
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(10)
+    found = E.EstimateCache(directory).read(_key(), PACKAGED_SHA256, TEXTS)
+    assert found == (None if step.endswith("-temp") else _known_counts()), "absent or whole, never torn"
+    helper = CountingHelper()
+    service = E.CatalogEstimates(E.EstimateCache(directory), helper=helper)
+    service.prime([TOOLS])
+    assert service.wait(10) and service.lookup(TOOLS).estimator is not None
+    assert len(helper.calls) == (1 if step.endswith("-temp") else 0)
+
+
+def test_counts_dropped_for_newer_ones_are_counted_again_not_reported_failed(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(E, "MAX_KNOWN_TEXTS", 2)
+    helper = CountingHelper()
+    service = E.CatalogEstimates(E.EstimateCache(tmp_path / "c"), helper=helper)
+    other = [{"name": f"t{i}", "description": "x" * (i + 1)} for i in range(2)]
+    for tools in (TOOLS, other, TOOLS):
+        service.lookup(tools)
+        assert service.wait(10)
+    again = service.lookup(TOOLS)
+    assert again.estimator is not None and again.unavailable_reason is None
