@@ -92,6 +92,15 @@ def test_a_helper_that_fails_in_any_way_means_estimator_failed_never_a_crash(com
     assert failed.value.unavailable_reason == "estimator_failed"
 
 
+def test_a_bad_request_makes_the_helper_exit_2_saying_nothing_of_what_it_was_sent() -> None:
+    import subprocess
+
+    canary = "CANARY-tool-text-5f1e"
+    for request in (b'{"v": 1, "texts": ["%s", 7]}' % canary.encode(), b"%s not json" % canary.encode()):
+        proc = subprocess.run([*E.helper_command()], input=request, capture_output=True, timeout=60)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (2, b"", b""), request
+
+
 def test_a_helper_answering_more_tokens_than_bytes_is_not_believed() -> None:
     answer = '{"v": 1, "method": "%s", "encoding_sha256": "x", "counts": [99]}' % TOKEN_ESTIMATE_METHOD
     with pytest.raises(E.EstimateUnavailable):
