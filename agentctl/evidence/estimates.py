@@ -13,8 +13,9 @@ output schemas and annotations, which the model is sent and the estimate counts.
 
 Cache. `$AGENTCTL_ESTIMATE_CACHE_DIR`, else `$CACHE_DIRECTORY/token-estimates` (systemd), else
 `<platformdirs user cache dir>/token-estimates` (e.g. `~/.cache/agentctl/token-estimates`), a 0700 directory of 0600 files `<key>.json`, each replaced atomically
-(safe_files), so two daemons that compute one key at once both write it whole and a reader sees one of
-them, never a torn file. An entry is trusted only when it is a regular file of ours under MAX_ENTRY_BYTES
+(safe_files), so a reader sees a whole entry or none, never a torn file, whoever is killed when. Daemons
+that start together with an empty cache take turns on `<key>.lock` (flock): one runs the helper, the others
+then read its entry (a 50-daemon host pays one ~100 MB helper, not fifty). An entry is trusted only when it is a regular file of ours under MAX_ENTRY_BYTES
 whose version, key, method, encoding and digests are the ones asked for and whose counts are possible (no
 text has more tokens than bytes); anything else is ignored and computed again. A directory another user
 could write is never used (nothing read, nothing written): the counts are then computed per daemon start.
@@ -30,14 +31,17 @@ talks to them directly), so nothing else is ever estimated.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import logging
 import os
 import stat
 import subprocess
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +69,7 @@ MAX_CATALOGS = 8
 MAX_KNOWN_TEXTS = 4 * 128  # four catalogs of MAX_CATALOG_TOOLS tools
 MAX_ENCODING_FILE_BYTES = 64 * 1024 * 1024
 HELPER_TIMEOUT = 90.0
+LOCK_POLL = 0.05
 REASON_ESTIMATOR_FAILED = "estimator_failed"
 
 HelperRun = Callable[[list[str]], tuple[list[int], str]]
@@ -146,6 +151,7 @@ class EstimateCache:
     def __init__(self, directory: Path | None = None) -> None:
         self.directory = directory if directory is not None else default_cache_dir()
         self._refused = False
+        self._lock_wait = threading.Event()  # never set: a wait with a timeout between two lock attempts
 
     def _dir_fd(self, create: bool) -> int | None:
         if self._refused:
@@ -189,6 +195,39 @@ class EstimateCache:
             return None
         finally:
             os.close(fd)
+            os.close(dir_fd)
+
+    @contextlib.contextmanager
+    def computing(self, key: str, timeout: float = HELPER_TIMEOUT + 10) -> Iterator[None]:
+        """Hold the host-wide lock of `key` (flock on `<key>.lock`) while computing it, so daemons that start
+        together run one helper, not one each; the others wait, then find the entry. Waits at most
+        `timeout` (the holder's helper is bounded too; a dead holder's lock is released by the kernel),
+        then goes on without it; without a usable directory there is nothing to lock."""
+        dir_fd = self._dir_fd(create=True)
+        if dir_fd is None:
+            yield
+            return
+        fd = None
+        try:
+            fd = os.open(f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                         0o600, dir_fd=dir_fd)
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        log.info("token estimate cache lock %s.lock still held; counting anyway", key[:12])
+                        break
+                    self._lock_wait.wait(LOCK_POLL)
+        except OSError as exc:
+            log.info("token estimate cache lock not taken (%s); counting anyway", exc)
+        try:
+            yield
+        finally:
+            if fd is not None:
+                os.close(fd)  # releases the flock
             os.close(dir_fd)
 
     def write(self, key: str, encoding: str, counts: dict[str, int]) -> None:
@@ -358,13 +397,17 @@ class CatalogEstimates:
         cached = self._cache.read(key, encoding, texts)
         if cached is not None:
             return cached
-        with self._helper_slot:
-            counts, used = self._helper([texts[d] for d in digests])
-        result = dict(zip(digests, counts))
-        if used == encoding:
-            self._cache.write(key, encoding, result)
-        else:  # the helper fell back to another copy of the encoding: right for now, not worth keeping
-            log.info("token estimates computed with encoding %s, not the expected one: not cached", used[:12])
+        with self._cache.computing(key):
+            cached = self._cache.read(key, encoding, texts)  # another daemon's, computed while we waited
+            if cached is not None:
+                return cached
+            with self._helper_slot:
+                counts, used = self._helper([texts[d] for d in digests])
+            result = dict(zip(digests, counts))
+            if used == encoding:
+                self._cache.write(key, encoding, result)
+            else:  # the helper fell back to another copy of the encoding: right for now, not worth keeping
+                log.info("token estimates computed with encoding %s, not the expected one: not cached", used[:12])
         return result
 
     def when_ready(self, key: tuple[str, ...], callback: Callable[[], None]) -> None:

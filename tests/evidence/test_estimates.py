@@ -15,6 +15,7 @@ from agentctl.evidence import estimates as E
 from agentctl.evidence.catalog import estimate_text
 from agentctl.evidence.contract import TOKEN_ESTIMATE_METHOD
 from agentctl.evidence.encoding import PACKAGED_SHA256
+from tests.conftest import poll
 
 TOOLS = [
     {"name": "get_task", "description": "Get the task.", "inputSchema": {"type": "object", "properties": {}}},
@@ -198,20 +199,36 @@ def test_the_cache_directory_is_the_env_var_else_systemds_cache_directory_else_t
     assert E.default_cache_dir() == tmp_path / "xdg" / "agentctl" / "token-estimates"
 
 
-def test_two_daemons_computing_one_catalog_at_once_leave_one_whole_entry(tmp_path) -> None:
-    both = threading.Barrier(2, timeout=10)
-
-    def helper(texts: list[str]) -> tuple[list[int], str]:
-        both.wait()  # neither has written yet: both compute
-        return CountingHelper()(texts)
-
+def test_daemons_starting_together_with_an_empty_cache_run_one_helper_and_share_its_entry(tmp_path) -> None:
+    gate = threading.Event()
+    helper = CountingHelper(gate)  # the first holds the lock until every other daemon is waiting on it
     directory = tmp_path / "cache"
-    services = [E.CatalogEstimates(E.EstimateCache(directory), helper=helper) for _ in range(2)]
+    services = [E.CatalogEstimates(E.EstimateCache(directory), helper=helper) for _ in range(3)]
     for service in services:
         service.prime([TOOLS])
+    poll(lambda: len(helper.calls) == 1, 10, what="the first helper")
+    gate.set()
     assert all(service.wait(10) for service in services)
-    assert [p.name for p in directory.iterdir()] == [f"{_key()}.json"], "no temporary file left"
+    assert len(helper.calls) == 1, "one helper for the host"
+    assert all(service.lookup(TOOLS).estimator is not None for service in services)
+    assert sorted(p.name for p in directory.iterdir()) == [f"{_key()}.json", f"{_key()}.lock"], "no temp left"
     assert E.EstimateCache(directory).read(_key(), PACKAGED_SHA256, TEXTS) == _known_counts()
+
+
+def test_a_lock_held_too_long_is_waited_for_a_bounded_time_then_counted_anyway(tmp_path) -> None:
+    import fcntl
+
+    directory = tmp_path / "cache"
+    directory.mkdir(mode=0o700)
+    holder = os.open(directory / f"{_key()}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # a stuck daemon's
+    entered = threading.Event()
+    try:
+        with E.EstimateCache(directory).computing(_key(), timeout=0.2):
+            entered.set()
+    finally:
+        os.close(holder)
+    assert entered.is_set(), "went on without the lock"
 
 
 # --- the service ------------------------------------------------------------------------------------------
@@ -252,7 +269,7 @@ def test_failed_counts_give_the_helpers_reason_and_the_daemon_goes_on(tmp_path) 
     looked = service.lookup(TOOLS)
     assert (looked.estimator, looked.unavailable_reason) == (None, "estimator_failed")
     assert len(failing.calls) == 1, "a failure is not retried on every listing"
-    assert not (tmp_path / "c").exists(), "and nothing is cached"
+    assert not list((tmp_path / "c").glob("*.json")), "and nothing is cached"
 
 
 def test_an_unreadable_encoding_file_means_encoding_unavailable_without_a_helper(tmp_path, monkeypatch) -> None:
