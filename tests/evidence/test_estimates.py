@@ -11,6 +11,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from agentctl.evidence import estimate_cache as EC
 from agentctl.evidence import estimates as E
 from agentctl.evidence.catalog import estimate_text
 from agentctl.evidence.contract import TOKEN_ESTIMATE_METHOD
@@ -21,7 +22,7 @@ TOOLS = [
     {"name": "get_task", "description": "Get the task.", "inputSchema": {"type": "object", "properties": {}}},
     {"name": "post_message", "description": "Post a message <|endoftext|>", "inputSchema": {"type": "object"}},
 ]
-TEXTS = {E.text_digest(estimate_text(t)): estimate_text(t) for t in TOOLS}
+TEXTS = {EC.text_digest(estimate_text(t)): estimate_text(t) for t in TOOLS}
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +113,7 @@ def test_a_helper_answering_more_tokens_than_bytes_is_not_believed() -> None:
 
 
 def _key() -> str:
-    return E.estimate_key(sorted(TEXTS), PACKAGED_SHA256)
+    return EC.estimate_key(sorted(TEXTS), PACKAGED_SHA256)
 
 
 def test_an_entry_written_is_read_back_private_and_keyed(tmp_path) -> None:
@@ -129,7 +130,7 @@ def test_an_entry_written_is_read_back_private_and_keyed(tmp_path) -> None:
 
 def _entry(**change) -> bytes:
     digests = sorted(TEXTS)
-    fields = dict(v=E.ESTIMATOR_VERSION, key=_key(), method=TOKEN_ESTIMATE_METHOD, encoding_sha256=PACKAGED_SHA256,
+    fields = dict(v=EC.ESTIMATOR_VERSION, key=_key(), method=TOKEN_ESTIMATE_METHOD, encoding_sha256=PACKAGED_SHA256,
                   digests=digests, counts=[_known_counts()[d] for d in digests])
     fields.update(change)
     return msgspec.json.encode(fields)
@@ -144,11 +145,11 @@ def _entry(**change) -> bytes:
         _entry(counts=[0, 1]),  # a non-empty text with no token
         _entry(counts=[1]),
         _entry(digests=["0" * 64, "1" * 64]),
-        _entry(v=E.ESTIMATOR_VERSION + 1),
+        _entry(v=EC.ESTIMATOR_VERSION + 1),
         _entry(key="0" * 64),
         _entry(method="cl100k_base:mcp-tool-json-v1"),
         _entry(extra="field"),
-        _entry() + b" " * E.MAX_ENTRY_BYTES,  # over the size bound
+        _entry() + b" " * EC.MAX_ENTRY_BYTES,  # over the size bound
     ],
     ids=["torn", "garbage", "too-many", "zero", "short", "digests", "version", "key", "method", "unknown", "huge"],
 )
@@ -189,14 +190,14 @@ def test_a_cache_directory_others_can_write_is_never_used(tmp_path) -> None:
 
 
 def test_the_cache_directory_is_the_env_var_else_systemds_cache_directory_else_the_user_cache_dir(monkeypatch, tmp_path) -> None:
-    monkeypatch.setenv(E.ENV_CACHE_DIR, str(tmp_path / "x"))
-    assert E.default_cache_dir() == tmp_path / "x"
-    monkeypatch.delenv(E.ENV_CACHE_DIR)
+    monkeypatch.setenv(EC.ENV_CACHE_DIR, str(tmp_path / "x"))
+    assert EC.default_cache_dir() == tmp_path / "x"
+    monkeypatch.delenv(EC.ENV_CACHE_DIR)
     monkeypatch.setenv("CACHE_DIRECTORY", f"{tmp_path / 'unit'}:{tmp_path / 'second'}")
-    assert E.default_cache_dir() == tmp_path / "unit" / "token-estimates"
+    assert EC.default_cache_dir() == tmp_path / "unit" / "token-estimates"
     monkeypatch.delenv("CACHE_DIRECTORY")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert E.default_cache_dir() == tmp_path / "xdg" / "agentctl" / "token-estimates"
+    assert EC.default_cache_dir() == tmp_path / "xdg" / "agentctl" / "token-estimates"
 
 
 def test_daemons_starting_together_with_an_empty_cache_run_one_helper_and_share_its_entry(tmp_path) -> None:
@@ -285,14 +286,15 @@ def test_an_encoding_file_named_by_the_env_var_is_part_of_the_key(tmp_path, monk
     copy = tmp_path / "o200k.tiktoken"
     copy.write_bytes(b"some other ranks\n")
     monkeypatch.setenv("AGENTCTL_O200K_PATH", str(copy))
-    other = E.encoding_sha256()
+    other = EC.encoding_sha256()
     assert other is not None and other != PACKAGED_SHA256
-    assert E.estimate_key(sorted(TEXTS), other) != _key()
+    assert EC.estimate_key(sorted(TEXTS), other) != _key()
 
 
 _WRITER = """
 import sys
 from pathlib import Path
+from agentctl.evidence import estimate_cache as EC
 from agentctl.evidence import estimates as E
 from tests.evidence.test_estimates import TEXTS, _key, _known_counts
 from agentctl.evidence.encoding import PACKAGED_SHA256
