@@ -75,4 +75,4 @@ def test_a_daemon_lists_its_tools_with_estimates_and_never_loads_the_vocabulary(
     assert seen["loaded"] == [], "the vocabulary's modules are not in the daemon"
     # The ranks are a dict of ~200,000 entries; nothing of the daemon's comes near.
     assert seen["biggest_dict"] < 20_000, seen["biggest_dict"]
-    assert len(list(env_cache.iterdir())) == 1, "the counts were cached for the next daemon"
+    assert len(list(env_cache.glob("*.json"))) == 1, "the counts were cached for the next daemon"
