@@ -229,9 +229,9 @@ class McpEndpoint:
             dumped = listed.model_dump(by_alias=True, mode="json", exclude_none=True)
             lists = [serialize_server_result("tools/list", version, dumped)["tools"]
                      for version in (*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS)]
-        except Exception:
-            log.warning("the built-in tool list could not be read ahead; estimates wait for a tools/list",
-                        exc_info=True)
+        except Exception as exc:  # the type only: a validation message would quote the tools' text
+            log.warning("the built-in tool list could not be read ahead (%s); estimates wait for a tools/list",
+                        type(exc).__name__)
             return
         self.estimator_loader.prime(lists)
 
