@@ -7,7 +7,7 @@ stdout: {"v": 1, "method": ..., "encoding_sha256": ..., "counts": [n, ...]}, exi
         {"v": 1, "error": "encoding_unavailable"}, exit 3 (no usable o200k_base: not an error of the caller)
         anything else (bad request, out of memory, out of time): exit 2, nothing on stdout.
 
-It bounds itself (address space, CPU time, a wall-clock alarm) before loading anything, so a runaway count
+It bounds itself (address space, CPU time, a wall-clock alarm, a lower priority) before loading anything, so a runaway count
 ends as a failed helper, never as a starved host; the daemon bounds it from outside too (a timeout).
 Nothing it reads is ever written to stderr: a traceback would quote tool descriptions.
 """
@@ -31,6 +31,7 @@ MAX_TEXTS = 1024
 ADDRESS_SPACE_LIMIT = 1024 * 1024 * 1024
 CPU_SECONDS = 30
 WALL_SECONDS = 60
+NICENESS = 10
 EXIT_UNAVAILABLE = 3
 EXIT_FAILED = 2
 
@@ -56,6 +57,8 @@ def _bound_self() -> None:
         if soft == resource.RLIM_INFINITY or soft > wanted:
             resource.setrlimit(limit, (wanted, hard))
     signal.alarm(WALL_SECONDS)  # SIGALRM's default action ends the process
+    # Background work: the daemon that started it, and its agent, are starting at the same moment.
+    os.nice(NICENESS)
 
 
 def _read_request() -> Request:
