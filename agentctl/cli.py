@@ -42,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
         from agentctl.agent.shim import main as shim
 
         return shim(["agent-shim", *argv[1:]])
+    if argv[:1] == ["estimate-tokens"]:
+        # Hidden: the short-lived token-estimate helper a daemon starts (agentctl.evidence.estimates), here
+        # so a zipapp or frozen build has it too.
+        from agentctl.evidence.estimate_helper import run as estimate_helper
+
+        estimate_helper()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

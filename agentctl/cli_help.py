@@ -27,6 +27,9 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
            "`hub status`, `hub report` and `hub migrate` (default: <state dir>/hub.sqlite3)"),
     EnvVar("AGENTCTL_O200K_PATH", "an o200k_base.tiktoken file to use for token estimates instead of the copy "
            "shipped in the package"),
+    EnvVar("AGENTCTL_ESTIMATE_CACHE_DIR", "where daemons keep the token counts of their tool catalog, shared "
+           "by the host and safe to delete (default: $CACHE_DIRECTORY/token-estimates under systemd, else "
+           "<user cache dir>/token-estimates)"),
     EnvVar("RUNTIME_DIRECTORY", "systemd's RuntimeDirectory=: the runtime dir when AGENTCTL_RUNTIME_DIR is unset"),
     EnvVar("STATE_DIRECTORY", "systemd's StateDirectory=: the state dir (reports, task store) when the spec's "
            "[state] dir and --state-dir are unset"),
@@ -74,8 +77,10 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
 # The variables that choose the daemon a client command talks to.
 _SOCKET_ENV = ("AGENTCTL_SOCKET", "AGENTCTL_RUNTIME_DIR")
 _COMMAND_ENV: dict[str, tuple[str, ...]] = {
-    "serve": (*_SOCKET_ENV, "RUNTIME_DIRECTORY", "STATE_DIRECTORY", "AGENTCTL_O200K_PATH"),
-    "run": (*_SOCKET_ENV, "RUNTIME_DIRECTORY", "STATE_DIRECTORY", "AGENTCTL_O200K_PATH", "NO_COLOR"),
+    "serve": (*_SOCKET_ENV, "RUNTIME_DIRECTORY", "STATE_DIRECTORY", "AGENTCTL_O200K_PATH",
+              "AGENTCTL_ESTIMATE_CACHE_DIR"),
+    "run": (*_SOCKET_ENV, "RUNTIME_DIRECTORY", "STATE_DIRECTORY", "AGENTCTL_O200K_PATH",
+            "AGENTCTL_ESTIMATE_CACHE_DIR", "NO_COLOR"),
     "status": (*_SOCKET_ENV, "NO_COLOR"),
     "report": (*_SOCKET_ENV, "NO_COLOR"),
     "stop": _SOCKET_ENV,

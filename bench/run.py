@@ -30,6 +30,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "probe_cost": ([], ["--rounds", "3"]),
     "shim": ([], ["--rounds", "3", "--idle", "2"]),
     "idle_memory": (["--importtime"], ["--rounds", "1", "--importtime"]),
+    "estimates_memory": ([], ["--rounds", "1"]),
     "mcp_throughput": ([], ["--seconds", "1", "--rounds", "1"]),
     "upstream_stall": (["--rounds", "3"], ["--calls", "300"]),
     "stderr_flood": ([], ["--mb", "100", "--rounds", "2"]),

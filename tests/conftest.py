@@ -133,6 +133,20 @@ def start_serve(spec: Path, socket: Path, env: dict[str, str] | None = None, ext
     return ServeProcess(proc, json.loads(line))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_estimate_cache_per_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Daemons started by tests share one token-estimate cache, never the user's: the helper runs once per
+    distinct catalog in a whole run."""
+    name = "AGENTCTL_ESTIMATE_CACHE_DIR"
+    old = os.environ.get(name)
+    os.environ[name] = str(tmp_path_factory.mktemp("estimate-cache") / "token-estimates")
+    yield
+    if old is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = old
+
+
 @pytest.fixture
 def short_dir() -> Iterator[Path]:
     """A short directory under /tmp for Unix sockets (AF_UNIX paths are limited to 107 bytes; pytest's tmp_path

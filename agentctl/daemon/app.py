@@ -36,7 +36,7 @@ from agentctl.daemon.health import install_health_routes
 from agentctl.daemon.metrics import install_metrics_route
 from agentctl.daemon.systemd import Notifier
 from agentctl.diagnostics.routes import install_diagnostics_routes, tester_of
-from agentctl.evidence.catalog import EstimatorLoader
+from agentctl.evidence.estimates import CatalogEstimates
 from agentctl.evidence.contract import AttemptOrigin, DaemonReady, Identity
 from agentctl.evidence.ledger import Clock, Ledger, ServerSeed, utcnow
 from agentctl.evidence.sanitize import summarize, target_for_command, target_for_url
@@ -362,7 +362,7 @@ class Daemon:
             builtin_name=spec.mcp.builtin_name,
             profile=spec.mcp.profile,
             backend_getter=lambda: self.tunnel or self.backend,
-            estimator_loader=EstimatorLoader(),
+            estimator_loader=CatalogEstimates(),
         )
 
     async def _close_backend(self) -> None:

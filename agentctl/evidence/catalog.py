@@ -1,4 +1,5 @@
-"""Owns the bounded tool catalog of the built-in server, its hash and its o200k_base token estimates (encoding.py loads them)."""
+"""Owns the bounded tool catalog of the built-in server, its hash, and which text of each tool its o200k_base
+token estimate counts (estimates.py gets the counts from a helper process)."""
 
 from __future__ import annotations
 
@@ -19,20 +20,15 @@ from agentctl.evidence.contract import (
     ToolCatalog,
     ToolSummary,
 )
-from agentctl.evidence.encoding import (
-    ENV_O200K_PATH,
-    REASON_ENCODING_UNAVAILABLE,
-    EstimatorLoader,
-    TokenEstimator,
-    load_estimator,
-)
+from agentctl.evidence.encoding import ENV_O200K_PATH, REASON_ENCODING_UNAVAILABLE, TokenEstimator, load_estimator
 
 __all__ = [
     "ENV_O200K_PATH",
-    "EstimatorLoader",
     "TokenEstimator",
     "build_catalog",
     "catalog_hash",
+    "estimate_text",
+    "estimated_tools",
     "load_estimator",
 ]
 
@@ -53,7 +49,7 @@ def build_catalog(
 ) -> tuple[int, ToolCatalog]:
     """Return (full tool count, bounded catalog) for a tools/list result's `tools`."""
     tool_count = len(tools)
-    ordered = sorted((t for t in tools if isinstance(t, dict)), key=_tool_name)
+    ordered = _ordered(tools)
     kept = ordered[:MAX_CATALOG_TOOLS]
 
     summaries: list[ToolSummary] = []
@@ -95,6 +91,22 @@ def build_catalog(
         hash=catalog_hash(ordered),
     )
     return tool_count, catalog
+
+
+def _ordered(tools: list[Any]) -> list[dict[str, Any]]:
+    return sorted((t for t in tools if isinstance(t, dict)), key=_tool_name)
+
+
+def estimated_tools(tools: list[Any]) -> list[dict[str, Any]]:
+    """The tools of a tools/list result that the bounded catalog keeps, so the ones it estimates."""
+    return _ordered(tools)[:MAX_CATALOG_TOOLS]
+
+
+def estimate_text(tool: dict[str, Any]) -> str:
+    """The text a tool's token estimate counts: its whole original definition as JSON, key order as given
+    (that is what the agent's model is sent), taken before any of the catalog's bounds. Raises
+    msgspec.EncodeError (or TypeError) for a definition that is not JSON."""
+    return _json.encode(tool).decode("utf-8")
 
 
 def catalog_hash(tools: list[Any]) -> str | None:
@@ -173,10 +185,7 @@ def _estimate(estimator: TokenEstimator | None, tool: dict[str, Any]) -> int | N
     if estimator is None:
         return None
     try:
-        # The whole original definition, key order as given: that is what the agent's model is sent,
-        # so the estimate is taken before any of the catalog bounds above.
-        text = _json.encode(tool).decode("utf-8")
-        return estimator.count(text)
+        return estimator.count(estimate_text(tool))
     except Exception:
         log.debug("token estimate failed for one tool", exc_info=True)
         return None

@@ -1,5 +1,6 @@
 """Owns loading the o200k_base encoding with no network: the ranks shipped in the package (sha256-pinned),
-an override file, or tiktoken's cache; and the background loader that loads it once, on first demand."""
+an override file, or tiktoken's cache. Only the short-lived estimate helper (estimate_helper.py) loads it: a
+daemon never holds the vocabulary (estimates.py asks the helper and caches its answers)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import hashlib
 import logging
 import os
 import tempfile
-import threading
 import types
 from importlib import resources
 from typing import Any, Callable
@@ -18,9 +18,9 @@ import msgspec
 __all__ = [
     "ENV_O200K_PATH",
     "PACKAGED_SHA256",
-    "EstimatorLoader",
     "TokenEstimator",
     "load_estimator",
+    "load_estimator_and_sha256",
     "packaged_ranks",
 ]
 
@@ -43,7 +43,7 @@ class TokenEstimator:
 
     def __init__(self, encoding: Any) -> None:
         # The Rust core keeps its own copy of the ranks; tiktoken keeps the Python dict only for pickling,
-        # which nothing here does. Dropping it returns ~28 MB of a daemon's ~85 MB vocabulary cost.
+        # which nothing here does. Dropping it returns ~28 MB of the helper's ~85 MB vocabulary cost.
         if hasattr(encoding, "_mergeable_ranks"):
             encoding._mergeable_ranks = {}
         self._encoding = encoding
@@ -125,7 +125,7 @@ def _parse_ranks(contents: bytes) -> dict[bytes, int]:
     }
 
 
-def _encoding_from_bytes(contents: bytes, what: str, pinned: str | None = None) -> Any:
+def _encoding_from_bytes(contents: bytes, what: str, pinned: str | None = None) -> tuple[Any, str]:
     import tiktoken
 
     def from_verified(source: str, expected_hash: str | None = None) -> dict[bytes, int]:
@@ -138,7 +138,7 @@ def _encoding_from_bytes(contents: bytes, what: str, pinned: str | None = None) 
             raise ValueError(f"{what} does not match the o200k_base sha256")
         return _parse_ranks(contents)
 
-    return tiktoken.Encoding(**_run_o200k_constructor(from_verified))
+    return tiktoken.Encoding(**_run_o200k_constructor(from_verified)), hashlib.sha256(contents).hexdigest()
 
 
 def packaged_ranks() -> bytes:
@@ -146,19 +146,19 @@ def packaged_ranks() -> bytes:
     return resources.files("agentctl.evidence").joinpath(*_PACKAGED_FILE).read_bytes()
 
 
-def _load_from_file(path: str) -> Any:
+def _load_from_file(path: str) -> tuple[Any, str]:
     with open(path, "rb") as f:
         return _encoding_from_bytes(f.read(), "the file named by $" + ENV_O200K_PATH)
 
 
-def _load_packaged() -> Any:
+def _load_packaged() -> tuple[Any, str]:
     contents = packaged_ranks()
     if hashlib.sha256(contents).hexdigest() != PACKAGED_SHA256:
         raise ValueError("the packaged o200k_base file is damaged (sha256 mismatch)")
     return _encoding_from_bytes(contents, "the packaged file", pinned=PACKAGED_SHA256)
 
 
-def _load_from_cache() -> Any:
+def _load_from_cache() -> tuple[Any, str]:
     import tiktoken
     from tiktoken.load import check_hash
 
@@ -170,104 +170,31 @@ def _load_from_cache() -> Any:
         # A cached file with the wrong hash makes tiktoken delete it and download again.
         if not check_hash(f.read(), recipe.expected_hash):
             raise ValueError("cached o200k_base does not match tiktoken's expected hash")
-    return tiktoken.get_encoding(ENCODING_NAME)
+    return tiktoken.get_encoding(ENCODING_NAME), recipe.expected_hash
 
 
-def load_estimator(path: str | None = None) -> TokenEstimator | None:
-    """Load o200k_base without network.
+def load_estimator_and_sha256(path: str | None = None) -> tuple[TokenEstimator, str] | None:
+    """Load o200k_base without network, with the sha256 of the ranks it was built from.
 
     From `path` / $AGENTCTL_O200K_PATH when one is given (and only from there: an operator who names a
     file wants that file); else from the file shipped in the package; else from tiktoken's cache. None
     when none of these works; the caller then reports the estimator unavailable.
     """
     path = path or os.environ.get(ENV_O200K_PATH) or None
-    loaders: list[Callable[[], Any]] = [lambda: _load_from_file(path)] if path else [_load_packaged, _load_from_cache]
+    loaders: list[Callable[[], tuple[Any, str]]] = (
+        [lambda: _load_from_file(path)] if path else [_load_packaged, _load_from_cache]
+    )
     for load in loaders:
         try:
-            return TokenEstimator(load())
+            encoding, sha256 = load()
+            return TokenEstimator(encoding), sha256
         except Exception as exc:
             # Not an error of the execution: the catalog simply carries no estimates.
             log.debug("o200k_base estimator unavailable: %s", exc, exc_info=True)
     return None
 
 
-class EstimatorLoader:
-    """Loads the estimator once in a background thread, so start-up and MCP requests never wait on it.
-
-    Nothing is loaded until `start()`: the MCP endpoint calls it on the first tools/list it observes, so
-    a daemon whose built-in server is never listed never holds the vocabulary.
-    """
-
-    def __init__(
-        self,
-        path: str | None = None,
-        *,
-        load: Callable[[str | None], TokenEstimator | None] = load_estimator,
-    ) -> None:
-        self._path = path
-        self._load = load
-        self._lock = threading.Lock()
-        self._done = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._estimator: TokenEstimator | None = None
-        self._waiters: list[Callable[[], None]] = []
-
-    def start(self) -> None:
-        with self._lock:
-            if self._thread is not None:
-                return
-            # Daemon thread: a load still running must not hold up process exit.
-            self._thread = threading.Thread(target=self._run, name="agentctl-o200k-loader", daemon=True)
-            self._thread.start()
-
-    @property
-    def started(self) -> bool:
-        return self._thread is not None
-
-    def _run(self) -> None:
-        try:
-            self._estimator = self._load(self._path)
-        except Exception:
-            log.debug("estimator loader failed", exc_info=True)
-            self._estimator = None
-        finally:
-            with self._lock:
-                self._done.set()
-                waiters, self._waiters = self._waiters, []
-            for callback in waiters:
-                self._notify(callback)
-
-    @staticmethod
-    def _notify(callback: Callable[[], None]) -> None:
-        try:
-            callback()
-        except Exception:
-            log.debug("estimator ready callback failed", exc_info=True)
-
-    def when_ready(self, callback: Callable[[], None]) -> None:
-        """Call `callback` once loading has finished (at once if it has), from whichever thread finished it."""
-        with self._lock:
-            if not self._done.is_set():
-                self._waiters.append(callback)
-                return
-        self._notify(callback)
-
-    @property
-    def ready(self) -> bool:
-        """True once loading has finished, whether or not an estimator came of it."""
-        return self._done.is_set()
-
-    def get(self) -> TokenEstimator | None:
-        """The estimator if loaded, else None. Never blocks."""
-        return self._estimator if self._done.is_set() else None
-
-    @property
-    def unavailable_reason(self) -> str | None:
-        """Reason code for ToolCatalog.estimator_unavailable_reason, None when an estimator is available."""
-        if not self._done.is_set():
-            return REASON_ESTIMATOR_LOADING
-        return None if self._estimator is not None else REASON_ENCODING_UNAVAILABLE
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block up to `timeout` seconds for loading to finish; True if it has. For tests and the CLI."""
-        return self._done.wait(timeout)
+def load_estimator(path: str | None = None) -> TokenEstimator | None:
+    """`load_estimator_and_sha256` without the checksum."""
+    loaded = load_estimator_and_sha256(path)
+    return None if loaded is None else loaded[0]

@@ -128,7 +128,8 @@ TABLE: tuple[Reason, ...] = tuple(Reason(*row) for row in (
     ("wrong_method", "control", "the route does not take this HTTP method", "Use the method the route documents (GET to read, POST to act)."),
     # ---- tool catalog ------------------------------------------------------------------------------------------
     ("encoding_unavailable", "tools", "the o200k_base encoding could not be loaded, so there are no token estimates", "The copy shipped in the package is missing or damaged (reinstall agentctl), or $AGENTCTL_O200K_PATH names a file that is not o200k_base (unset it); nothing else is affected."),
-    ("estimator_loading", "tools", "the token estimator is still loading", "List the tools again in a moment."),
+    ("estimator_loading", "tools", "the token estimates are still being computed", "List the tools again in a moment."),
+    ("estimator_failed", "tools", "the token-estimate helper process failed (out of time or memory, or it could not start), so there are no token estimates", "Nothing else is affected; the daemon's log says why. The daemon must be able to start one short-lived process of its own with ~100 MB of memory (mind cgroup memory and process limits); a daemon started again tries again."),
     # ---- the report itself ----------------------------------------------------------------------------------
     ("invalid_reason_code", "report", "a reason code that was not a stable code was replaced", "A bug in the emitter; the summary still says what happened. Please report it."),
     ("report_write_failed", "report", "the report could not be written to the state directory (the errno is in the check detail); the live report is whole and writes are retried", "Free space in the state directory, or make it writable again; the next write catches up."),

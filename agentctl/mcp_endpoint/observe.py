@@ -8,9 +8,10 @@ the ASGI scope; the SDK hands the scope back as `ctx.request.scope`):
   and the first request of each distinct client (name, version, protocol version) per attempt (era
   "modern", no connection id).
 - `tools_list_observed`: tool count and the bounded catalog (evidence/catalog.py) with token estimates
-  when the estimator has loaded; `EstimatorLoader.get()` never blocks, and the catalog is built once per
-  distinct tool set, off the request path. The first tools/list starts loading the vocabulary; a list
-  built while it loads is recorded again, with estimates, when loading ends.
+  when their counts are known (evidence/estimates.py: a cache, else a helper process; the daemon never
+  loads the vocabulary); `CatalogEstimates.lookup()` never blocks, and the catalog is built once per
+  distinct tool set, off the request path. A list recorded while its counts are computed is recorded
+  again, with estimates, when they arrive.
 - `tool_call_observed`: the tool name (only if it is a well-formed tool name) and the outcome, never
   arguments or results.
 - `explicit_error`: only for a failed legacy `initialize` or a failed `tools/list` (reason code and the
@@ -58,8 +59,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from agentctl.evidence import reasons
-from agentctl.evidence.catalog import EstimatorLoader, build_catalog
+from agentctl.evidence.catalog import build_catalog
 from agentctl.evidence.encoding import REASON_ESTIMATOR_LOADING
+from agentctl.evidence.estimates import CatalogEstimates
 from agentctl.evidence.contract import ClientInfo, ToolCatalog
 from agentctl.evidence.ledger import Ledger
 from agentctl.evidence.sanitize import bounded_text
@@ -128,7 +130,7 @@ class Observer:
         self,
         ledger: Ledger,
         server_name: str,
-        estimator_loader: EstimatorLoader | None = None,
+        estimator_loader: CatalogEstimates | None = None,
         *,
         advertise_list_changed: bool = True,
     ) -> None:
@@ -140,8 +142,8 @@ class Observer:
         self.connections: dict[str, Connection] = {}
         self._modern_seen: set[tuple[str, Any, Any, str]] = set()
         self._catalogs: dict[tuple[int, str | None], tuple[int, ToolCatalog]] = {}
-        self._pending_lists: dict[str, tuple[Any, ...]] = {}
-        self._estimates_awaited = False
+        self._pending_lists: dict[str, tuple[tuple[str, ...], tuple[Any, ...]]] = {}
+        self._estimates_awaited: set[tuple[str, ...]] = set()
         self.hook_missing = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -355,9 +357,9 @@ class Observer:
     def _record_tools_list(
         self, attempt_id: str, tools: list[Any], era: str, connection_id: str | None, occurred_at: Any
     ) -> None:
-        tool_count, catalog = self.catalog_for(tools)
-        if catalog.estimator_unavailable_reason == REASON_ESTIMATOR_LOADING:
-            self._await_estimates(attempt_id, (attempt_id, tools, era, connection_id, occurred_at))
+        tool_count, catalog, estimate_key = self.catalog_for(tools)
+        if catalog.estimator_unavailable_reason == REASON_ESTIMATOR_LOADING and estimate_key is not None:
+            self._await_estimates(attempt_id, estimate_key, (attempt_id, tools, era, connection_id, occurred_at))
         self._record(
             "tools_list_observed",
             attempt_id,
@@ -370,13 +372,13 @@ class Observer:
             },
         )
 
-    def _await_estimates(self, attempt_id: str, args: tuple[Any, ...]) -> None:
-        """Record this tools/list again, with estimates, once the estimator has loaded.
+    def _await_estimates(self, attempt_id: str, estimate_key: tuple[str, ...], args: tuple[Any, ...]) -> None:
+        """Record this tools/list again, with estimates, once their counts are known.
 
-        The vocabulary is loaded only when a first tools/list wants estimates, so that list is built
-        while it loads; an agent may list its tools once per session, and that one list must not stay
-        without estimates. The repeat carries the original time, so the reducer keeps whichever list is
-        newest, and only the newest pending list of each attempt is kept.
+        An agent may list its tools before the counts are (a cold cache, another profile's list), and
+        may list them once per session: that one list must not stay without estimates. The repeat
+        carries the original time, so the reducer keeps whichever list is newest, and only the newest
+        pending list of each attempt is kept.
         """
         loader = self.estimator_loader
         loop = self._loop
@@ -385,31 +387,34 @@ class Observer:
         self._pending_lists.pop(attempt_id, None)
         if len(self._pending_lists) >= MAX_PENDING_LISTS:
             self._pending_lists.pop(next(iter(self._pending_lists)))
-        self._pending_lists[attempt_id] = args
-        if self._estimates_awaited:
+        self._pending_lists[attempt_id] = (estimate_key, args)
+        if estimate_key in self._estimates_awaited:
             return
-        self._estimates_awaited = True
+        self._estimates_awaited.add(estimate_key)
 
         def ready() -> None:  # on the loader's thread
             try:
-                loop.call_soon_threadsafe(self._safely, self._record_pending_lists, ())
+                loop.call_soon_threadsafe(self._safely, self._record_pending_lists, (estimate_key,))
             except RuntimeError:  # loop closed: nobody is left to report to
                 pass
 
-        loader.when_ready(ready)
+        loader.when_ready(estimate_key, ready)
 
-    def _record_pending_lists(self) -> None:
-        pending, self._pending_lists = self._pending_lists, {}
-        for args in pending.values():
+    def _record_pending_lists(self, estimate_key: tuple[str, ...]) -> None:
+        self._estimates_awaited.discard(estimate_key)
+        ready = [a for a, (key, _) in self._pending_lists.items() if key == estimate_key]
+        for attempt_id in ready:
+            _, args = self._pending_lists.pop(attempt_id)
             self._record_tools_list(*args)
 
-    def catalog_for(self, tools: list[Any]) -> tuple[int, ToolCatalog]:
-        """Build (or reuse) the bounded catalog of a tool list; estimator state is part of the key."""
+    def catalog_for(self, tools: list[Any]) -> tuple[int, ToolCatalog, tuple[str, ...] | None]:
+        """Build (or reuse) the bounded catalog of a tool list, and the key of its estimates; estimator
+        state is part of the cache key."""
         loader = self.estimator_loader
-        if loader is not None:
-            loader.start()  # idempotent; the first list that wants estimates loads the vocabulary
-        estimator = loader.get() if loader is not None else None
-        reason = loader.unavailable_reason if loader is not None else None
+        lookup = loader.lookup(tools) if loader is not None else None  # never blocks
+        estimator = lookup.estimator if lookup is not None else None
+        reason = lookup.unavailable_reason if lookup is not None else None
+        estimate_key = lookup.key if lookup is not None else None
         try:
             fingerprint = hash(_encode(tools))
         except Exception:
@@ -417,7 +422,7 @@ class Observer:
         key = (fingerprint, None if estimator is not None else (reason or "encoding_unavailable"))
         cached = self._catalogs.get(key)
         if cached is not None:
-            return cached[0], cached[1].__copy__()
+            return cached[0], cached[1].__copy__(), estimate_key
         if reason is None and estimator is None:
             reason = "encoding_unavailable"
         if estimator is not None:
@@ -427,4 +432,4 @@ class Observer:
         if len(self._catalogs) >= MAX_CATALOG_CACHE:
             self._catalogs.clear()
         self._catalogs[key] = built
-        return built[0], built[1].__copy__()
+        return built[0], built[1].__copy__(), estimate_key

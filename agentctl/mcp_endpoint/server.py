@@ -53,7 +53,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ToolsListChanged
 from mcp.server.transport_security import TransportSecuritySettings
 from sse_starlette.sse import AppStatus
 
-from agentctl.evidence.catalog import EstimatorLoader
+from agentctl.evidence.estimates import CatalogEstimates
 from agentctl.evidence.ledger import Ledger
 from agentctl.listener_guard import trust
 from agentctl.mcp_endpoint import auth
@@ -79,7 +79,7 @@ class McpEndpoint:
     """The built-in MCP server of one daemon (one execution generation).
 
     `backend_getter` is called on every tool call (tools.py); `estimator_loader` provides token
-    estimates for the catalog when loaded (started by the first tools/list, never waited for).
+    estimates for the catalog (primed with the served tool list at start, never waited for).
     """
 
     _set_app_status_class: bool = False  # this process set sse_starlette's global AppStatus.should_exit
@@ -91,7 +91,7 @@ class McpEndpoint:
         builtin_name: str,
         profile: str,
         backend_getter: Callable[[], Any],
-        estimator_loader: EstimatorLoader | None,
+        estimator_loader: CatalogEstimates | None,
         session_idle_timeout: float | None = DEFAULT_SESSION_IDLE_TIMEOUT,
         session_bounds: tuple[int, int] = (PER_ATTEMPT, TOTAL),
         stop_timeout: float = DEFAULT_STOP_TIMEOUT,
@@ -211,7 +211,29 @@ class McpEndpoint:
             if self._manager_task.done():
                 self._manager_task.result()  # raises the manager's failure
             raise TimeoutError("the MCP session manager did not start")
+        await self._prime_estimates()
         self._state = "running"
+
+    async def _prime_estimates(self) -> None:
+        """Start counting the tokens of the tool list this server serves, before any agent lists it."""
+        if self.estimator_loader is None:
+            return
+        from mcp_types import ListToolsResult
+        from mcp_types.methods import serialize_server_result
+        from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+
+        try:
+            # The SDK's own listing, shaped as its runner shapes a handler's result for the middleware of
+            # each protocol version, so the texts counted are the ones a first tools/list carries.
+            listed = ListToolsResult(tools=await self.server.list_tools())
+            dumped = listed.model_dump(by_alias=True, mode="json", exclude_none=True)
+            lists = [serialize_server_result("tools/list", version, dumped)["tools"]
+                     for version in (*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS)]
+        except Exception as exc:  # the type only: a validation message would quote the tools' text
+            log.warning("the built-in tool list could not be read ahead (%s); estimates wait for a tools/list",
+                        type(exc).__name__)
+            return
+        self.estimator_loader.prime(lists)
 
     async def _run_manager(self, started: asyncio.Event) -> None:
         assert self._manager_stop is not None

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import threading
-import time
 from pathlib import Path
 
 import msgspec
 import pytest
 
 from agentctl.evidence import encoding as encoding_mod
-from agentctl.evidence.catalog import EstimatorLoader, TokenEstimator, build_catalog, load_estimator
+from agentctl.evidence.catalog import TokenEstimator, build_catalog, load_estimator
 from agentctl.evidence.contract import (
     MAX_CATALOG_SCHEMA_BYTES,
     MAX_CATALOG_TOOLS,
@@ -235,61 +233,3 @@ def test_no_estimator_means_no_estimates_and_a_reason_never_a_character_count() 
     assert cat.estimator_unavailable_reason == "encoding_unavailable"
     assert all(t.token_estimate is None for t in cat.tools)
     assert b"token_estimate" not in msgspec.json.encode(cat)
-
-
-# --- background loading ----------------------------------------------------------------------------------
-
-
-def test_loader_does_not_block_get_returns_immediately() -> None:
-    release = threading.Event()
-    sentinel = TokenEstimator(encoding=None)
-
-    def slow_load(path: str | None) -> TokenEstimator | None:
-        release.wait(10)
-        return sentinel
-
-    loader = EstimatorLoader(load=slow_load)
-    started = time.monotonic()
-    loader.start()
-    got = loader.get()
-    assert time.monotonic() - started < 0.5
-    assert got is None and not loader.ready
-    assert loader.unavailable_reason == "estimator_loading"
-    assert not loader.wait(0.01)
-
-    release.set()
-    assert loader.wait(10)
-    assert loader.ready and loader.get() is sentinel
-    assert loader.unavailable_reason is None
-
-
-def test_loader_loads_once_and_reports_a_failed_load_as_unavailable() -> None:
-    calls: list[str | None] = []
-
-    def failing_load(path: str | None) -> TokenEstimator | None:
-        calls.append(path)
-        raise OSError("no file")
-
-    loader = EstimatorLoader("/nowhere", load=failing_load)
-    loader.start()
-    loader.start()
-    assert loader.wait(10)
-    assert calls == ["/nowhere"]
-    assert loader.get() is None
-    assert loader.unavailable_reason == "encoding_unavailable"
-
-
-def test_loader_with_the_packaged_file_becomes_ready_in_the_background_and_tells_who_waits(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv(encoding_mod.ENV_O200K_PATH, raising=False)
-    loader = EstimatorLoader()
-    told = threading.Event()
-    loader.when_ready(told.set)
-    assert not loader.started and not told.is_set(), "nothing loads before start()"
-    loader.start()
-    assert told.wait(60)
-    assert loader.wait(60)
-    est = loader.get()
-    assert est is not None and est.count("hello world") == 2

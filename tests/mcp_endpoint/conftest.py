@@ -21,7 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from agentctl.backend import EmbeddedBackend
 from agentctl.evidence import reducer
-from agentctl.evidence.catalog import EstimatorLoader
+from agentctl.evidence.estimates import CatalogEstimates, EstimateCache
 from agentctl.evidence.contract import Attempt, EvidenceEvent, Identity, ServerRow
 from agentctl.evidence.ledger import Ledger, ServerSeed
 from agentctl.mcp_endpoint.server import McpEndpoint
@@ -188,7 +188,7 @@ async def make_harness(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[
     async def make(
         *,
         profile: str = "task",
-        estimator_loader: EstimatorLoader | None = None,
+        estimator_loader: CatalogEstimates | None = None,
         **endpoint_kwargs: Any,
     ) -> Harness:
         ledger = Ledger(identity())
@@ -236,13 +236,14 @@ async def harness(make_harness: Callable[..., Awaitable[Harness]]) -> Harness:
     return await make_harness()
 
 
+@pytest.fixture(scope="session")
+def estimate_cache(tmp_path_factory: pytest.TempPathFactory) -> EstimateCache:
+    """One estimate cache for the session: the real helper process runs once per distinct catalog."""
+    return EstimateCache(tmp_path_factory.mktemp("estimates") / "cache")
+
+
 @pytest.fixture
-def loaded_estimator(tmp_path_factory: pytest.TempPathFactory) -> EstimatorLoader:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path_factory.mktemp("tiktoken-cache")))
-        mp.delenv("AGENTCTL_O200K_PATH", raising=False)
-        loader = EstimatorLoader()  # the encoding shipped in the package
-        loader.start()
-        assert loader.wait(60), "o200k_base did not load"
-    assert loader.get() is not None
-    return loader
+def estimates(estimate_cache: EstimateCache, monkeypatch: pytest.MonkeyPatch) -> CatalogEstimates:
+    """Token estimates as a daemon has them: the encoding shipped in the package, counted by the helper."""
+    monkeypatch.delenv("AGENTCTL_O200K_PATH", raising=False)
+    return CatalogEstimates(estimate_cache)

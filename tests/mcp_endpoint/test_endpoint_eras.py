@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from agentctl.evidence.catalog import EstimatorLoader, load_estimator
+from agentctl.evidence.estimates import CatalogEstimates, EstimateCache, run_helper
 from agentctl.evidence.contract import TOKEN_ESTIMATE_METHOD
 from tests.mcp_endpoint.conftest import MODERN, Harness, eventually
 
@@ -110,41 +110,43 @@ async def test_sse_in_auto_mode_is_attributed_as_modern_requests_with_no_connect
     assert harness.events(attempt, "connection_closed") == []
 
 
-async def test_tools_list_records_a_catalog_with_estimates_once_the_encoding_is_loaded(
-    make_harness, loaded_estimator
+async def test_the_built_in_catalog_is_counted_at_start_so_the_first_tools_list_of_either_era_has_estimates(
+    make_harness, estimates
 ):
-    harness: Harness = await make_harness(estimator_loader=loaded_estimator)
-    attempt, token = harness.new_attempt()
-    async with harness.client(token, mode=MODERN) as client:
-        await client.list_tools()
-    (listed,) = await harness.wait_events(attempt, "tools_list_observed")
-    # The catalog is kept once, on the row; the logged event carries the count only.
-    assert listed.catalog is None and listed.tool_count == TASK_TOOL_COUNT
-    catalog = harness.row(attempt).catalog
-    assert catalog is not None and catalog.estimator == TOKEN_ESTIMATE_METHOD
-    assert len(catalog.tools) == TASK_TOOL_COUNT
-    assert all(t.token_estimate and t.token_estimate > 0 for t in catalog.tools)
-    assert [t.name for t in catalog.tools] == sorted(t.name for t in catalog.tools)
+    harness: Harness = await make_harness(estimator_loader=estimates)
+    assert estimates.wait(60), "the helper did not answer"
+    for mode in ("legacy", MODERN):
+        attempt, token = harness.new_attempt()
+        async with harness.client(token, mode=mode) as client:
+            await client.list_tools()
+        (listed,) = await harness.wait_events(attempt, "tools_list_observed")
+        # The catalog is kept once, on the row; the logged event carries the count only.
+        assert listed.catalog is None and listed.tool_count == TASK_TOOL_COUNT
+        catalog = harness.row(attempt).catalog
+        assert catalog is not None and catalog.estimator == TOKEN_ESTIMATE_METHOD, mode
+        assert len(catalog.tools) == TASK_TOOL_COUNT
+        assert all(t.token_estimate and t.token_estimate > 0 for t in catalog.tools)
+        assert [t.name for t in catalog.tools] == sorted(t.name for t in catalog.tools)
+        assert len(harness.events(attempt, "tools_list_observed")) == 1, "never recorded without estimates"
 
 
-async def test_the_vocabulary_loads_on_the_first_tools_list_and_that_list_is_recorded_again_with_estimates(
-    make_harness, monkeypatch
+async def test_a_list_listed_before_its_counts_arrive_is_recorded_again_with_estimates(
+    make_harness, tmp_path, monkeypatch
 ):
     monkeypatch.delenv("AGENTCTL_O200K_PATH", raising=False)
     gate = threading.Event()
 
-    def gated_load(path):  # the real packaged encoding, held back until the first list is recorded
+    def gated_helper(texts):  # the real helper process, held back until the first list is recorded
         assert gate.wait(30), "the first tools/list was never recorded"
-        return load_estimator(path)
+        return run_helper(texts)
 
-    loader = EstimatorLoader(load=gated_load)
-    harness: Harness = await make_harness(estimator_loader=loader)
-    assert not loader.started, "a started endpoint holds no vocabulary until tools are listed"
+    estimates = CatalogEstimates(EstimateCache(tmp_path / "cold-cache"), helper=gated_helper)
+    harness: Harness = await make_harness(estimator_loader=estimates)
+    assert not estimates.ready, "a started endpoint has its catalog counted in the background"
     attempt, token = harness.new_attempt()
     async with harness.client(token, mode=MODERN) as client:
         await client.list_tools()
     await harness.wait_events(attempt, "tools_list_observed")
-    assert loader.started
     first = harness.row(attempt).catalog
     assert first is not None and first.estimator_unavailable_reason == "estimator_loading"
     gate.set()

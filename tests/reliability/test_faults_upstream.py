@@ -51,8 +51,8 @@ def _late_event(history: dict) -> EvidenceEvent:
 
 
 def _settled(daemon, db) -> bool:
-    """The hub holds the daemon's report, including the listing recorded again once the token vocabulary
-    (loaded by the first tools/list) is in: nothing of the daemon's own is still on its way."""
+    """The hub holds the daemon's report, including the listing recorded again once the catalog's token
+    counts are in (when the first tools/list came before them): nothing of the daemon's own is on its way."""
     report = daemon_report(daemon)
     current = report.get("current") or {}
     estimated = any((row.get("catalog") or {}).get("estimator") for row in current.get("servers", []))

@@ -106,8 +106,8 @@ async def _load(daemon: Proc, d: Path) -> None:
     assert (await asyncio.to_thread(ctl.post, "/v1/session/new"))[0] == 200
     status, config = await asyncio.to_thread(ctl.get, "/v1/mcp-config")
     assert status == 200
-    # The first tools/list loads the token vocabulary and is recorded again once it has: done before the
-    # load, so what the load counts is the clients' traffic alone.
+    # The first tools/list may come before the catalog's token counts and is then recorded again: done
+    # before the load, so what the load counts is the clients' traffic alone.
     async with _session("modern", -1, config) as client:  # modern: no connection whose close lands later
         await client.list_tools()
 

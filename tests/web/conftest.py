@@ -61,8 +61,8 @@ async def running(short_dir: Path) -> AsyncIterator[World]:
     async with world(short_dir) as w:
         await w.a.agent.acp.new_session()
         await w.b.agent.acp.new_session()
-        # session-a's agent lists the tools, which loads the vocabulary; the list is then recorded again
-        # with estimates (session-b's agent never lists, so its daemon never loads one).
+        # Each daemon counts its catalog at start (a helper, or the run's estimate cache); a listing made
+        # before the counts arrived is recorded again with estimates.
         loader = w.a.endpoint.estimator_loader
         await eventually(lambda: loader is None or loader.ready, 60, "the token estimator")
         for sid, daemon in (("session-a", w.a), ("session-b", w.b)):
