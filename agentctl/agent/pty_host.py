@@ -6,8 +6,8 @@ recent-output window (the same StderrRing the headless stderr feeds: memory only
 agent-reported evidence), a bounded replay tail for a viewer that attaches later, and every attached viewer.
 Nothing read here is logged or persisted.
 
-One viewer at a time holds the keyboard (`claim`/`release`); only its keys reach the agent, and every viewer is
-told when the holder changes. A slow viewer never slows the agent: `pause`/`resume` are for the one viewer
+One viewer at a time holds the keyboard (`claim`/`release`; when the holder leaves, the viewer attached longest
+gets it); only its keys reach the agent, and every viewer is told when the holder changes. A slow viewer never slows the agent: `pause`/`resume` are for the one viewer
 that should apply back-pressure (the person's own terminal under `agentctl run`).
 """
 
@@ -228,7 +228,8 @@ class PtyHost:
         if viewer in self._viewers:
             self._viewers.remove(viewer)
         if self._holder is viewer:
-            self._set_holder(None)
+            # First come: the keyboard passes to the viewer attached longest.
+            self._set_holder(self._viewers[0] if self._viewers else None)
 
     def claim(self, viewer: Viewer, *, take: bool = False) -> bool:
         """Give `viewer` the keyboard when nobody holds it (or, with `take`, from whoever does)."""
@@ -241,8 +242,10 @@ class PtyHost:
         return False
 
     def release(self, viewer: Viewer) -> None:
+        """Give the keyboard up, to the viewer attached longest (nobody, when `viewer` is alone)."""
         if self._holder is viewer:
-            self._set_holder(None)
+            others = [v for v in self._viewers if v is not viewer]
+            self._set_holder(others[0] if others else None)
 
     def _set_holder(self, holder: Viewer | None) -> None:
         self._holder = holder

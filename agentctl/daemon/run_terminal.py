@@ -13,12 +13,11 @@ import asyncio
 import contextlib
 import os
 import signal
-import termios
-import tty
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 
 from agentctl.agent.pty_host import PtyHost, Viewer, get_window_size
+from agentctl.agent.pty_local import ScreenModes, raw_mode, write_all
 from agentctl.agent.spawn import ExitInfo
 
 # Output waiting for the person's terminal: past HIGH the agent's output is not read until it is below LOW.
@@ -26,33 +25,6 @@ HIGH_WATER = 256 * 1024
 LOW_WATER = 64 * 1024
 # After the agent's exit: how long its last output may take to arrive and be written.
 DRAIN_SECONDS = 2.0
-# Modes a full-screen program turns on and a crashed one leaves on: mouse reporting, bracketed paste, a hidden
-# cursor, the alternate screen. Turning each off is harmless when it is already off.
-_ALT_SCREEN_ON = (b"\x1b[?1049h", b"\x1b[?1047h", b"\x1b[?47h")
-_ALT_SCREEN_OFF = (b"\x1b[?1049l", b"\x1b[?1047l", b"\x1b[?47l")
-RESET_MODES = b"\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?2004l\x1b[?25h\x1b[0m"
-
-
-@contextlib.contextmanager
-def raw_mode(fd: int) -> Iterator[None]:
-    """`fd`'s terminal in raw mode for the block; its settings exactly as they were afterwards, however it ends."""
-    saved = termios.tcgetattr(fd)
-    try:
-        tty.setraw(fd, termios.TCSANOW)
-        yield
-    finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[os.write(fd, view) :]
-        except BlockingIOError:
-            import select
-
-            select.select([], [fd], [], 1.0)
 
 
 class LocalTerminal(Viewer):
@@ -65,12 +37,12 @@ class LocalTerminal(Viewer):
         self._queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._pending = 0
         self._paused = False
-        self.alternate_screen = False
+        self.modes = ScreenModes()
         self.gone = asyncio.Event()
         self._writer = asyncio.get_running_loop().create_task(self._write_loop(), name="run-terminal-output")
 
     def output(self, data: bytes) -> None:
-        self._track_screen(data)
+        self.modes.see(data)
         self._queue.put_nowait(data)
         self._pending += len(data)
         if self._pending > HIGH_WATER and not self._paused:
@@ -79,12 +51,6 @@ class LocalTerminal(Viewer):
 
     def closed(self) -> None:
         self.gone.set()
-
-    def _track_screen(self, data: bytes) -> None:
-        on = max(data.rfind(seq) for seq in _ALT_SCREEN_ON)
-        off = max(data.rfind(seq) for seq in _ALT_SCREEN_OFF)
-        if on != off:
-            self.alternate_screen = on > off
 
     async def _write_loop(self) -> None:
         done = False
@@ -99,7 +65,7 @@ class LocalTerminal(Viewer):
             if not data:
                 continue
             try:
-                await asyncio.to_thread(_write_all, self._out, data)
+                await asyncio.to_thread(write_all, self._out, data)
             except OSError:
                 return  # the terminal is gone (hung up): the agent goes on, unwatched
             self._pending -= len(data)
@@ -117,9 +83,8 @@ class LocalTerminal(Viewer):
         if self._paused:
             self._paused = False
             self._host.resume()
-        tail = RESET_MODES + (b"\x1b[?1049l" if self.alternate_screen else b"") + b"\r\n"
         with contextlib.suppress(OSError):
-            await asyncio.to_thread(_write_all, self._out, tail)
+            await asyncio.to_thread(write_all, self._out, self.modes.reset())
 
 
 async def attach_local(host: PtyHost, wait_exit: asyncio.Future[object],
