@@ -2,8 +2,8 @@
 
 Behind the same guard as every /v1/ route (the control socket only; the daemon's uid or root). Several viewers may
 watch; one holds the keyboard (the first to come, or one that asks with `take`), and every viewer is told its role
-when it connects and whenever the keyboard changes hands. A viewer that falls too far behind is cut off rather
-than buffered for. What the terminal shows passes through here only: never logged, never persisted.
+when it connects and whenever the keyboard changes hands. No viewer slows the agent: one that falls behind skips
+ahead to the screen's recent tail, one that stops reading is cut off. What the terminal shows passes through here only: never logged, never persisted.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -36,8 +37,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-# Output queued for one viewer that does not read it; past this it is disconnected (the agent never waits on it).
+# Output queued for one viewer; past this it skips ahead to the screen's recent tail (the agent never waits on it).
 MAX_VIEWER_BACKLOG = 1024 * 1024
+# A viewer whose socket takes nothing for this long is cut off: it has stopped reading.
+SEND_TIMEOUT = 5.0
 MAX_FRAME = 64 * 1024  # a frame of keys or a control message
 MAX_VIEWERS = 16
 _encoder = msgspec.json.Encoder()
@@ -47,8 +50,9 @@ _decoder = msgspec.json.Decoder(ClientMessage)
 class _SocketViewer(Viewer):
     """One WebSocket client: output and messages queued in order, written by one pump task."""
 
-    def __init__(self, ws: web.WebSocketResponse) -> None:
+    def __init__(self, ws: web.WebSocketResponse, abort: Callable[[], None]) -> None:
         self.ws = ws
+        self._abort = abort
         self.host: PtyHost | None = None
         self._queue: asyncio.Queue[bytes | str | None] = asyncio.Queue()
         self._backlog = 0
@@ -59,13 +63,26 @@ class _SocketViewer(Viewer):
     def output(self, data: bytes) -> None:
         if self.too_slow:
             return
-        self._backlog += len(data)
-        if self._backlog > MAX_VIEWER_BACKLOG:
-            self.too_slow = True
-            self.send(Closed(reason="this viewer fell too far behind the agent's output"))
-            self._queue.put_nowait(None)
+        if self._backlog + len(data) > MAX_VIEWER_BACKLOG and self.host is not None:
+            # Behind by more than the bound: what it has not been sent yet is dropped, and it gets the screen's
+            # recent tail instead (which ends with `data`), so memory stays bounded and the viewer catches up.
+            self._skip_to(self.host.replay())
             return
+        self._backlog += len(data)
         self._queue.put_nowait(data)
+
+    def _skip_to(self, tail: bytes) -> None:
+        kept: list[bytes | str | None] = []
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            if not isinstance(item, bytes):
+                kept.append(item)  # its messages (and the end) are never dropped
+        self._backlog = len(tail)
+        self._queue.put_nowait(_encoder.encode(Notice(reason_code="output_skipped",
+                                                      message="output skipped: this viewer fell behind")).decode())
+        self._queue.put_nowait(tail)
+        for item in kept:
+            self._queue.put_nowait(item)
 
     def send(self, message: ServerMessage) -> None:
         self._queue.put_nowait(_encoder.encode(message).decode())
@@ -82,10 +99,15 @@ class _SocketViewer(Viewer):
         try:
             while (item := await self._queue.get()) is not None:
                 if isinstance(item, bytes):
-                    self._backlog -= len(item)
-                    await self.ws.send_bytes(item)
+                    self._backlog = max(0, self._backlog - len(item))
+                    await asyncio.wait_for(self.ws.send_bytes(item), SEND_TIMEOUT)
                 else:
-                    await self.ws.send_str(item)
+                    await asyncio.wait_for(self.ws.send_str(item), SEND_TIMEOUT)
+        except TimeoutError:
+            # Its socket is full, so no goodbye would reach it: the connection is cut, the agent unaffected.
+            self.too_slow = True
+            log.info("cut off an agent terminal viewer that stopped reading")
+            self._abort()
         except (ConnectionError, RuntimeError):
             pass  # the client went away
         finally:
@@ -123,7 +145,9 @@ def install_attach_routes(app: web.Application, ctx_key: web.AppKey[DaemonContex
         if not ws.can_prepare(request).ok:
             return error_response(400, "websocket_required", f"{TERMINAL_ROUTE} is a WebSocket: use `agentctl attach`")
         await ws.prepare(request)
-        viewer = _SocketViewer(ws)
+        transport = request.transport
+        viewer = _SocketViewer(ws, transport.abort if transport is not None else lambda: None)
+        viewer.host = host
         host.attach(viewer)
         writer = host.claim(viewer, take=request.query.get("take") == "1")
         size = _size_of(request)

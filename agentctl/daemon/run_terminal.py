@@ -38,6 +38,7 @@ class LocalTerminal(Viewer):
         self._pending = 0
         self._paused = False
         self.modes = ScreenModes()
+        self.announce = False  # keyboard changes are told once the terminal is connected
         self.gone = asyncio.Event()
         self._writer = asyncio.get_running_loop().create_task(self._write_loop(), name="run-terminal-output")
 
@@ -51,6 +52,13 @@ class LocalTerminal(Viewer):
 
     def closed(self) -> None:
         self.gone.set()
+
+    def role_changed(self, holder: Viewer | None) -> None:
+        # Someone ran `agentctl attach --take`: this terminal's keys stop reaching the agent, and it says so.
+        if not self.announce:
+            return
+        note = "your keys reach the agent again" if holder is self else "another viewer took the keyboard"
+        self.output(f"\r\n[agentctl: {note}]\r\n".encode())
 
     async def _write_loop(self) -> None:
         done = False
@@ -115,6 +123,7 @@ async def attach_local(host: PtyHost, wait_exit: asyncio.Future[object],
 
     host.attach(local)
     host.claim(local, take=True)
+    local.announce = True
     follow_size()
     local.output(host.replay())  # what it printed before the terminal was connected
     try:

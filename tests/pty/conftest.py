@@ -18,7 +18,7 @@ from agentctl.agent.pty_host import Viewer, WindowSize, set_window_size
 from tests.conftest import poll
 
 # A TUI stand-in: reports whether it has a terminal and a controlling one, its size on start and on every
-# SIGWINCH, echoes each line typed, and says so when Ctrl-C reaches it as SIGINT.
+# SIGWINCH, echoes each line typed (`flood` prints 4 MiB), and says so when Ctrl-C reaches it as SIGINT.
 TUI = r"""
 import os, signal, sys, fcntl, termios, struct
 def size():
@@ -31,6 +31,11 @@ signal.signal(signal.SIGINT, lambda *a: say("got SIGINT"))
 os.close(os.open("/dev/tty", os.O_RDWR))  # fails without a controlling terminal, as tcgetpgrp does
 say(f"tty={os.isatty(0)} ctty=True fg={os.tcgetpgrp(0) == os.getpgrp()} size={size()}")
 for line in sys.stdin:
+    if line.strip() == "flood":
+        for i in range(2048):
+            os.write(1, b"x" * 2047 + b"\n")
+        say("flood done")
+        continue
     say("echo " + line.strip())
     if line.strip() == "quit":
         sys.exit(7)

@@ -4,7 +4,9 @@ re-attach with the screen replayed, `--take`, refusals; each viewer's terminal r
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import aiohttp
@@ -12,18 +14,32 @@ import pytest
 
 from agentctl.attach_command import detach_byte
 from agentctl.cli_support import UsageError
-from tests.conftest import agentctl_cmd, start_serve, write_spec
+from tests.conftest import agentctl_cmd, eventually, start_serve, write_spec
 from tests.pty.conftest import TUI_CMD
 
 
-@pytest.fixture
-def served(tmp_path: Path, short_dir: Path):
+def _serve(tmp: Path):
     argv = ", ".join(json.dumps(a) for a in TUI_CMD)
-    spec = write_spec(tmp_path, f'[agent]\ncommand = [{argv}]\nprotocol = "passthrough"\nterminal = true\nstop_grace = 0.5\n')
-    sock = short_dir / "c.sock"
+    spec = write_spec(tmp, f'[agent]\ncommand = [{argv}]\nprotocol = "passthrough"\nterminal = true\nstop_grace = 0.5\n')
+    sock = Path(tempfile.mkdtemp(prefix="actl-", dir="/tmp")) / "c.sock"
     daemon = start_serve(spec, sock)
-    yield daemon, sock
-    daemon.stop()
+    try:
+        yield daemon, sock
+    finally:
+        daemon.stop()
+        shutil.rmtree(sock.parent, ignore_errors=True)
+
+
+@pytest.fixture
+def served(tmp_path: Path):
+    """A daemon of its own: the test ends its agent."""
+    yield from _serve(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """One daemon for the tests that leave its agent running."""
+    yield from _serve(tmp_path_factory.mktemp("attach"))
 
 
 def test_two_viewers_one_writer_detach_reattach_take_and_the_agents_exit(served, on_pty):
@@ -73,8 +89,8 @@ def test_two_viewers_one_writer_detach_reattach_take_and_the_agents_exit(served,
     assert daemon.proc.poll() is None, "the daemon keeps running after its agent's exit"
 
 
-async def test_the_terminal_route_is_not_on_tcp_and_refuses_a_plain_request(served):
-    daemon, sock = served
+async def test_the_terminal_route_is_not_on_tcp_and_refuses_a_plain_request(shared):
+    daemon, sock = shared
     mcp = daemon.ready["mcp_url"].rsplit("/mcp", 1)[0]
     async with aiohttp.ClientSession() as session:
         with pytest.raises(aiohttp.WSServerHandshakeError) as over_tcp:
@@ -110,3 +126,50 @@ def test_the_detach_key_is_parsed_or_refused_in_one_line():
     for bad in ("a", "ctrl-", "ctrl-ab", "ctrl-1", "alt-x"):
         with pytest.raises(UsageError, match="--detach-keys"):
             detach_byte(bad)
+
+
+async def test_a_viewer_that_stops_reading_is_cut_off_and_neither_the_agent_nor_the_others_wait_for_it(shared):
+    daemon, sock = shared
+    url = "http://localhost/v1/agent/terminal"
+    async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=str(sock))) as stalled_session, \
+            aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=str(sock))) as session:
+        stalled = await stalled_session.ws_connect(url, max_msg_size=0)  # reads its hello, then nothing more
+        assert json.loads((await stalled.receive(timeout=30)).data)["role"] == "writer"
+        ws = await session.ws_connect(url, params={"take": "1"}, max_msg_size=0)
+        assert json.loads((await ws.receive(timeout=30)).data)["role"] == "writer"
+        await ws.send_bytes(b"flood\r")
+        seen = bytearray()
+        while b"flood done" not in seen:
+            msg = await ws.receive(timeout=60)
+            assert msg.type in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT), msg
+            if msg.type == aiohttp.WSMsgType.BINARY:
+                seen += msg.data
+
+        async def viewers_now() -> int:
+            probe = await session.ws_connect(url)
+            try:
+                return json.loads((await probe.receive(timeout=30)).data)["viewers"]
+            finally:
+                await probe.close()
+
+        # It took nothing for its send timeout: cut off (ws, and this probe, remain).
+        await eventually(lambda: _is(viewers_now(), 2), timeout=30, what="the stalled viewer cut off", interval=0.5)
+        got = 0
+        while True:  # what the stalled viewer's socket held, then the end
+            msg = await stalled.receive(timeout=30)
+            if msg.type == aiohttp.WSMsgType.TEXT:
+                continue  # who holds the keyboard now, that output was skipped
+            if msg.type != aiohttp.WSMsgType.BINARY:
+                break
+            got += len(msg.data)
+        assert msg.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.ERROR), msg
+        assert got < 4 * 1024 * 1024, "the stalled viewer was cut off, not buffered for"
+        await ws.send_bytes(b"after\r")  # the agent and the reading viewer carry on
+        while b"echo after" not in seen:
+            msg = await ws.receive(timeout=30)
+            seen += msg.data if msg.type == aiohttp.WSMsgType.BINARY else b""
+        await ws.close()
+
+
+async def _is(value, expected) -> bool:
+    return await value == expected

@@ -47,15 +47,20 @@ def test_run_attaches_the_terminal_to_the_agent_then_restores_it_and_prints_the_
     assert "report persisted to" in after
 
 
-def test_run_follows_the_window_size_and_returns_the_agents_own_status(tmp_path, on_pty, short_dir):
+def test_run_follows_the_window_size_tells_of_a_taken_keyboard_and_returns_the_agents_own_status(tmp_path, on_pty, short_dir):
     term = _run(on_pty, _spec(tmp_path, TUI_CMD, None), short_dir)
     before = term.stty()
     term.wait_for("tty=True ctty=True fg=True")
     term.wait_for("winch 30x100")  # the person's size, once the terminal is connected
     term.resize(40, 120)
     term.wait_for("winch 40x120")
-    term.send(b"quit\r")
+    # Another terminal takes the keyboard with `agentctl attach --take`: the person's terminal is told.
+    other = on_pty(agentctl_cmd("attach", "--socket", str(short_dir / "c.sock"), "--take"))
+    other.wait_for("you hold the keyboard")
+    term.wait_for("another viewer took the keyboard")
+    other.send(b"quit\r")
     assert term.wait() == 7, "an attached run exits with the agent's own status"
+    assert other.wait() == 0
     assert term.stty() == before
 
 

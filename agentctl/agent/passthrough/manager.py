@@ -143,7 +143,8 @@ class PassthroughManager:
             self._record_filtered(attempt_id, mat.filtered)
         try:
             await self.supervisor.start(
-                insert_args(argv, mat.argv), cwd=str(workdir), env=self.agent_spec.env, extra_env=mat.env,
+                insert_args(argv, mat.argv), cwd=str(workdir), env=self.agent_spec.env,
+                extra_env={**self._terminal_env(), **mat.env},
                 terminal=WindowSize() if self.agent_spec.terminal else None,
             )
         except AgentStartError as exc:
@@ -214,6 +215,13 @@ class PassthroughManager:
             self.ctx.ledger.record(
                 "filtered", attempt_id, item.name, reason_code=item.reason_code, summary=item.summary
             )
+
+    def _terminal_env(self) -> dict[str, str]:
+        # A terminal program needs to know which terminal it draws on; a daemon under a service manager has no
+        # TERM of its own to hand down. What the person's viewer emulates is an xterm, as nearly every one is.
+        if self.agent_spec.terminal and "TERM" not in self.agent_spec.env and "TERM" not in os.environ:
+            return {"TERM": "xterm-256color"}
+        return {}
 
     def _tap_terminal(self, terminal: PtyHost) -> None:
         """The one place the terminal's output stream is handed to output parsers (none are wired yet: the
