@@ -173,3 +173,22 @@ async def test_a_viewer_that_stops_reading_is_cut_off_and_neither_the_agent_nor_
 
 async def _is(value, expected) -> bool:
     return await value == expected
+
+
+async def test_attach_to_a_daemon_whose_agent_has_no_terminal_is_refused_in_one_line(tmp_path, short_tmp):
+    import asyncio
+
+    from agentctl.daemon.app import Daemon
+    from agentctl.spec import load_spec
+
+    daemon = Daemon(load_spec(write_spec(tmp_path)), socket_path=short_tmp / "c.sock")  # MCP only: no agent
+    await daemon.start()
+    try:
+        proc = await asyncio.create_subprocess_exec(*agentctl_cmd("attach", "--socket", str(short_tmp / "c.sock")),
+                                                    stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        await daemon.stop()
+    assert proc.returncode == 1
+    assert err.decode().strip() == ("agentctl: the daemon refused to attach: the agent does not run on a terminal "
+                                    "(a passthrough agent with [agent] terminal = true does)")
