@@ -1,4 +1,4 @@
-"""Agent process supervision: start the agent under its shim, drain its stderr into the bounded ring, report its real exit, and stop its whole process tree (stdin close, SIGTERM, SIGKILL, sweep, reaping).
+"""Agent process supervision: start the agent under its shim, drain its stderr into the bounded ring, report its real exit, and stop its whole process tree (stdin close or terminal hang-up, SIGTERM, SIGKILL, sweep, reaping).
 
 Spawning (and the shim) live in agentctl/agent/spawn.py and shim.py, the tree's bookkeeping (its periodic
 scans included) in tree.py; this module owns one agent's life and the stop escalation.
@@ -197,6 +197,9 @@ class AgentProcess:
             self.stdin.close()
         except Exception:
             pass
+        if self.terminal is not None:
+            # On a terminal, the end of input is a hang-up: SIGHUP to the agent, as when a person closes the window.
+            self.terminal.close()
         await self._wait_exited(loop.time() + grace)
 
         members = await self._scan_async(True)

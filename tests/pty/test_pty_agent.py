@@ -64,6 +64,9 @@ async def test_a_terminal_keeps_its_bounds_a_huge_output_and_a_writer_nobody_rea
         while term.write(viewer, b"y" * 4096):
             sent += 4096
             assert sent <= MAX_PENDING_INPUT + 64 * 1024, "pending input grew past its bound"
+        # Stopping hangs the terminal up: the agent gets SIGHUP within the grace, no SIGTERM needed.
+        info = await sup.stop(grace=30)
+        assert info.signal == signal.SIGHUP and info.stopped
     finally:
         await sup.stop(grace=0.1)
     assert not term.open
