@@ -150,8 +150,9 @@ async def _attach(path: str, key: bytes, take: bool, key_name: str) -> int:
                 elif isinstance(event, Closed):
                     outcome[0] = event.reason
             if interactive:
+                # The agent's screen stays as it is (it still runs): our line goes below it, not into it.
                 with contextlib.suppress(OSError):
-                    write_all(1, modes.reset())
+                    write_all(1, b"\x1b[999;1H" + modes.reset())
         # Back in cooked mode: a plain line.
         print(f"agentctl: {outcome[0]}", file=sys.stderr)
         return EXIT_OK
