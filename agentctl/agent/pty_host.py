@@ -34,6 +34,7 @@ MAX_DIMENSION = 1000  # rows or columns: beyond this a size is a mistake, not a 
 # What a viewer that attaches later is replayed: the tail of the stream, memory only.
 REPLAY_BYTES = 32 * 1024
 READ_BYTES = 65536
+DRAIN_BYTES = 256 * 1024  # at most this much is read per wake-up, so one flood cannot starve the loop
 # Keys waiting for the agent to read them; beyond this a writer's input is refused rather than buffered.
 MAX_PENDING_INPUT = 64 * 1024
 
@@ -157,18 +158,32 @@ class PtyHost:
 
     def _on_readable(self) -> None:
         assert self._master is not None
-        try:
-            data = os.read(self._master, READ_BYTES)
-        except BlockingIOError:
-            return
-        except OSError as exc:
-            # EIO: every holder of the slave has closed it (the agent and its tree are gone).
-            if exc.errno not in (errno.EIO, errno.EBADF):
-                log.warning("agent terminal read failed: %s", exc.strerror)
-            data = b""
-        if not data:
+        # A PTY hands out a few KiB per read: what is there now is taken in one wake-up (up to DRAIN_BYTES), so a
+        # flood costs the loop, the ring and each viewer one pass per batch rather than per read.
+        parts: list[bytes] = []
+        size = 0
+        ended = False
+        while size < DRAIN_BYTES:
+            try:
+                chunk = os.read(self._master, READ_BYTES)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                # EIO: every holder of the slave has closed it (the agent and its tree are gone).
+                if exc.errno not in (errno.EIO, errno.EBADF):
+                    log.warning("agent terminal read failed: %s", exc.strerror)
+                chunk = b""
+            if not chunk:
+                ended = True
+                break
+            parts.append(chunk)
+            size += len(chunk)
+        if parts:
+            self._deliver(parts[0] if len(parts) == 1 else b"".join(parts))
+        if ended:
             self._finish()
-            return
+
+    def _deliver(self, data: bytes) -> None:
         self._ring.feed(data)
         for tap in list(self._taps):
             try:

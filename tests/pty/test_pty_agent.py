@@ -38,10 +38,13 @@ async def test_an_agent_on_a_terminal_has_it_as_its_controlling_terminal_sized_r
         assert b"echo hello" in term.replay()
         assert term.claim(other, take=True)
         assert me.holders[-1] is other and other.holders[-1] is other, "every viewer is told who holds the keyboard"
-        assert term.write(other, b"quit\r")
+        term.detach(other)
+        assert term.holder is me and me.holders[-1] is me, "when the holder leaves, the longest attached gets it"
+        assert term.write(me, b"quit\r")
         info = await sup.wait_exit()
         assert info.returncode == 7
-        await eventually(lambda: me.was_closed and other.was_closed, what="viewers told the terminal closed")
+        await eventually(lambda: me.was_closed, what="the viewer told the terminal closed")
+        assert not other.was_closed, "a viewer that left is told nothing more"
         assert not term.open
     finally:
         await sup.stop(grace=0.1)
