@@ -20,7 +20,8 @@ from tests.pty.conftest import TUI_CMD
 
 def _serve(tmp: Path):
     argv = ", ".join(json.dumps(a) for a in TUI_CMD)
-    spec = write_spec(tmp, f'[agent]\ncommand = [{argv}]\nprotocol = "passthrough"\nterminal = true\nstop_grace = 0.5\n')
+    spec = write_spec(tmp, f'[agent]\ncommand = [{argv}]\nprotocol = "passthrough"\nstrategy = "none"\n'
+                                f'terminal = true\nstop_grace = 0.5\n')
     sock = Path(tempfile.mkdtemp(prefix="actl-", dir="/tmp")) / "c.sock"
     daemon = start_serve(spec, sock)
     try:

@@ -19,7 +19,7 @@ REF_CLAUDE = ["agentctl-reference-agent", "--passthrough", "claude", "--connect-
 
 def _spec(tmp_path: Path, command: list[str], strategy: str | None) -> Path:
     argv = ", ".join(json.dumps(a) for a in command)
-    strat = f'strategy = "{strategy}"\n' if strategy else ""
+    strat = f'strategy = "{strategy or "none"}"\n'
     return write_spec(tmp_path, f'[agent]\ncommand = [{argv}]\nprotocol = "passthrough"\nterminal = true\n'
                                 f'stop_grace = 0.5\nworkdir = "{tmp_path}"\n{strat}')
 
