@@ -121,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_client_commands(sub)
     add_session_commands(sub)
     add_diagnostics_commands(sub)
+    from agentctl.attach_command import add_attach_command
+
+    add_attach_command(sub)
     from agentctl.probe.commands import add_probe_commands
 
     add_probe_commands(sub)

@@ -59,6 +59,8 @@ class AgentSpec(_S):
     session_timeout: float = 60.0
     stop_grace: float = 2.0  # after closing stdin, before SIGTERM to the agent's process group
     linger: float | None = None  # after the agent exits, stop the daemon after this many seconds
+    # A passthrough CLI on a pseudo-terminal agentctl owns (attachable), instead of headless pipes.
+    terminal: bool = False
 
 
 class ServerSpec(_S):
@@ -208,6 +210,8 @@ def _check(spec: Spec, source: str) -> None:
             raise _fail(source, "agent.command", "must be a non-empty argv list")
         if agent.protocol == "acp" and agent.strategy is not None:
             raise _fail(source, "agent.strategy", "only valid with protocol = \"passthrough\"")
+        if agent.protocol == "acp" and agent.terminal:
+            raise _fail(source, "agent.terminal", "only valid with protocol = \"passthrough\" (ACP speaks over stdio)")
         if agent.protocol == "passthrough" and agent.strategy is None:
             known = ", ".join(get_args(StrategyName))
             raise _fail(source, "agent.strategy", f"required with protocol = \"passthrough\" (one of {known}; "

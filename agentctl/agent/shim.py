@@ -10,7 +10,8 @@ sees end-of-file on FD and ends the tree: SIGTERM to all of it, then SIGKILL to 
 nothing is. A parent-death signal alone cannot do that: it reaches only the process that asked for it.
 
 The agent gets the shim's stdin, stdout and stderr unchanged (the shim points its own at /dev/null once
-the agent runs, so end-of-file on the agent's pipes means what it meant without the shim), the shim's
+the agent runs, so end-of-file on the agent's pipes means what it meant without the shim; when stdin is a
+terminal, which only the daemon's PTY slave ever is, it becomes the agent's controlling terminal), the shim's
 environment unchanged (the daemon already built the agent's), and the default disposition of every
 signal (Python ignores SIGPIPE and SIGXFSZ; the agent must not inherit that).
 
@@ -153,6 +154,13 @@ class Shim:
             # an agent must start with nothing blocked, or it would never see the signals it is sent.
             _sig.pthread_sigmask(_sig.SIG_SETMASK, ())
             os.setsid()
+            if os.isatty(0):
+                # Only a PTY agentctl owns is ever the agent's stdin: make it the new session's controlling
+                # terminal, so its keys (Ctrl-C) and window changes (SIGWINCH) reach the agent's group.
+                import fcntl
+                import termios
+
+                fcntl.ioctl(0, termios.TIOCSCTTY, 0)
             if self.prctl is not None:
                 self.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)
             # The shim may have died between fork and prctl, in which case no signal will ever come.

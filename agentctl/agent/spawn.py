@@ -195,18 +195,21 @@ async def spawn_agent(
     cwd: str | None,
     env: Mapping[str, str],
     protocol_factory: Callable[[], AgentProtocol],
+    terminal: int | None = None,
 ) -> Spawned:
     """Start the shim and wait until it has executed `argv` (no shell). Raises AgentStartError with a
-    sanitized message; nothing is left running then."""
+    sanitized message; nothing is left running then. `terminal`: a PTY slave to be the agent's stdio and
+    controlling terminal instead of pipes (the caller keeps and closes its own copy)."""
     loop = asyncio.get_running_loop()
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    stdio = asyncio.subprocess.PIPE if terminal is None else terminal
     try:
         transport, protocol = await loop.subprocess_exec(
             protocol_factory,
             *shim_command(theirs.fileno(), argv),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+            stdin=stdio,
+            stdout=stdio,
+            stderr=stdio,
             cwd=cwd,
             env=dict(env),
             start_new_session=True,

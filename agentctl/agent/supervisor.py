@@ -1,4 +1,4 @@
-"""Agent process supervision: start the agent under its shim, drain its stderr into the bounded ring, report its real exit, and stop its whole process tree (stdin close, SIGTERM, SIGKILL, sweep, reaping).
+"""Agent process supervision: start the agent under its shim, drain its stderr into the bounded ring, report its real exit, and stop its whole process tree (stdin close or terminal hang-up, SIGTERM, SIGKILL, sweep, reaping).
 
 Spawning (and the shim) live in agentctl/agent/spawn.py and shim.py, the tree's bookkeeping (its periodic
 scans included) in tree.py; this module owns one agent's life and the stop escalation.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import os
 import signal
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -26,6 +27,7 @@ from agentctl.agent.spawn import (
     exit_info_shim_lost,
     spawn_agent,
 )
+from agentctl.agent.pty_host import PtyHost, WindowSize, open_pty
 from agentctl.agent.stderr_ring import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, StderrRing, StderrWindow
 from agentctl.agent.tree import AgentTree, TreeTracker, become_subreaper, register_own_child, unregister_own_child
 from agentctl.logs import log_failure
@@ -65,6 +67,7 @@ class AgentProcess:
         spawn_time: float,
         on_exit: Callable[[ExitInfo], object] | None,
         track_interval: float,
+        terminal: PtyHost | None = None,
     ) -> None:
         loop = asyncio.get_running_loop()
         self._transport = spawned.transport
@@ -74,6 +77,9 @@ class AgentProcess:
         self.stdin: asyncio.StreamWriter = self._proc.stdin  # type: ignore[assignment]
         self.stdout: asyncio.StreamReader = self._proc.stdout  # type: ignore[assignment]
         self.stderr_ring = ring
+        # On a PTY (a passthrough CLI with `terminal = true`): stdin and stdout are None, the output goes
+        # through the terminal into the ring.
+        self.terminal = terminal
         self._control_reader, self._control_writer = spawned.control
         self._on_exit = on_exit
         self._exit_info: ExitInfo | None = None
@@ -191,6 +197,9 @@ class AgentProcess:
             self.stdin.close()
         except Exception:
             pass
+        if self.terminal is not None:
+            # On a terminal, the end of input is a hang-up: SIGHUP to the agent, as when a person closes the window.
+            self.terminal.close()
         await self._wait_exited(loop.time() + grace)
 
         members = await self._scan_async(True)
@@ -254,6 +263,8 @@ class AgentProcess:
         except asyncio.TimeoutError:
             pass
         self.tree.close()
+        if self.terminal is not None:
+            self.terminal.close()
         self._stopped = True
 
 
@@ -291,9 +302,11 @@ class Supervisor:
         cwd: str | None,
         env: Mapping[str, str],
         extra_env: Mapping[str, str] | None = None,
+        terminal: WindowSize | None = None,
     ) -> None:
         """Spawn `argv` (no shell) under its shim. `env` is the spec's env for the agent; `extra_env` is
-        added on top (daemon-supplied values). Raises AgentStartError with a sanitized message."""
+        added on top (daemon-supplied values). `terminal`: run it on a new PTY of that size rather than on
+        pipes. Raises AgentStartError with a sanitized message."""
         if not argv:
             raise AgentStartError("empty agent command")
         if self.process is not None and not self.process._stopped:
@@ -312,18 +325,36 @@ class Supervisor:
                 early_exit.append(returncode)
 
         spawn_time = time.time()
-        spawned = await spawn_agent(
-            argv,
-            cwd=cwd,
-            env=build_agent_env(env, extra_env, secret_env_names=self.secret_env_names),
-            protocol_factory=lambda: AgentProtocol(self._stdout_limit, loop, ring, on_exited),
-        )
+        master = slave = None
+        if terminal is not None:
+            try:
+                master, slave = open_pty(terminal)
+            except OSError as exc:
+                raise AgentStartError(f"cannot start agent: no pseudo-terminal ({exc.strerror})") from None
+        try:
+            spawned = await spawn_agent(
+                argv,
+                cwd=cwd,
+                env=build_agent_env(env, extra_env, secret_env_names=self.secret_env_names),
+                protocol_factory=lambda: AgentProtocol(self._stdout_limit, loop, ring, on_exited),
+                terminal=slave,
+            )
+        except BaseException:
+            if master is not None:
+                os.close(master)
+            raise
+        finally:
+            # The agent holds the slave now: ours must go, or the master would never see the agent's end.
+            if slave is not None:
+                os.close(slave)
+        host = PtyHost(master, ring, terminal) if master is not None and terminal is not None else None
         process = AgentProcess(
             spawned=spawned,
             ring=ring,
             spawn_time=spawn_time,
             on_exit=self.on_exit,
             track_interval=self._track_interval,
+            terminal=host,
         )
         holder.append(process)
         self.process = process

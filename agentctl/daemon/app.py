@@ -22,6 +22,7 @@ from aiohttp import web
 from agentctl import __version__
 from agentctl.backend.embedded import EmbeddedBackend, TaskStoreError
 from agentctl.control.agent_routes import install_agent_routes
+from agentctl.control.attach_routes import install_attach_routes
 from agentctl.control.server import install_control_routes
 from agentctl.control.socket import (
     CONTROL_CONNECTIONS,
@@ -320,6 +321,7 @@ class Daemon:
         app[CTX_KEY] = ctx
         install_control_routes(app, CTX_KEY)
         install_agent_routes(app, CTX_KEY)
+        install_attach_routes(app, CTX_KEY)
         install_diagnostics_routes(app, CTX_KEY)
         ctx.extra_endpoint_test = tester_of(ctx).upstream_test
         install_health_routes(app, CTX_KEY)

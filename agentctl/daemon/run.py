@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from agentctl.agent.outcome import AgentError
 from agentctl.daemon.app import Daemon
+from agentctl.daemon.run_terminal import HeldLines, attached_exit_status, run_attached
 from agentctl.evidence.contract import EvidenceEvent, PromptStreamItem, encode
 from agentctl.evidence.reasons import meaning
 from agentctl.control.socket import cleanup_socket_path
@@ -102,6 +103,7 @@ async def _run_main_job(
     out = out or sys.stdout
     # Every progress line quotes evidence (names, the agent's own words): no control character reaches the terminal.
     show = (lambda line: None) if as_json else (lambda line: (out.write(neutralize(line, spaces=True) + "\n"), out.flush()))
+    show = HeldLines(show)  # held while an agent on a terminal has the person's
 
     attempts: list[str] = []
     passthrough = daemon.spec.agent is not None and daemon.spec.agent.protocol == "passthrough"
@@ -185,10 +187,15 @@ async def _job(daemon: Daemon, prompt: str | None, show) -> int:
         if prompt is not None:
             show("  note        --prompt needs an ACP agent; a passthrough CLI takes its task from its own argv")
             code = EXIT_AGENT_FAILED
-        if agent.supervisor.process is not None:
+        if (process := agent.supervisor.process) is not None:
+            if process.terminal is not None:
+                await run_attached(process.terminal, process.wait_exit(), show)
             info = await agent.supervisor.wait_exit()
             show(f"  exited      the agent {info.reason}")
         await _settle(daemon)
+        if process is not None and process.terminal is not None and code == EXIT_OK:
+            # The person ran the agent itself: its own status is theirs, as `ssh -t` or `docker run -it` do.
+            return attached_exit_status(info)
     else:
         history = daemon.ledger.history
         show(f"agent {history.agent.name or '?'} {history.agent.version or ''} started".replace("  ", " "))

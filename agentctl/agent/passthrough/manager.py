@@ -8,8 +8,10 @@ servers `unavailable` and no process) -> spawn -> delivered + session_accepted. 
 server is `unavailable` (`no_passthrough_strategy`) and the CLI still runs, without MCP config.
 Writing and removing configuration (fsync included) runs in a worker thread, never on the event loop.
 
-The CLI runs non-interactively: stdin is closed at once (print-mode CLIs otherwise wait on it) and its
-stdout is drained into the in-memory output window with its stderr (never logged or persisted). When
+The CLI runs non-interactively by default: stdin is closed at once (print-mode CLIs otherwise wait on it)
+and its stdout is drained into the in-memory output window with its stderr (never logged or persisted).
+With `[agent] terminal = true` it runs on a pseudo-terminal the daemon owns instead (agentctl/agent/pty_host.py):
+the person attached types into it, and its output feeds the same window. When
 the process ends, on its own or stopped, its temporary files are removed and merged workspace files are
 restored, so the attempt token does not outlive the process on disk. A merge is journaled in the state
 directory before the workspace changes, and the private directory is locked while this daemon lives, so
@@ -43,6 +45,7 @@ from agentctl.agent.passthrough.base import (
 from agentctl.agent.passthrough.journal import Journal
 from agentctl.agent.passthrough.recovery import PrivateDir
 from agentctl.agent.passthrough.workspace import cleanup
+from agentctl.agent.pty_host import PtyHost, WindowSize
 from agentctl.agent.supervisor import AgentProcess, AgentStartError, ExitInfo, Supervisor
 from agentctl.context import DaemonContext
 from agentctl.evidence.ledger import ServerSeed
@@ -140,7 +143,9 @@ class PassthroughManager:
             self._record_filtered(attempt_id, mat.filtered)
         try:
             await self.supervisor.start(
-                insert_args(argv, mat.argv), cwd=str(workdir), env=self.agent_spec.env, extra_env=mat.env
+                insert_args(argv, mat.argv), cwd=str(workdir), env=self.agent_spec.env,
+                extra_env={**self._terminal_env(), **mat.env},
+                terminal=WindowSize() if self.agent_spec.terminal else None,
             )
         except AgentStartError as exc:
             await self._cleanup()
@@ -152,9 +157,14 @@ class PassthroughManager:
         for entry in mat.delivered:
             ledger.record("delivered", attempt_id, entry.name, transport=entry.transport, target=entry.target)
         ledger.record("session_accepted", attempt_id)
-        with contextlib.suppress(Exception):
-            process.stdin.close()
-        self._drain = asyncio.create_task(self._drain_stdout(process), name=f"passthrough-stdout-{process.pid}")
+        if process.terminal is not None:
+            # On its terminal the CLI reads the keys of whoever is attached; its output reaches the window
+            # through the terminal. Agent-reported evidence parsers read that same stream: they are added here.
+            self._tap_terminal(process.terminal)
+        else:
+            with contextlib.suppress(Exception):
+                process.stdin.close()
+            self._drain = asyncio.create_task(self._drain_stdout(process), name=f"passthrough-stdout-{process.pid}")
         if process.running:
             ledger.update_agent(state="running")
             ctx.readiness.set("agent", True)
@@ -205,6 +215,17 @@ class PassthroughManager:
             self.ctx.ledger.record(
                 "filtered", attempt_id, item.name, reason_code=item.reason_code, summary=item.summary
             )
+
+    def _terminal_env(self) -> dict[str, str]:
+        # A terminal program needs to know which terminal it draws on; a daemon under a service manager has no
+        # TERM of its own to hand down. What the person's viewer emulates is an xterm, as nearly every one is.
+        if self.agent_spec.terminal and "TERM" not in self.agent_spec.env and "TERM" not in os.environ:
+            return {"TERM": "xterm-256color"}
+        return {}
+
+    def _tap_terminal(self, terminal: PtyHost) -> None:
+        """The one place the terminal's output stream is handed to output parsers (none are wired yet: the
+        agent-reported evidence feed joins here with `terminal.add_tap(feed)`)."""
 
     async def _drain_stdout(self, process: AgentProcess) -> None:
         # Nothing reads a passthrough CLI's stdout; a full pipe would block it. Its output joins the

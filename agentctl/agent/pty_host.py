@@ -1,0 +1,316 @@
+"""The agent's pseudo-terminal as the daemon holds it: the master side, its window size, what it prints, who types.
+
+agentctl owns the PTY master; the agent gets the slave as stdin, stdout, stderr and controlling terminal (its
+shim makes it so). Everything the agent prints is read here once and handed on, each chunk to: the bounded
+recent-output window (the same StderrRing the headless stderr feeds: memory only), the output taps (parsers of
+agent-reported evidence), a bounded replay tail for a viewer that attaches later, and every attached viewer.
+Nothing read here is logged or persisted.
+
+One viewer at a time holds the keyboard (`claim`/`release`; when the holder leaves, the viewer attached longest
+gets it); only its keys reach the agent, and every viewer is told when the holder changes. A slow viewer never slows the agent: `pause`/`resume` are for the one viewer
+that should apply back-pressure (the person's own terminal under `agentctl run`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import fcntl
+import logging
+import os
+import struct
+import termios
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from agentctl.agent.stderr_ring import StderrRing
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ROWS = 24
+DEFAULT_COLS = 80
+MAX_DIMENSION = 1000  # rows or columns: beyond this a size is a mistake, not a terminal
+# What a viewer that attaches later is replayed: the tail of the stream, memory only.
+REPLAY_BYTES = 32 * 1024
+READ_BYTES = 65536
+DRAIN_BYTES = 256 * 1024  # at most this much is read per wake-up, so one flood cannot starve the loop
+# Keys waiting for the agent to read them; beyond this a writer's input is refused rather than buffered.
+MAX_PENDING_INPUT = 64 * 1024
+
+
+@dataclass(frozen=True)
+class WindowSize:
+    rows: int = DEFAULT_ROWS
+    cols: int = DEFAULT_COLS
+
+    def __post_init__(self) -> None:
+        for name in ("rows", "cols"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_DIMENSION:
+                raise ValueError(f"terminal {name} must be 1-{MAX_DIMENSION}")
+
+
+def set_window_size(fd: int, size: WindowSize) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", size.rows, size.cols, 0, 0))
+
+
+def get_window_size(fd: int) -> WindowSize | None:
+    try:
+        rows, cols, _, _ = struct.unpack("HHHH", fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8))
+        return WindowSize(rows, cols)
+    except (OSError, ValueError):
+        return None
+
+
+def open_pty(size: WindowSize) -> tuple[int, int]:
+    """A new PTY pair (master, slave), neither inherited by accident, the window size set."""
+    master, slave = os.openpty()
+    try:
+        set_window_size(master, size)
+        os.set_blocking(master, False)
+    except BaseException:
+        os.close(master)
+        os.close(slave)
+        raise
+    return master, slave
+
+
+class Viewer:
+    """One attached viewer: `output` gets every chunk, `role_changed` who holds the keyboard (it may be itself)."""
+
+    def output(self, data: bytes) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def role_changed(self, holder: Viewer | None) -> None:
+        pass
+
+    def closed(self) -> None:
+        """The agent's terminal is gone (the agent exited, or its attempt ended)."""
+
+
+class PtyHost:
+    def __init__(self, master: int, ring: StderrRing, size: WindowSize) -> None:
+        self._master: int | None = master
+        self._ring = ring
+        self._size = size
+        self._taps: list[Callable[[bytes], None]] = []
+        self._viewers: list[Viewer] = []
+        self._holder: Viewer | None = None
+        self._replay: deque[bytes] = deque()
+        self._replay_bytes = 0
+        self._pending_input = bytearray()
+        self._paused = 0
+        self._reading = False
+        self._loop = asyncio.get_running_loop()
+        self._eof = asyncio.Event()
+        self._start_reading()
+
+    # -- state --------------------------------------------------------------------------------------
+
+    @property
+    def size(self) -> WindowSize:
+        return self._size
+
+    @property
+    def open(self) -> bool:
+        return self._master is not None and not self._eof.is_set()
+
+    @property
+    def holder(self) -> Viewer | None:
+        return self._holder
+
+    @property
+    def viewers(self) -> int:
+        return len(self._viewers)
+
+    async def wait_eof(self) -> None:
+        await self._eof.wait()
+
+    def replay(self) -> bytes:
+        """The tail of what the agent printed (at most REPLAY_BYTES), for a viewer that attaches now."""
+        return b"".join(self._replay)
+
+    # -- output ---------------------------------------------------------------------------------------
+
+    def add_tap(self, tap: Callable[[bytes], None]) -> None:
+        """`tap` sees every chunk the agent prints (a parser of agent-reported evidence); it must not block."""
+        self._taps.append(tap)
+
+    def _start_reading(self) -> None:
+        if self._master is not None and not self._reading and not self._paused and not self._eof.is_set():
+            self._loop.add_reader(self._master, self._on_readable)
+            self._reading = True
+
+    def _stop_reading(self) -> None:
+        if self._reading and self._master is not None:
+            self._loop.remove_reader(self._master)
+        self._reading = False
+
+    def pause(self) -> None:
+        """Stop reading the agent's output until `resume` (the agent then blocks writing, as on a slow terminal)."""
+        self._paused += 1
+        self._stop_reading()
+
+    def resume(self) -> None:
+        self._paused = max(0, self._paused - 1)
+        self._start_reading()
+
+    def _on_readable(self) -> None:
+        assert self._master is not None
+        # A PTY hands out a few KiB per read: what is there now is taken in one wake-up (up to DRAIN_BYTES), so a
+        # flood costs the loop, the ring and each viewer one pass per batch rather than per read.
+        parts: list[bytes] = []
+        size = 0
+        ended = False
+        while size < DRAIN_BYTES:
+            try:
+                chunk = os.read(self._master, READ_BYTES)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                # EIO: every holder of the slave has closed it (the agent and its tree are gone).
+                if exc.errno not in (errno.EIO, errno.EBADF):
+                    log.warning("agent terminal read failed: %s", exc.strerror)
+                chunk = b""
+            if not chunk:
+                ended = True
+                break
+            parts.append(chunk)
+            size += len(chunk)
+        if parts:
+            self._deliver(parts[0] if len(parts) == 1 else b"".join(parts))
+        if ended:
+            self._finish()
+
+    def _deliver(self, data: bytes) -> None:
+        self._ring.feed(data)
+        for tap in list(self._taps):
+            try:
+                tap(data)
+            except Exception as exc:  # a parser's bug must not cut the person off the agent
+                log.warning("agent terminal tap failed: %s", type(exc).__name__)
+        self._keep_for_replay(data)
+        for viewer in list(self._viewers):
+            viewer.output(data)
+
+    def _keep_for_replay(self, data: bytes) -> None:
+        if len(data) >= REPLAY_BYTES:
+            self._replay.clear()
+            self._replay.append(data[-REPLAY_BYTES:])
+            self._replay_bytes = REPLAY_BYTES
+            return
+        self._replay.append(data)
+        self._replay_bytes += len(data)
+        while self._replay_bytes > REPLAY_BYTES:
+            head = self._replay.popleft()
+            excess = self._replay_bytes - REPLAY_BYTES
+            if excess < len(head):
+                self._replay.appendleft(head[excess:])
+                self._replay_bytes -= excess
+            else:
+                self._replay_bytes -= len(head)
+
+    def _finish(self) -> None:
+        if self._eof.is_set():
+            return
+        self._stop_reading()
+        self._ring.feed_eof()
+        self._eof.set()
+        for viewer in list(self._viewers):
+            viewer.closed()
+        self._viewers.clear()
+        self._holder = None
+
+    def close(self) -> None:
+        """Let go of the master (the agent's session gets SIGHUP if it still holds the terminal)."""
+        self._finish()
+        if self._master is not None:
+            self._loop.remove_writer(self._master)
+            os.close(self._master)
+            self._master = None
+        self._pending_input.clear()
+
+    # -- viewers and the keyboard ---------------------------------------------------------------------
+
+    def attach(self, viewer: Viewer) -> None:
+        if not self.open:
+            viewer.closed()
+            return
+        self._viewers.append(viewer)
+
+    def detach(self, viewer: Viewer) -> None:
+        if viewer in self._viewers:
+            self._viewers.remove(viewer)
+        if self._holder is viewer:
+            # First come: the keyboard passes to the viewer attached longest.
+            self._set_holder(self._viewers[0] if self._viewers else None)
+
+    def claim(self, viewer: Viewer, *, take: bool = False) -> bool:
+        """Give `viewer` the keyboard when nobody holds it (or, with `take`, from whoever does)."""
+        if viewer not in self._viewers:
+            return False
+        if self._holder is None or take or self._holder is viewer:
+            if self._holder is not viewer:
+                self._set_holder(viewer)
+            return True
+        return False
+
+    def release(self, viewer: Viewer) -> None:
+        """Give the keyboard up, to the viewer attached longest (nobody, when `viewer` is alone)."""
+        if self._holder is viewer:
+            others = [v for v in self._viewers if v is not viewer]
+            self._set_holder(others[0] if others else None)
+
+    def _set_holder(self, holder: Viewer | None) -> None:
+        self._holder = holder
+        for viewer in list(self._viewers):
+            viewer.role_changed(holder)
+
+    def write(self, viewer: Viewer, data: bytes) -> bool:
+        """Keys from `viewer` to the agent; False (nothing sent) unless it holds the keyboard and the agent keeps up."""
+        if viewer is not self._holder or self._master is None or not self.open:
+            return False
+        if len(self._pending_input) + len(data) > MAX_PENDING_INPUT:
+            return False
+        if not self._pending_input:
+            try:
+                written = os.write(self._master, data)
+            except BlockingIOError:
+                written = 0
+            except OSError:
+                return False
+            data = data[written:]
+            if not data:
+                return True
+            self._loop.add_writer(self._master, self._flush_input)
+        self._pending_input += data
+        return True
+
+    def _flush_input(self) -> None:
+        if self._master is None:
+            return
+        try:
+            written = os.write(self._master, self._pending_input)
+        except BlockingIOError:
+            return
+        except OSError:
+            written = len(self._pending_input)
+        del self._pending_input[:written]
+        if not self._pending_input:
+            self._loop.remove_writer(self._master)
+
+    def resize(self, viewer: Viewer | None, size: WindowSize) -> bool:
+        """Set the window size (the kernel then sends SIGWINCH to the agent's foreground process group).
+        Only the keyboard's holder resizes (None: the daemon itself)."""
+        if viewer is not None and viewer is not self._holder:
+            return False
+        if self._master is None:
+            return False
+        if size != self._size:
+            try:
+                set_window_size(self._master, size)
+            except OSError:
+                return False
+            self._size = size
+        return True

@@ -1,0 +1,200 @@
+"""`GET /v1/agent/terminal`: attach to the passthrough agent's terminal over the control socket, as a WebSocket.
+
+Behind the same guard as every /v1/ route (the control socket only; the daemon's uid or root). Several viewers may
+watch; one holds the keyboard (the first to come, or one that asks with `take`), and every viewer is told its role
+when it connects and whenever the keyboard changes hands. No viewer slows the agent: one that falls behind skips
+ahead to the screen's recent tail, one that stops reading is cut off. What the terminal shows passes through here only: never logged, never persisted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import msgspec
+from aiohttp import WSMsgType, web
+
+from agentctl.agent.pty_host import PtyHost, Viewer, WindowSize
+from agentctl.control.attach_protocol import (
+    TERMINAL_ROUTE,
+    ClientMessage,
+    Closed,
+    Hello,
+    Notice,
+    Release,
+    Resize,
+    RoleChanged,
+    ServerMessage,
+    Take,
+)
+from agentctl.control.server import error_response
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agentctl.context import DaemonContext
+
+log = logging.getLogger(__name__)
+
+# Output queued for one viewer; past this it skips ahead to the screen's recent tail (the agent never waits on it).
+MAX_VIEWER_BACKLOG = 1024 * 1024
+# A viewer whose socket takes nothing for this long is cut off: it has stopped reading.
+SEND_TIMEOUT = 5.0
+MAX_FRAME = 64 * 1024  # a frame of keys or a control message
+MAX_VIEWERS = 16
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(ClientMessage)
+
+
+class _SocketViewer(Viewer):
+    """One WebSocket client: output and messages queued in order, written by one pump task."""
+
+    def __init__(self, ws: web.WebSocketResponse, abort: Callable[[], None]) -> None:
+        self.ws = ws
+        self._abort = abort
+        self.host: PtyHost | None = None
+        self._queue: asyncio.Queue[bytes | str | None] = asyncio.Queue()
+        self._backlog = 0
+        self.too_slow = False
+        self.greeted = False  # role changes are told after the Hello, never before it
+        self.ended = asyncio.Event()
+
+    def output(self, data: bytes) -> None:
+        if self.too_slow:
+            return
+        if self._backlog + len(data) > MAX_VIEWER_BACKLOG and self.host is not None:
+            # Behind by more than the bound: what it has not been sent yet is dropped, and it gets the screen's
+            # recent tail instead (which ends with `data`), so memory stays bounded and the viewer catches up.
+            self._skip_to(self.host.replay())
+            return
+        self._backlog += len(data)
+        self._queue.put_nowait(data)
+
+    def _skip_to(self, tail: bytes) -> None:
+        kept: list[bytes | str | None] = []
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            if not isinstance(item, bytes):
+                kept.append(item)  # its messages (and the end) are never dropped
+        self._backlog = len(tail)
+        self._queue.put_nowait(_encoder.encode(Notice(reason_code="output_skipped",
+                                                      message="output skipped: this viewer fell behind")).decode())
+        self._queue.put_nowait(tail)
+        for item in kept:
+            self._queue.put_nowait(item)
+
+    def send(self, message: ServerMessage) -> None:
+        self._queue.put_nowait(_encoder.encode(message).decode())
+
+    def role_changed(self, holder: Viewer | None) -> None:
+        if self.greeted:
+            self.send(RoleChanged(role="writer" if holder is self else "reader", held=holder is not None))
+
+    def closed(self) -> None:
+        self.send(Closed(reason="the agent's terminal closed (the agent exited)"))
+        self._queue.put_nowait(None)
+
+    async def pump(self) -> None:
+        try:
+            while (item := await self._queue.get()) is not None:
+                if isinstance(item, bytes):
+                    self._backlog = max(0, self._backlog - len(item))
+                    await asyncio.wait_for(self.ws.send_bytes(item), SEND_TIMEOUT)
+                else:
+                    await asyncio.wait_for(self.ws.send_str(item), SEND_TIMEOUT)
+        except TimeoutError:
+            # Its socket is full, so no goodbye would reach it: the connection is cut, the agent unaffected.
+            self.too_slow = True
+            log.info("cut off an agent terminal viewer that stopped reading")
+            self._abort()
+        except (ConnectionError, RuntimeError):
+            pass  # the client went away
+        finally:
+            self.ended.set()
+            with contextlib.suppress(Exception):
+                await self.ws.close()
+
+
+def current_terminal(ctx: DaemonContext) -> PtyHost | None:
+    agent = ctx.agent
+    process = agent.supervisor.process if agent is not None else None
+    return process.terminal if process is not None else None
+
+
+def _size_of(request: web.Request) -> WindowSize | None:
+    try:
+        return WindowSize(int(request.query["rows"]), int(request.query["cols"]))
+    except (KeyError, ValueError):
+        return None
+
+
+def install_attach_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext]) -> None:
+    async def terminal(request: web.Request) -> web.StreamResponse:
+        ctx = request.app[ctx_key]
+        agent = ctx.agent
+        if agent is None or agent.kind != "passthrough" or not ctx.spec.agent or not ctx.spec.agent.terminal:
+            return error_response(409, "no_terminal",
+                                  "the agent does not run on a terminal (a passthrough agent with [agent] terminal = true does)")
+        host = current_terminal(ctx)
+        if host is None or not host.open:
+            return error_response(409, "terminal_closed", "the agent's terminal is closed (the agent is not running)")
+        if host.viewers >= MAX_VIEWERS:
+            return error_response(409, "too_many_viewers", f"the agent's terminal has {MAX_VIEWERS} viewers already")
+        ws = web.WebSocketResponse(max_msg_size=MAX_FRAME, autoping=True)
+        if not ws.can_prepare(request).ok:
+            return error_response(400, "websocket_required", f"{TERMINAL_ROUTE} is a WebSocket: use `agentctl attach`")
+        await ws.prepare(request)
+        transport = request.transport
+        viewer = _SocketViewer(ws, transport.abort if transport is not None else lambda: None)
+        viewer.host = host
+        host.attach(viewer)
+        writer = host.claim(viewer, take=request.query.get("take") == "1")
+        size = _size_of(request)
+        if writer and size is not None:
+            host.resize(viewer, size)
+        viewer.send(Hello(role="writer" if writer else "reader", rows=host.size.rows, cols=host.size.cols,
+                          viewers=host.viewers))
+        viewer.greeted = True
+        viewer.output(host.replay())
+        pump = asyncio.create_task(viewer.pump(), name="terminal-viewer")
+        try:
+            await _read_client(ws, host, viewer)
+        finally:
+            host.detach(viewer)
+            viewer._queue.put_nowait(None)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(pump, 2.0)
+            pump.cancel()
+        return ws
+
+    app.router.add_get(TERMINAL_ROUTE, terminal, allow_head=False)
+
+
+async def _read_client(ws: web.WebSocketResponse, host: PtyHost, viewer: _SocketViewer) -> None:
+    told_read_only = False
+    async for msg in ws:
+        if viewer.ended.is_set():
+            return
+        if msg.type == WSMsgType.BINARY:
+            if not host.write(viewer, msg.data) and not told_read_only and host.holder is not viewer:
+                told_read_only = True  # once: a reader's every key would be a message
+                viewer.send(Notice(reason_code="read_only",
+                                   message="read-only: another viewer holds the keyboard (attach with --take to take it)"))
+            elif host.holder is viewer:
+                told_read_only = False
+        elif msg.type == WSMsgType.TEXT:
+            try:
+                request = _decoder.decode(msg.data)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                viewer.send(Notice(reason_code="bad_message", message=f"bad terminal message: {str(exc)[:200]}"))
+                continue
+            if isinstance(request, Resize):
+                if not host.resize(viewer, WindowSize(request.rows, request.cols)):
+                    viewer.send(Notice(reason_code="read_only", message="only the keyboard's holder resizes the terminal"))
+            elif isinstance(request, Take):
+                host.claim(viewer, take=True)
+            elif isinstance(request, Release):
+                host.release(viewer)
+        elif msg.type in (WSMsgType.ERROR, WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
+            return
