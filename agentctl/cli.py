@@ -91,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
             f"{EXIT_FAILED} the agent failed: it did not start, did not accept the session, the prompt failed, or it "
             "exited with an error (a non-zero code or a signal), for ACP and passthrough agents alike; "
             f"{EXIT_NO_DAEMON} bad spec or the daemon could not start; {EXIT_SIGNAL_BASE}+N interrupted by signal N "
-            "(the agent is stopped and the report persisted all the same)"),
+            "(the agent is stopped and the report persisted all the same). A spec with [agent] terminal = true run "
+            "from a terminal is attached to the agent, and exits with the agent's own status instead (128+N if a "
+            "signal killed it), as `ssh -t` does"),
     )
     _daemon_arguments(run, log_level="warning")
     run.add_argument("--prompt", metavar="TEXT", help="send this prompt once the session is accepted")
