@@ -13,6 +13,7 @@ from agentctl.evidence.contract import Identity
 from agentctl.evidence.ledger import Ledger, ServerSeed
 from agentctl.spec import parse_spec
 from agentctl.upstream import protocol as P
+from agentctl.upstream.frames_io import STREAM_LIMIT, read_frame_line
 from tests.conftest import eventually as _eventually
 
 
@@ -59,7 +60,7 @@ class RawClient:
 
     @classmethod
     async def connect(cls, path: str | Path) -> RawClient:
-        reader, writer = await asyncio.open_unix_connection(str(path), limit=P.STREAM_LIMIT)
+        reader, writer = await asyncio.open_unix_connection(str(path), limit=STREAM_LIMIT)
         return cls(reader, writer)
 
     async def send(self, frame_or_bytes: Any) -> None:
@@ -72,7 +73,7 @@ class RawClient:
 
     async def recv(self, timeout: float = 5.0) -> Any:
         """The next frame from the hub, or None at end of stream."""
-        raw = await asyncio.wait_for(P.read_frame_line(self.reader), timeout)
+        raw = await asyncio.wait_for(read_frame_line(self.reader), timeout)
         return None if raw is None else P.decode_from_upstream(raw)
 
     async def recv_until_closed(self, timeout: float = 5.0) -> list[Any]:
@@ -98,13 +99,13 @@ class Relay:
         self.server: asyncio.AbstractServer | None = None
 
     async def start(self) -> None:
-        self.server = await asyncio.start_unix_server(self._relay, str(self.listen), limit=P.STREAM_LIMIT)
+        self.server = await asyncio.start_unix_server(self._relay, str(self.listen), limit=STREAM_LIMIT)
 
     async def _relay(self, reader, writer) -> None:
-        up_reader, up_writer = await asyncio.open_unix_connection(str(self.target), limit=P.STREAM_LIMIT)
+        up_reader, up_writer = await asyncio.open_unix_connection(str(self.target), limit=STREAM_LIMIT)
 
         async def pump(src, dst, direction) -> None:
-            while (line := await P.read_frame_line(src)) is not None:
+            while (line := await read_frame_line(src)) is not None:
                 self.lines.append((direction, line))
                 dst.write(line + b"\n")
                 await dst.drain()

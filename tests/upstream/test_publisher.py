@@ -15,6 +15,7 @@ from agentctl.daemon.app import Daemon
 from agentctl.evidence.contract import encode
 from agentctl.spec import parse_spec
 from agentctl.upstream import protocol as P
+from agentctl.upstream.frames_io import STREAM_LIMIT, read_frame_line
 from agentctl.hub.hub import Hub
 from agentctl.upstream.publisher import QUEUE_MAX_BYTES, WRITE_HIGH_WATER, Publisher
 from agentctl.upstream.tunnel import NOT_CONNECTED, TunnelBackend
@@ -84,7 +85,7 @@ async def test_an_absent_upstream_is_buffering_not_unready_and_tools_say_so_unti
 
 async def _serve(path: Path, handler) -> asyncio.AbstractServer:
     path.parent.mkdir(mode=0o700, exist_ok=True)
-    return await asyncio.start_unix_server(handler, str(path), limit=P.STREAM_LIMIT)
+    return await asyncio.start_unix_server(handler, str(path), limit=STREAM_LIMIT)
 
 
 async def test_a_tool_call_gets_a_clear_error_at_its_deadline_and_when_the_connection_drops(short_dir, tmp_path):
@@ -94,7 +95,7 @@ async def test_a_tool_call_gets_a_clear_error_at_its_deadline_and_when_the_conne
 
     async def silent(reader, writer):
         connections.append(writer)
-        while (raw := await P.read_frame_line(reader)) is not None:
+        while (raw := await read_frame_line(reader)) is not None:
             seen.append(P.decode_from_daemon(raw).__struct_config__.tag)
 
     server = await _serve(short_dir / "silent.sock", silent)
@@ -186,7 +187,7 @@ async def test_a_silent_upstream_is_left_after_three_heartbeats_and_reconnected(
 
     async def mute(reader, writer):
         accepted.append(1)
-        while await P.read_frame_line(reader) is not None:
+        while await read_frame_line(reader) is not None:
             pass
 
     server = await _serve(short_dir / "mute.sock", mute)
@@ -207,7 +208,7 @@ async def test_a_garbage_frame_from_upstream_gets_an_error_frame_and_a_fresh_con
 
     async def rude(reader, writer):
         writer.write(b"garbage from upstream\n")
-        while (raw := await P.read_frame_line(reader)) is not None:
+        while (raw := await read_frame_line(reader)) is not None:
             received.append(P.decode_from_daemon(raw))
 
     server = await _serve(short_dir / "rude.sock", rude)

@@ -18,6 +18,7 @@ from agentctl.control.server import build_status
 from agentctl.daemon.app import Daemon
 from agentctl.spec import parse_spec
 from agentctl.upstream import protocol as P
+from agentctl.upstream.frames_io import STREAM_LIMIT, read_frame_line
 from agentctl.upstream.publisher import CONTROL_MAX_FRAMES, STATE_INTERVAL, Publisher
 from agentctl.upstream.tunnel import TunnelBackend
 from tests.upstream.support import eventually, identity, make_ctx
@@ -32,7 +33,7 @@ class Recorder:
         self.frames: list[object] = []
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while (raw := await P.read_frame_line(reader)) is not None:
+        while (raw := await read_frame_line(reader)) is not None:
             received = P.decode_from_daemon(raw)
             self.frames.append(received)
             if isinstance(received, P.HeartbeatFrame):
@@ -48,7 +49,7 @@ def refused(snapshot: P.SnapshotFrame) -> int:
 
 async def _serve(path: Path, handler) -> asyncio.AbstractServer:
     path.parent.mkdir(mode=0o700, exist_ok=True)
-    return await asyncio.start_unix_server(handler, str(path), limit=P.STREAM_LIMIT)
+    return await asyncio.start_unix_server(handler, str(path), limit=STREAM_LIMIT)
 
 
 def _spec(d: Path, upstream: Path):
@@ -172,7 +173,7 @@ async def test_a_peer_error_code_is_logged_only_when_it_is_a_known_code(short_di
     async def upstream(reader, writer):
         writer.write(P.encode_frame(P.frame(P.ErrorFrame, code=CANARY + " injected", message="m")))
         writer.write(P.encode_frame(P.frame(P.ErrorFrame, code="unavailable", message="m")))
-        while await P.read_frame_line(reader) is not None:
+        while await read_frame_line(reader) is not None:
             pass
 
     server = await _serve(short_dir / "up" / "up.sock", upstream)
