@@ -14,16 +14,7 @@ from agentctl.evidence.ledger import Ledger, ServerSeed
 from agentctl.spec import parse_spec
 from agentctl.upstream import protocol as P
 from agentctl.upstream.frames_io import STREAM_LIMIT, read_frame_line
-from tests.conftest import eventually as _eventually
-
-
-def identity(session: str = "session-1", execution: str = "exec-1", instance: str = "inst-1", task: str = "task-1") -> Identity:
-    return Identity(task_id=task, session_id=session, execution_id=execution, instance_id=instance,
-                    agent_id="agent-1", agent_profile_id="profile-1")
-
-
-async def eventually(predicate, timeout: float = 10.0, what: str = "condition"):
-    return await _eventually(predicate, timeout, what)
+from tests.conftest import eventually, identity, spec_toml  # noqa: F401 - re-exported to the upstream and hub tests
 
 
 SEEDS = [
@@ -33,21 +24,12 @@ SEEDS = [
 
 
 def make_ctx(tmp: Path, ident: Identity, upstream: str | None = None) -> DaemonContext:
-    spec = parse_spec(
-        f"""
-[identity]
-task_id = "{ident.task_id}"
-session_id = "{ident.session_id}"
-agent_id = "{ident.agent_id}"
-agent_profile_id = "{ident.agent_profile_id}"
-execution_id = "{ident.execution_id}"
-
-[[mcp.servers]]
-name = "docs"
-type = "http"
-url = "https://docs.example/mcp"
-""".encode()
-    )
+    spec = parse_spec(spec_toml(
+        execution_id=ident.execution_id,
+        identity={"task_id": ident.task_id, "session_id": ident.session_id, "agent_id": ident.agent_id,
+                  "agent_profile_id": ident.agent_profile_id},
+        servers=[{"name": "docs", "type": "http", "url": "https://docs.example/mcp"}],
+    ).encode())
     return DaemonContext(spec=spec, ledger=Ledger(ident), state_dir=tmp, control_socket=tmp / "unused.sock")
 
 

@@ -11,7 +11,6 @@ import pytest
 
 from agentctl.backend.base import BackendError
 from agentctl.control.server import build_status
-from agentctl.daemon.app import Daemon
 from agentctl.evidence.contract import encode
 from agentctl.spec import parse_spec
 from agentctl.upstream import protocol as P
@@ -19,40 +18,27 @@ from agentctl.upstream.frames_io import STREAM_LIMIT, read_frame_line
 from agentctl.hub.hub import Hub
 from agentctl.upstream.publisher import QUEUE_MAX_BYTES, WRITE_HIGH_WATER, Publisher
 from agentctl.upstream.tunnel import NOT_CONNECTED, TunnelBackend
+from tests.conftest import spec_toml
 from tests.upstream.support import SEEDS, eventually, identity, make_ctx
 
 
 def _spec(d: Path, upstream: str | None):
-    extra = f'[upstream]\nsocket = "{upstream}"\n' if upstream else ""
-    return parse_spec(f"""
-[identity]
-task_id = "task-1"
-session_id = "session-1"
-agent_id = "agent-1"
-agent_profile_id = "profile-1"
-execution_id = "exec-1"
-[state]
-dir = "{d}/state"
-{extra}""".encode())
+    return parse_spec(spec_toml(execution_id="exec-1", state_dir=f"{d}/state", upstream=upstream).encode())
 
 
-async def test_without_an_upstream_section_the_embedded_backend_answers_the_tools(short_dir):
-    daemon = Daemon(_spec(short_dir, None), socket_path=short_dir / "c.sock")
-    await daemon.start()
-    try:
-        assert daemon.tunnel is None and daemon.ctx.upstream is None
-        assert "upstream" not in daemon.ctx.readiness.checks
-        assert build_status(daemon.ctx).upstream is None
-        result = await daemon.backend.call("task.get", daemon.ctx.identity, {}, deadline=5)
-        assert result["task"]["id"] == "task-1"
-    finally:
-        await daemon.stop()
+async def test_without_an_upstream_section_the_embedded_backend_answers_the_tools(short_dir, in_process_daemon):
+    daemon = await in_process_daemon(_spec(short_dir, None))
+    assert daemon.tunnel is None and daemon.ctx.upstream is None
+    assert "upstream" not in daemon.ctx.readiness.checks
+    assert build_status(daemon.ctx).upstream is None
+    result = await daemon.backend.call("task.get", daemon.ctx.identity, {}, deadline=5)
+    assert result["task"]["id"] == "task-1"
 
 
-async def test_an_absent_upstream_is_buffering_not_unready_and_tools_say_so_until_it_appears(short_dir):
+async def test_an_absent_upstream_is_buffering_not_unready_and_tools_say_so_until_it_appears(short_dir,
+                                                                                                  in_process_daemon):
     hub_sock = short_dir / "hub" / "hub.sock"
-    daemon = Daemon(_spec(short_dir, str(hub_sock)), socket_path=short_dir / "c.sock")
-    await daemon.start()
+    daemon = await in_process_daemon(_spec(short_dir, str(hub_sock)))
     hub = None
     try:
         ctx = daemon.ctx
@@ -78,7 +64,7 @@ async def test_an_absent_upstream_is_buffering_not_unready_and_tools_say_so_unti
         assert result["task"]["id"] == "task-1" and result["task"]["is_current"]
         assert hub.report("session-1").history.current.attempt_id == attempt
     finally:
-        await daemon.stop()
+        await daemon.stop()  # before the hub: its final snapshot still has somewhere to go
         if hub is not None:
             await hub.stop()
 
