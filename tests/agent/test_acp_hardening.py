@@ -23,24 +23,15 @@ from tests.conftest import eventually
 SCRIPTED = Path(__file__).parent / "fixtures" / "scripted_agent.py"
 HEADER_CANARY = "HDR-CANARY-7d1c0b9e"
 
-SERVERS = f"""
-[[mcp.servers]]
-name = "docs"
-type = "http"
-url = "http://127.0.0.1:1/mcp"
-headers = {{ "X-Api-Key" = "{HEADER_CANARY}" }}
-
-[[mcp.servers]]
-name = "files"
-type = "http"
-url = "http://127.0.0.1:1/files"
-"""
+SERVERS = [
+    {"name": "docs", "type": "http", "url": "http://127.0.0.1:1/mcp", "headers": {"X-Api-Key": HEADER_CANARY}},
+    {"name": "files", "type": "http", "url": "http://127.0.0.1:1/files"},
+]
 
 
 def spec(tmp_path: Path, *flags: str) -> Path:
-    command = json.dumps([sys.executable, str(SCRIPTED), *flags])
-    return write_spec(tmp_path, f"[agent]\ncommand = {command}\nstop_grace = 0.2\n{SERVERS}")
-
+    return write_spec(tmp_path, agent={"command": [sys.executable, str(SCRIPTED), *flags], "stop_grace": 0.2},
+                      servers=SERVERS)
 
 
 def raw_post(sock: Path, path: str, body: bytes) -> socket.socket:
