@@ -1,4 +1,5 @@
-"""Shared test helpers: spec files, a real `agentctl serve` subprocess, and deadline polling."""
+"""Shared test helpers: the spec builder, daemon fixtures (a real `agentctl serve`, an in-process daemon),
+deadline polling and short socket directories."""
 
 from __future__ import annotations
 
@@ -10,12 +11,22 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import msgspec
 import pytest
+import tomli_w
+
+if TYPE_CHECKING:
+    from agentctl.daemon.app import Daemon
+    from agentctl.evidence.contract import Identity
+    from agentctl.spec import Spec
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -81,56 +92,228 @@ async def serve_asgi(app: Any) -> AsyncIterator[int]:
             sock.close()
 
 
-def write_spec(tmp_path: Path, extra: str = "", *, state_dir: Path | None = None, execution_id: str = "exec-test") -> Path:
-    state = state_dir or (tmp_path / "state")
-    path = tmp_path / "spec.toml"
-    path.write_text(
-        f"""
-[identity]
-task_id = "task-1"
-session_id = "session-1"
-agent_id = "agent-1"
-agent_profile_id = "profile-1"
-execution_id = "{execution_id}"
+# ---- builders: a clock, an identity, an execution spec ------------------------------------------------
 
-[state]
-dir = "{state}"
-{extra}
-"""
-    )
+
+class StepClock:
+    """A deterministic clock: every read is one second after the previous one."""
+
+    def __init__(self) -> None:
+        self.t = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        self.t += timedelta(seconds=1)
+        return self.t
+
+
+def identity(session: str = "session-1", execution: str = "exec-1", instance: str = "inst-1",
+             task: str = "task-1") -> Identity:
+    """The contract's Identity of a test daemon instance (agent-1, profile-1), any of its ids replaced."""
+    from agentctl.evidence.contract import Identity
+
+    return Identity(task_id=task, session_id=session, execution_id=execution, instance_id=instance,
+                    agent_id="agent-1", agent_profile_id="profile-1")
+
+
+SPEC_IDENTITY = {"task_id": "task-1", "session_id": "session-1", "agent_id": "agent-1", "agent_profile_id": "profile-1"}
+
+
+def spec_toml(
+    *,
+    execution_id: str | None = "exec-test",
+    identity: dict[str, str] | None = None,
+    agent: list[str] | dict[str, Any] | None = None,
+    mcp: dict[str, Any] | None = None,
+    servers: list[dict[str, Any]] | None = None,
+    policy: dict[str, Any] | None = None,
+    upstream: str | Path | None = None,
+    daemon: dict[str, Any] | None = None,
+    state_dir: str | Path | None = None,
+    extra: str = "",
+) -> str:
+    """An execution spec as TOML text, written from the spec's own field names.
+
+    The structured part is checked against `agentctl.spec.Spec` (unknown fields are refused), so a renamed
+    field breaks here, once, not in every test that writes a spec. `agent` is a command list or an [agent]
+    table; `servers` are [[mcp.servers]] tables; `upstream` is the upstream socket. `extra` is TOML text
+    appended verbatim after the [state] table: whole tables, or a test's deliberately broken spec text.
+    """
+    from agentctl.spec import Spec
+
+    ident = {**SPEC_IDENTITY, **(identity or {})}
+    if execution_id is not None:
+        ident["execution_id"] = execution_id
+    doc: dict[str, Any] = {"identity": ident}
+    if agent is not None:
+        doc["agent"] = {"command": list(agent)} if isinstance(agent, list) else dict(agent)
+    if mcp is not None or servers:
+        doc["mcp"] = {**(mcp or {}), **({"servers": list(servers)} if servers else {})}
+    if policy is not None:
+        doc["policy"] = policy
+    if upstream is not None:
+        doc["upstream"] = {"socket": str(upstream)}
+    if daemon is not None:
+        doc["daemon"] = daemon
+    if state_dir is not None:
+        doc["state"] = {"dir": str(state_dir)}  # last, as bare keys in `extra` have always landed in [state]
+    msgspec.convert(doc, Spec)  # a field the spec does not have fails here, with its path
+    return tomli_w.dumps(doc) + extra
+
+
+def write_spec(tmp_path: Path, extra: str = "", *, state_dir: Path | None = None, name: str = "spec.toml",
+               **fields: Any) -> Path:
+    """spec_toml() written to `tmp_path/name`; the state directory defaults to `tmp_path/state`."""
+    path = tmp_path / name
+    path.write_text(spec_toml(state_dir=state_dir or (tmp_path / "state"), extra=extra, **fields))
     return path
 
 
+# ---- a real daemon ------------------------------------------------------------------------------------
+
+
 class ServeProcess:
-    def __init__(self, proc: subprocess.Popen, ready: dict) -> None:
+    """A running `agentctl serve`: its ready line, socket, spec and (when started here) its drained stderr."""
+
+    def __init__(self, proc: subprocess.Popen, ready: dict, spec: Path | None = None,
+                 socket: Path | None = None) -> None:
         self.proc = proc
         self.ready = ready
+        self.spec = spec
+        self.socket = socket
+        self._stderr: list[bytes] = []
+        self._drain: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def port(self) -> int | None:
+        """The MCP listener's port, from the ready line's URL."""
+        url = self.ready.get("mcp_url")
+        return urllib.parse.urlsplit(url).port if url else None
+
+    def drain_stderr(self) -> None:
+        """Read stderr on a thread (a chatty daemon never blocks on a full pipe); stderr_text() shows it."""
+        def drain() -> None:
+            for line in iter(self.proc.stderr.readline, b""):
+                self._stderr.append(line)
+
+        self._drain = threading.Thread(target=drain, name=f"stderr-{self.proc.pid}", daemon=True)
+        self._drain.start()
+
+    def stderr_text(self) -> str:
+        """What the daemon logged so far (all of it once it has exited)."""
+        if self._drain is not None and self.proc.poll() is not None:
+            self._drain.join(timeout=10)
+        return b"".join(self._stderr).decode(errors="replace")
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         return self.proc.wait(timeout=timeout)
 
+    def close(self, timeout: float = 20.0) -> None:
+        """Stop whatever state it is in: SIGTERM, a bounded wait, then SIGKILL (and SIGCONT if stopped)."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.proc.pid, signal.SIGCONT)
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        if self._drain is not None:
+            self._drain.join(timeout=10)
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
 
 def agentctl_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "agentctl.cli", *args]
 
 
-def start_serve(spec: Path, socket: Path, env: dict[str, str] | None = None, extra_args: tuple[str, ...] = ()) -> ServeProcess:
-    full_env = {**os.environ, **(env or {})}
-    proc = subprocess.Popen(
+def spawn_serve(spec: Path, socket: Path, env: dict[str, str] | None = None,
+                extra_args: tuple[str, ...] = ()) -> subprocess.Popen:
+    """`agentctl serve SPEC --socket SOCKET` with stdout and stderr piped, not yet waited on."""
+    return subprocess.Popen(
         agentctl_cmd("serve", str(spec), "--socket", str(socket), *extra_args),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=full_env,
+        env={**os.environ, **(env or {})},
         cwd=REPO,
     )
+
+
+def await_ready(proc: subprocess.Popen, spec: Path | None = None, socket: Path | None = None) -> ServeProcess:
+    """The daemon once its one ready line is on stdout; fails the test, with its stderr, if it exited first."""
     line = proc.stdout.readline()  # blocks until ready or exit
     if not line:
-        err = proc.stderr.read().decode()
+        err = proc.stderr.read().decode(errors="replace")
         proc.wait(timeout=10)
         pytest.fail(f"agentctl serve exited before ready ({proc.returncode}): {err}")
-    return ServeProcess(proc, json.loads(line))
+    return ServeProcess(proc, json.loads(line), spec, socket)
+
+
+def start_serve(spec: Path, socket: Path, env: dict[str, str] | None = None, extra_args: tuple[str, ...] = ()) -> ServeProcess:
+    """A real `agentctl serve`, ready, its stderr drained (the caller stops it; the `serve` fixture does)."""
+    daemon = await_ready(spawn_serve(spec, socket, env, extra_args), spec, socket)
+    daemon.drain_stderr()
+    return daemon
+
+
+@pytest.fixture
+def serve(short_dir: Path) -> Iterator[Callable[..., ServeProcess]]:
+    """Start real `agentctl serve` daemons: `serve(spec=None, socket=None, env=None, extra_args=(), **spec_fields)`.
+
+    With no spec, one is written into short_dir from `spec_fields` (write_spec's); the socket defaults to a
+    fresh name in short_dir. Each is ready (its ready line read) when returned, and each is stopped at the
+    end of the test whatever state it is in (SIGTERM, bounded, then SIGKILL).
+    """
+    with contextlib.ExitStack() as stops:  # each one is closed, in reverse, even if one fails
+        count = 0
+
+        def start(spec: Path | None = None, socket: Path | None = None, env: dict[str, str] | None = None,
+                  extra_args: tuple[str, ...] = (), **spec_fields: Any) -> ServeProcess:
+            nonlocal count
+            n, count = count, count + 1
+            if spec is None:
+                spec = write_spec(short_dir, name=f"spec-{n}.toml", **spec_fields)
+            daemon = start_serve(spec, socket or short_dir / f"c{n}.sock", env, extra_args)
+            stops.callback(daemon.close)
+            return daemon
+
+        yield start
+
+
+@pytest.fixture
+async def in_process_daemon(short_dir: Path) -> AsyncIterator[Callable[..., Awaitable[Daemon]]]:
+    """Start in-process daemons: `await in_process_daemon(spec, socket=None)`, a Spec, spec text or a spec file.
+
+    Returns the started `Daemon`; every one started is stopped (in reverse) at the end of the test, so a
+    test that checks what a stop leaves behind calls `await daemon.stop()` itself (stop is idempotent).
+    """
+    from agentctl.daemon.app import Daemon
+    from agentctl.spec import Spec, load_spec, parse_spec
+
+    async with contextlib.AsyncExitStack() as stops:  # each stop runs, in reverse, even if one fails
+        count = 0
+
+        async def start(spec: Spec | Path | str | bytes, socket: Path | None = None) -> Daemon:
+            nonlocal count
+            if isinstance(spec, Path):
+                spec = load_spec(spec)
+            elif isinstance(spec, (str, bytes)):
+                spec = parse_spec(spec.encode() if isinstance(spec, str) else spec)
+            daemon = Daemon(spec, socket_path=socket or short_dir / f"d{count}.sock")
+            count += 1
+            stops.push_async_callback(daemon.stop)
+            await daemon.start()
+            return daemon
+
+        yield start
 
 
 @pytest.fixture(scope="session", autouse=True)

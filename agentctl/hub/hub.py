@@ -67,6 +67,7 @@ from agentctl.hub.state import ExecutionState, SessionState
 from agentctl.hub.views import evict, report_view, status_view
 from agentctl.lifecycle import StackedService, StopStack
 from agentctl.upstream import protocol as P
+from agentctl.upstream.frames_io import STREAM_LIMIT, read_frame_line
 
 log = logging.getLogger("agentctl.hub")
 
@@ -189,7 +190,7 @@ class Hub(StackedService):
                                                                   message="the hub is at its connection cap")))
 
         def connection() -> asyncio.StreamReaderProtocol:
-            return asyncio.StreamReaderProtocol(asyncio.StreamReader(limit=P.STREAM_LIMIT), self._handle)
+            return asyncio.StreamReaderProtocol(asyncio.StreamReader(limit=STREAM_LIMIT), self._handle)
 
         server = await loop.create_unix_server(self.guard.wrap(connection), sock=sock)
         name_listener(server, "hub")
@@ -330,7 +331,7 @@ class Hub(StackedService):
                 return
             while True:
                 try:
-                    raw = await P.read_frame_line(reader)
+                    raw = await read_frame_line(reader)
                     if raw is None:
                         return
                     if not held:

@@ -5,13 +5,14 @@ version `v` and a `type` tag. Payloads are the contract's own types (agentctl.ev
 never defines a second shape for report data. docs/upstream-protocol.md documents the frames;
 docs/upstream-protocol.schema.json is the JSON Schema `frames_schema()` generates (a test keeps them equal).
 
+Reading frames off a live stream is `frames_io`'s; this module does no I/O.
+
 Decoding errors are ProtocolError with a stable `code` and a one-line message that never quotes a value
 from the frame (a garbage frame may carry anything, secrets included).
 """
 
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime
 from typing import Any, Union
 
@@ -29,7 +30,6 @@ from agentctl.evidence.decode_errors import describe_decode_error
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 1024 * 1024  # JSON bytes of one frame, not counting the newline
-STREAM_LIMIT = MAX_FRAME_BYTES + 1  # asyncio StreamReader limit: a whole line including its newline
 # The on-demand agent output window (docs/design.md, "Release-safe report"): the smaller of 50 lines and
 # 16 KiB, never persisted.
 MAX_STDERR_LINES = 50
@@ -265,25 +265,6 @@ def decode_from_daemon(line: bytes) -> DaemonFrame:
 def decode_from_upstream(line: bytes) -> UpstreamFrame:
     """A frame the upstream sent (what the daemon reads)."""
     return _decode(_from_upstream, line, "upstream")
-
-
-async def read_frame_line(reader: asyncio.StreamReader) -> bytes | None:
-    """The next frame's bytes without its newline; None at a clean end of stream (between frames).
-
-    The reader must be created with limit=STREAM_LIMIT so an oversized line is refused without reading it
-    all into memory.
-    """
-    try:
-        line = await reader.readuntil(b"\n")
-    except asyncio.IncompleteReadError as exc:
-        if not exc.partial:
-            return None
-        raise ProtocolError(
-            "truncated_frame", f"the stream ended inside a frame ({len(exc.partial)} bytes without a newline)"
-        ) from None
-    except asyncio.LimitOverrunError:
-        raise ProtocolError("frame_too_large", f"frame over {MAX_FRAME_BYTES} bytes") from None
-    return line[:-1]
 
 
 def frames_schema() -> dict[str, Any]:

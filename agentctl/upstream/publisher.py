@@ -43,6 +43,7 @@ from agentctl.control.socket import peer_allowed, peer_cred
 from agentctl.evidence.contract import CONTRACT_VERSION, EvidenceEvent, UpstreamStatus, encode
 from agentctl.evidence.ledger import utcnow
 from agentctl.upstream import protocol as P
+from agentctl.upstream.frames_io import STREAM_LIMIT, read_frame_line
 from agentctl.upstream.outbox import Outbox
 from agentctl.upstream.requests import endpoint_test_answer, stderr_answer
 
@@ -375,7 +376,7 @@ class Publisher:
     async def _connect_once(self) -> None:
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_unix_connection(self.socket_path, limit=P.STREAM_LIMIT), CONNECT_TIMEOUT
+                asyncio.open_unix_connection(self.socket_path, limit=STREAM_LIMIT), CONNECT_TIMEOUT
             )
         except (OSError, TimeoutError) as exc:
             code = getattr(exc, "errno", None)
@@ -511,7 +512,7 @@ class Publisher:
     async def _read_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
             try:
-                raw = await P.read_frame_line(reader)
+                raw = await read_frame_line(reader)
                 if raw is None:
                     self.last_error = self._fatal_code or "closed_by_upstream"
                     return

@@ -18,7 +18,7 @@ import psutil
 
 from agentctl.control.client import ControlClient
 
-from tests.conftest import REPO, ServeProcess, agentctl_cmd, poll, write_spec
+from tests.conftest import REPO, ServeProcess, agentctl_cmd, await_ready, poll, spawn_serve, write_spec
 
 REFERENCE_AGENT = [sys.executable, "-m", "agentctl.testing.reference_agent"]
 
@@ -41,10 +41,13 @@ stop_grace = 0.3
 {agent_extra}
 {servers}
 """
-    path = write_spec(directory, extra, execution_id=execution_id)
-    if task_id != "task-1":
-        path.write_text(path.read_text().replace('task_id = "task-1"', f'task_id = "{task_id}"'))
-    return path
+    return write_spec(directory, extra, execution_id=execution_id, identity={"task_id": task_id})
+
+
+def reference_passthrough(workdir: Path, strategy: str = "claude") -> dict[str, Any]:
+    """An [agent] table (spec_toml's `agent`): the reference agent acting as `strategy`'s CLI in `workdir`."""
+    return {"command": [*REFERENCE_AGENT, "--passthrough", strategy], "protocol": "passthrough", "strategy": strategy,
+            "workdir": str(workdir), "stop_grace": 0.2}
 
 
 def closed_port() -> int:
@@ -156,36 +159,24 @@ def serving(spec: Path, sock: Path) -> Iterator[ServeProcess]:
 @contextmanager
 def serving_many(pairs: list[tuple[Path, Path]]) -> Iterator[list[ServeProcess]]:
     """Several daemons started side by side (their agents start concurrently), each torn down at the end."""
-    procs = [
-        subprocess.Popen(
-            agentctl_cmd("serve", str(spec), "--socket", str(sock)),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=REPO,
-        )
-        for spec, sock in pairs
-    ]
+    procs = [spawn_serve(spec, sock) for spec, sock in pairs]
     daemons: list[ServeProcess] = []
     try:
-        for proc in procs:
-            line = proc.stdout.readline()  # blocks until ready (agent initialized) or exit
-            assert line, f"agentctl serve exited before ready: {proc.stderr.read().decode(errors='replace')}"
-            daemons.append(ServeProcess(proc, json.loads(line)))
+        for proc, (spec, sock) in zip(procs, pairs, strict=True):
+            daemons.append(await_ready(proc, spec, sock))  # blocks until ready (agent initialized) or exit
+            daemons[-1].drain_stderr()
         yield daemons
     finally:
-        for proc in procs:
+        for proc in procs:  # all asked at once, so they stop side by side too
             if proc.poll() is None:
                 proc.terminate()
-        for proc in procs:
+        for daemon in daemons:
+            daemon.close(timeout=30)
+        for proc in procs[len(daemons):]:
+            proc.kill()
             proc.wait(timeout=30)
-            log = proc.stderr.read().decode(errors="replace")
-            for d in daemons:
-                if d.proc is proc:
-                    d.log = log  # type: ignore[attr-defined]
-            proc.stdout.close()
-            proc.stderr.close()
 
 
 def stderr_text(daemon: ServeProcess) -> str:
     """The daemon's whole log, once `serving` has ended."""
-    return daemon.log  # type: ignore[attr-defined]
+    return daemon.stderr_text()

@@ -8,8 +8,6 @@ import asyncio
 import json
 import socket
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -20,42 +18,20 @@ from agentctl.control.client import ControlClient
 from agentctl.daemon.app import Daemon
 from agentctl.spec import load_spec
 from tests.conftest import write_spec
-from tests.conftest import eventually as _eventually
+from tests.conftest import eventually
 
 SCRIPTED = Path(__file__).parent / "fixtures" / "scripted_agent.py"
 HEADER_CANARY = "HDR-CANARY-7d1c0b9e"
 
-SERVERS = f"""
-[[mcp.servers]]
-name = "docs"
-type = "http"
-url = "http://127.0.0.1:1/mcp"
-headers = {{ "X-Api-Key" = "{HEADER_CANARY}" }}
-
-[[mcp.servers]]
-name = "files"
-type = "http"
-url = "http://127.0.0.1:1/files"
-"""
+SERVERS = [
+    {"name": "docs", "type": "http", "url": "http://127.0.0.1:1/mcp", "headers": {"X-Api-Key": HEADER_CANARY}},
+    {"name": "files", "type": "http", "url": "http://127.0.0.1:1/files"},
+]
 
 
 def spec(tmp_path: Path, *flags: str) -> Path:
-    command = json.dumps([sys.executable, str(SCRIPTED), *flags])
-    return write_spec(tmp_path, f"[agent]\ncommand = {command}\nstop_grace = 0.2\n{SERVERS}")
-
-
-@asynccontextmanager
-async def running(spec_path: Path, sock: Path) -> AsyncIterator[Daemon]:
-    daemon = Daemon(load_spec(spec_path), socket_path=sock)
-    await daemon.start()
-    try:
-        yield daemon
-    finally:
-        await daemon.stop()
-
-
-async def until(predicate, timeout: float = 20.0, what: str = "condition"):
-    return await _eventually(predicate, timeout, what)
+    return write_spec(tmp_path, agent={"command": [sys.executable, str(SCRIPTED), *flags], "stop_grace": 0.2},
+                      servers=SERVERS)
 
 
 def raw_post(sock: Path, path: str, body: bytes) -> socket.socket:
@@ -93,7 +69,7 @@ def ndjson_lines(raw: bytes) -> list[dict]:
 
 @pytest.mark.parametrize("where", ["data", "message"])
 async def test_an_error_echoing_the_whole_request_is_report_level_and_fails_no_server(tmp_path, short_tmp, where):
-    async with running(spec(tmp_path, "--echo-error", where), short_tmp / "c.sock") as daemon:
+    async with Daemon(load_spec(spec(tmp_path, "--echo-error", where)), socket_path=short_tmp / "c.sock") as daemon:
         outcome = await daemon.agent.acp.new_session()
         assert not outcome.accepted and outcome.failed_servers == ()
         current = daemon.ledger.history.current
@@ -111,7 +87,7 @@ async def test_agent_chosen_names_and_session_ids_are_kept_only_when_safe(tmp_pa
         "version": "1.0\n" + "build " * 60,
         "session_id": "my session for alice",
     }))
-    async with running(spec(tmp_path, "--texts", str(texts)), short_tmp / "c.sock") as daemon:
+    async with Daemon(load_spec(spec(tmp_path, "--texts", str(texts))), socket_path=short_tmp / "c.sock") as daemon:
         outcome = await daemon.agent.acp.new_session()
         assert outcome.accepted and outcome.acp_session_id == "my session for alice"  # for the caller only
         agent = daemon.ledger.history.agent
@@ -123,12 +99,12 @@ async def test_agent_chosen_names_and_session_ids_are_kept_only_when_safe(tmp_pa
 async def test_a_slow_prompt_reader_gets_a_bounded_stream_and_the_count_of_what_was_dropped(tmp_path, short_tmp):
     count = MAX_PENDING_UPDATES * 4
     sock = short_tmp / "c.sock"
-    async with running(spec(tmp_path, "--updates", str(count), "--size", "2048"), sock) as daemon:
+    async with Daemon(load_spec(spec(tmp_path, "--updates", str(count), "--size", "2048")), socket_path=sock) as daemon:
         runtime = daemon.agent.acp
         assert (await runtime.new_session()).accepted
         conn = await asyncio.to_thread(raw_post, sock, "/v1/prompt", b'{"text": "go"}')
-        await until(lambda: runtime.prompt_running, what="the prompt to start")
-        await until(lambda: not runtime.prompt_running, what="the prompt to finish while nobody reads")
+        await eventually(lambda: runtime.prompt_running, 20, what="the prompt to start")
+        await eventually(lambda: not runtime.prompt_running, 20, what="the prompt to finish while nobody reads")
         # The SDK runs one task per session/update: none of them waits on the reader.
         piled = [t for t in asyncio.all_tasks() if t.get_name() == "acp.Connection.notification"]
         assert piled == []
@@ -143,13 +119,13 @@ async def test_a_slow_prompt_reader_gets_a_bounded_stream_and_the_count_of_what_
 async def test_a_cancel_the_agent_never_reads_answers_in_bounded_time(tmp_path, short_tmp, monkeypatch):
     monkeypatch.setattr(acp_module, "CANCEL_TIMEOUT", 0.3)
     sock = short_tmp / "c.sock"
-    async with running(spec(tmp_path, "--deaf"), sock) as daemon:
+    async with Daemon(load_spec(spec(tmp_path, "--deaf")), socket_path=sock) as daemon:
         runtime = daemon.agent.acp
         assert (await runtime.new_session()).accepted
         # A prompt bigger than the pipe and the write buffer: its write backs up behind the deaf agent.
         body = json.dumps({"text": "p" * (250 * 1024)}).encode()
         conn = await asyncio.to_thread(raw_post, sock, "/v1/prompt", body)
-        await until(lambda: runtime.prompt_running, what="the prompt to be in flight")
+        await eventually(lambda: runtime.prompt_running, 20, what="the prompt to be in flight")
         status, answer = await asyncio.to_thread(ControlClient(sock).post, "/v1/cancel", {})
         assert status == 504 and answer["reason_code"] == "cancel_timeout"
         assert (await asyncio.to_thread(ControlClient(sock).get, "/v1/health"))[0] == 200

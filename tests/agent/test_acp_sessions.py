@@ -7,30 +7,15 @@ import asyncio
 import json
 import socket
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 from agentctl.control.client import ControlClient
 from agentctl.daemon.app import Daemon
 from agentctl.spec import load_spec
-from tests.agent.serve_support import agent_spec, cli, cli_json, row
+from tests.agent.serve_support import agent_spec, cli, cli_json, reference_passthrough, row
 from tests.conftest import write_spec
-from tests.conftest import eventually as _eventually
+from tests.conftest import eventually
 
-
-@asynccontextmanager
-async def running(spec: Path, sock: Path) -> AsyncIterator[Daemon]:
-    daemon = Daemon(load_spec(spec), socket_path=sock)
-    await daemon.start()
-    try:
-        yield daemon
-    finally:
-        await daemon.stop()
-
-
-async def until(predicate, timeout: float = 20.0, what: str = "condition"):
-    return await _eventually(predicate, timeout, what)
 
 
 def _raw_prompt(sock: Path, text: str) -> socket.socket:
@@ -63,7 +48,7 @@ url = "http://127.0.0.1:{port}/mcp"
 """
     spec = agent_spec(tmp_path, "--lazy", servers=servers)
     sock = short_tmp / "c.sock"
-    async with running(spec, sock) as daemon:
+    async with Daemon(load_spec(spec), socket_path=sock) as daemon:
         outcome = await daemon.agent.acp.new_session()
         assert outcome.accepted
 
@@ -76,7 +61,7 @@ url = "http://127.0.0.1:{port}/mcp"
                 pass
             return bool(held)
 
-        await until(accepted, what="the agent to connect (the first prompt is in flight)")
+        await eventually(accepted, 20, what="the agent to connect (the first prompt is in flight)")
         code, body = await asyncio.to_thread(ControlClient(sock).post, "/v1/prompt", {"text": "second"})
         assert code == 409 and body["reason_code"] == "prompt_busy"
 
@@ -84,7 +69,7 @@ url = "http://127.0.0.1:{port}/mcp"
         for conn in held:
             conn.close()
         listener.close()  # the slow server fails now; the prompt completes with nobody listening
-        await until(lambda: not daemon.agent.acp.prompt_running, what="the abandoned prompt to complete")
+        await eventually(lambda: not daemon.agent.acp.prompt_running, 20, what="the abandoned prompt to complete")
 
         done = await asyncio.to_thread(cli, sock, "prompt", "third")
         assert done.returncode == 0, done.stderr
@@ -97,9 +82,9 @@ url = "http://127.0.0.1:{port}/mcp"
 async def test_session_load_is_a_new_attempt_for_the_same_acp_session_and_bad_input_is_one_line(tmp_path, short_tmp):
     spec = agent_spec(tmp_path)
     sock = short_tmp / "c.sock"
-    async with running(spec, sock) as daemon:
+    async with Daemon(load_spec(spec), socket_path=sock) as daemon:
         new = await asyncio.to_thread(cli_json, sock, "session", "new")
-        await until(lambda: row_status(daemon, "kandev") == "active", what="active")
+        await eventually(lambda: row_status(daemon, "kandev") == "active", 20, what="active")
 
         loaded = await asyncio.to_thread(cli_json, sock, "session", "load", new["acp_session_id"])
         assert loaded["accepted"] and loaded["acp_session_id"] == new["acp_session_id"]
@@ -108,7 +93,7 @@ async def test_session_load_is_a_new_attempt_for_the_same_acp_session_and_bad_in
         assert history.current.origin == "session_load" and history.current.acp_session_id == new["acp_session_id"]
         assert history.previous[0].attempt_id == new["attempt_id"]
         assert all(r.delivered_at is not None for r in history.current.servers), "session/load delivers too"
-        await until(lambda: row_status(daemon, "kandev") == "active", what="active again after load")
+        await eventually(lambda: row_status(daemon, "kandev") == "active", 20, what="active again after load")
 
         bad = await asyncio.to_thread(cli, sock, "session", "load", "x" * 300)
         assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "bad request body" in bad.stderr
@@ -127,11 +112,11 @@ def row_status(daemon: Daemon, name: str) -> str | None:
 async def test_agent_that_exits_before_initialize_leaves_evidence_and_a_healthy_daemon(tmp_path, short_tmp):
     spec = agent_spec(tmp_path, "--crash-before-initialize")
     sock = short_tmp / "c.sock"
-    async with running(spec, sock) as daemon:
+    async with Daemon(load_spec(spec), socket_path=sock) as daemon:
         assert daemon.agent.start_error is not None
         assert daemon.agent.start_error.reason_code == "agent_exited_before_initialize"
-        agent = await until(
-            lambda: daemon.ledger.history.agent if daemon.ledger.history.agent.exit_code is not None else None,
+        agent = await eventually(
+            lambda: daemon.ledger.history.agent if daemon.ledger.history.agent.exit_code is not None else None, 20,
             what="the exit code",
         )
         assert agent.state == "exited" and agent.exit_code == 2
@@ -158,7 +143,7 @@ stop_grace = 0.2
 """
     spec = write_spec(tmp_path, extra)
     sock = short_tmp / "c.sock"
-    async with running(spec, sock) as daemon:
+    async with Daemon(load_spec(spec), socket_path=sock) as daemon:
         assert daemon.agent.start_error.reason_code == "initialize_timeout"
         agent = daemon.ledger.history.agent
         assert agent.state == "exited" and agent.stopped_by_daemon
@@ -169,7 +154,7 @@ stop_grace = 0.2
 async def test_linger_stops_the_daemon_that_long_after_the_agent_exits_on_its_own(tmp_path, short_tmp):
     spec = agent_spec(tmp_path, "--crash-before-initialize", agent_extra="linger = 0.2")
     sock = short_tmp / "c.sock"
-    async with running(spec, sock) as daemon:
+    async with Daemon(load_spec(spec), socket_path=sock) as daemon:
         await asyncio.wait_for(daemon.ctx.stop_event.wait(), 20)
         assert daemon.ledger.history.agent.exit_code == 2
         assert not daemon.ctx.readiness.ready
@@ -234,16 +219,9 @@ def test_a_server_name_inside_a_url_host_path_or_word_of_the_agents_error_fails_
 
 async def test_session_new_and_reset_on_a_passthrough_agent_restart_it_as_a_new_attempt(tmp_path, short_tmp):
     # A passthrough CLI has no ACP session: a "manual" attempt would silently supersede the running CLI's.
-    extra = f"""
-[agent]
-command = {json.dumps([sys.executable, "-m", "agentctl.testing.reference_agent", "--passthrough", "claude"])}
-protocol = "passthrough"
-strategy = "claude"
-workdir = "{tmp_path}"
-stop_grace = 0.2
-"""
     sock = short_tmp / "c.sock"
-    async with running(write_spec(tmp_path, extra), sock) as daemon:
+    spec = write_spec(tmp_path, agent=reference_passthrough(tmp_path))
+    async with Daemon(load_spec(spec), socket_path=sock) as daemon:
         first = daemon.ledger.current_attempt_id
         assert first is not None
         new = await asyncio.to_thread(cli_json, sock, "session", "new")

@@ -8,14 +8,9 @@ from agentctl.agent.delivery import AcpReceiver, BuiltinEndpoint, plan_delivery,
 from agentctl.agent.passthrough.base import CliReceiver
 from agentctl.evidence.contract import McpCapabilities
 from agentctl.spec import parse_spec
+from tests.conftest import spec_toml
 
-BASE = """
-[identity]
-task_id = "t"
-session_id = "s"
-agent_id = "a"
-agent_profile_id = "p"
-"""
+BASE = spec_toml(execution_id=None)
 
 SERVERS = """
 [[mcp.servers]]

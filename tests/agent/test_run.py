@@ -21,7 +21,7 @@ from agentctl.daemon.app import Daemon
 from agentctl.daemon.run import run_main_job
 from agentctl.evidence.contract import decode_history
 from agentctl.spec import load_spec
-from tests.agent.serve_support import agent_spec
+from tests.agent.serve_support import agent_spec, reference_passthrough
 from tests.conftest import REPO, agentctl_cmd, poll, write_spec
 
 DEMO = REPO / "examples" / "demo.toml"
@@ -160,15 +160,8 @@ def test_malformed_frames_from_the_agent_neither_reach_the_log_nor_cost_the_sess
 
 
 async def test_run_with_a_passthrough_cli_waits_for_it_and_shows_its_attempt(tmp_path, short_tmp):
-    extra = f"""
-[agent]
-command = {json.dumps([sys.executable, "-m", "agentctl.testing.reference_agent", "--passthrough", "claude"])}
-protocol = "passthrough"
-strategy = "claude"
-workdir = "{tmp_path}"
-stop_grace = 0.2
-"""
-    daemon = Daemon(load_spec(write_spec(tmp_path, extra)), socket_path=short_tmp / "c.sock")
+    spec = write_spec(tmp_path, agent=reference_passthrough(tmp_path))
+    daemon = Daemon(load_spec(spec), socket_path=short_tmp / "c.sock")
     out = io.StringIO()
     code = await run_main_job(daemon, out=out)
     text = out.getvalue()

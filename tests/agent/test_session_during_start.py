@@ -19,13 +19,12 @@ from agentctl.agent.manager import AgentManager
 from agentctl.agent.outcome import AgentError
 from agentctl.control.client import ControlClient, ControlClientError
 from tests.agent.serve_support import agent_spec, base_url, cli, http_get, row
-from tests.conftest import REPO, ServeProcess, agentctl_cmd, poll
+from tests.conftest import ServeProcess, await_ready, poll, spawn_serve
 
 
 def _serve_without_waiting(spec: Path, sock: Path) -> subprocess.Popen:
     """`agentctl serve` started, not waited for: its ready line comes only once the agent has started."""
-    return subprocess.Popen(agentctl_cmd("serve", str(spec), "--socket", str(sock)), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=REPO)
+    return spawn_serve(spec, sock)
 
 
 def _agent_starting(sock: Path) -> bool:
@@ -38,9 +37,7 @@ def _agent_starting(sock: Path) -> bool:
 
 
 def _finish(proc: subprocess.Popen) -> ServeProcess:
-    line = proc.stdout.readline()
-    assert line, proc.stderr.read().decode(errors="replace")
-    return ServeProcess(proc, json.loads(line))
+    return await_ready(proc)
 
 
 def _end(proc: subprocess.Popen) -> str:

@@ -25,7 +25,7 @@ from agentctl.agent.supervisor import (
     register_own_child,
     unregister_own_child,
 )
-from tests.conftest import eventually as _eventually
+from tests.conftest import eventually
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[2]
@@ -36,9 +36,6 @@ TREE = ("agent", "plain", "ignores_term", "escaped", "double_forked")
 def fixture_cmd(name: str, *args: str) -> list[str]:
     return [sys.executable, str(FIXTURES / name), *args]
 
-
-async def until(predicate, timeout: float, what: str):
-    return await _eventually(predicate, timeout, what)
 
 
 def dead(proc: psutil.Process) -> bool:
@@ -75,7 +72,7 @@ async def make_supervisor() -> AsyncIterator[Callable[..., Supervisor]]:
 async def start_tree(make_supervisor: Callable[..., Supervisor], directory: Path, *args: str) -> tuple[Supervisor, dict[str, psutil.Process]]:
     supervisor = make_supervisor(track_interval=0.05)
     await supervisor.start(fixture_cmd("tree_agent.py", str(directory), *args), cwd=None, env={})
-    await until(lambda: all((directory / f"{n}.pid").exists() for n in TREE), 15, "the agent tree to start")
+    await eventually(lambda: all((directory / f"{n}.pid").exists() for n in TREE), 15, "the agent tree to start")
     procs = read_pids(directory)
     assert procs["agent"].pid == supervisor.pid
     # The fixture really built the awkward cases: a session escapee and an orphan adopted by the agent's
@@ -120,7 +117,7 @@ async def test_adopted_orphans_are_reaped_while_the_agent_runs(make_supervisor, 
     orphan = procs["double_forked"]
     orphan.kill()
     # Only the tracker can reap it: it is our child, not asyncio's.
-    await until(lambda: not orphan.is_running(), 5, "the adopted zombie to be reaped")
+    await eventually(lambda: not orphan.is_running(), 5, "the adopted zombie to be reaped")
     assert supervisor.running
 
 
@@ -137,15 +134,15 @@ async def test_the_tree_tracker_slows_down_while_the_tree_stays_the_same(make_su
         return scan(full)
 
     agent._scan = counted
-    await until(lambda: len(times) >= 8, 30, "eight more scans")
+    await eventually(lambda: len(times) >= 8, 30, "eight more scans")
     gaps = [b - a for a, b in zip(times, times[1:])]
     # At 0.05 s without back-off, seven gaps take ~0.35 s; doubling to the 0.4 s cap makes the late ones 0.4 s.
     assert max(gaps[-3:]) >= 0.05 * 8 * 0.9, gaps
     # A change in the tree (a member dies) brings the interval back to its base at once.
     killed_at = len(times)
     procs["plain"].kill()
-    await until(lambda: any(b - a < 0.3 for a, b in zip(times[killed_at:], times[killed_at + 1:])), 30,
-                "a scan at the base interval after the change")
+    await eventually(lambda: any(b - a < 0.3 for a, b in zip(times[killed_at:], times[killed_at + 1:])), 30,
+                     "a scan at the base interval after the change")
 
 
 async def test_daemon_children_are_not_swept_or_reaped(make_supervisor, tmp_path: Path) -> None:
@@ -300,13 +297,13 @@ async def test_agent_dies_when_the_daemon_is_sigkilled(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     daemon = subprocess.Popen([sys.executable, str(FIXTURES / "mini_daemon.py"), str(pidfile)], env=env, cwd=REPO)
     try:
-        await until(pidfile.exists, 15, "the stand-in daemon to start its agent")
+        await eventually(pidfile.exists, 15, "the stand-in daemon to start its agent")
         agent = psutil.Process(int(pidfile.read_text()))
         assert psutil.Process(agent.ppid()).ppid() == daemon.pid  # the agent's parent is its shim
     finally:
         daemon.kill()
         daemon.wait(timeout=10)
-    await until(lambda: dead(agent), 5, "the agent to die with its daemon")
+    await eventually(lambda: dead(agent), 5, "the agent to die with its daemon")
 
 
 async def test_stderr_flood_does_not_block_the_agent_or_grow_memory(make_supervisor) -> None:
@@ -390,7 +387,7 @@ async def test_signals_sent_to_the_shim_reach_the_agent_and_its_real_exit_code_c
     os.kill(shim, signal.SIGTERM)
     assert await asyncio.wait_for(supervisor.stdout.readline(), 15) == b"SIGTERM\n"
     assert await asyncio.wait_for(supervisor.wait_exit(), 15) == ExitInfo(7, None, "exited with code 7")
-    await until(lambda: not psutil.pid_exists(shim), 10, "the shim to leave once its tree is gone")
+    await eventually(lambda: not psutil.pid_exists(shim), 10, "the shim to leave once its tree is gone")
 
 
 async def test_the_agent_gets_only_its_stdio_default_signal_dispositions_and_a_session_of_its_own(make_supervisor) -> None:
@@ -404,7 +401,7 @@ async def test_the_agent_gets_only_its_stdio_default_signal_dispositions_and_a_s
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     agent = supervisor.pid
-    await until(lambda: psutil.Process(agent).exe() == os.path.realpath(sleep), 15, "the exec")
+    await eventually(lambda: psutil.Process(agent).exe() == os.path.realpath(sleep), 15, "the exec")
     # 0-2 only: neither the daemon's channel to the shim nor any other fd of the daemon or the shim.
     assert sorted(os.listdir(f"/proc/{agent}/fd")) == ["0", "1", "2"]
     status = dict(line.split(":\t", 1) for line in Path(f"/proc/{agent}/status").read_text().splitlines() if ":\t" in line)
@@ -427,7 +424,7 @@ async def test_a_killed_shim_is_an_unknown_exit_said_so_and_the_orphans_are_stil
     # The agent died of its parent-death signal, but nobody can read its status now: not guessed.
     assert info == ExitInfo(None, None, "exit status unknown: the agent's shim was killed by SIGKILL")
     assert exits == [info]
-    await until(lambda: dead(procs["agent"]), 10, "the agent to die with its shim")
+    await eventually(lambda: dead(procs["agent"]), 10, "the agent to die with its shim")
     # Its escaped descendants are re-parented to us (a subreaper too) and swept at stop.
     await supervisor.stop(grace=0.1, term_timeout=0.2)
     # A killed descendant may still be an unreaped zombie for a moment: dead() counts that as gone.
@@ -439,8 +436,8 @@ async def test_an_agent_that_cannot_be_executed_leaves_no_shim_behind(make_super
     supervisor = make_supervisor()
     with pytest.raises(AgentStartError, match="^cannot start agent: permission denied$"):
         await supervisor.start([str(FIXTURES)], cwd=None, env={})  # a directory: EACCES from exec
-    await until(lambda: {p.pid for p in psutil.Process().children() if not dead(p)} <= before, 10,
-                "the shim to be gone")
+    await eventually(lambda: {p.pid for p in psutil.Process().children() if not dead(p)} <= before, 10,
+                     "the shim to be gone")
     assert supervisor.process is None
 
 

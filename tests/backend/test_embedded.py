@@ -16,23 +16,10 @@ from agentctl.backend import OPS, Backend, BackendError, EmbeddedBackend
 from agentctl.backend.embedded import SCHEMA_VERSION
 from agentctl.backend.execution_info import sanitize_target
 from agentctl.evidence.contract import Identity
+from tests.conftest import identity
 
-IDENTITY = Identity(
-    task_id="task-1",
-    session_id="session-1",
-    execution_id="exec-1",
-    instance_id="inst-1",
-    agent_id="agent-1",
-    agent_profile_id="profile-1",
-)
-OTHER = Identity(
-    task_id="task-2",
-    session_id="session-2",
-    execution_id="exec-2",
-    instance_id="inst-2",
-    agent_id="agent-1",
-    agent_profile_id="profile-1",
-)
+IDENTITY = identity()
+OTHER = identity(session="session-2", execution="exec-2", instance="inst-2", task="task-2")
 DEADLINE = 5.0
 
 

@@ -10,7 +10,6 @@ from tests.control.control_support import EXECUTION_ID, Served, make_ctx, serve_
 
 from agentctl.control.socket import cleanup_socket_path
 from agentctl.daemon.app import Daemon
-from agentctl.spec import load_spec
 from tests.conftest import write_spec
 
 
@@ -36,11 +35,6 @@ async def served(short_dir: Path, tmp_path: Path) -> AsyncIterator[Served]:
 
 
 @pytest.fixture
-async def daemon(tmp_path: Path, short_tmp: Path) -> AsyncIterator[Daemon]:
+async def daemon(tmp_path: Path, short_tmp: Path, in_process_daemon) -> Daemon:
     """A real MCP-only daemon, started, its control socket at `short_tmp / "c.sock"`."""
-    d = Daemon(load_spec(write_spec(tmp_path)), socket_path=short_tmp / "c.sock")
-    await d.start()
-    try:
-        yield d
-    finally:
-        await d.stop()
+    return await in_process_daemon(write_spec(tmp_path), short_tmp / "c.sock")

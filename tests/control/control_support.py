@@ -7,7 +7,6 @@ import argparse
 import os
 import socket
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from aiohttp import web
@@ -16,23 +15,12 @@ from agentctl.cli import build_parser as cli_parser
 from agentctl.control.server import install_control_routes
 from agentctl.control.socket import prepare_socket_path, start_unix_site
 from agentctl.context import DaemonContext
-from agentctl.evidence.contract import Identity
 from agentctl.evidence.ledger import Ledger, ServerSeed
 from agentctl.spec import IdentitySpec, Spec
+from tests.conftest import StepClock, identity
 
 TEST_CTX_KEY = web.AppKey("test_control_ctx", DaemonContext)
 EXECUTION_ID = "exec_0123456789abcdef0123456789abcdef"
-
-
-class StepClock:
-    """A deterministic clock: every read is one second after the previous one."""
-
-    def __init__(self) -> None:
-        self.t = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        self.t += timedelta(seconds=1)
-        return self.t
 
 
 def make_ctx(state_dir: Path, socket_path: Path) -> DaemonContext:
@@ -45,15 +33,8 @@ def make_ctx(state_dir: Path, socket_path: Path) -> DaemonContext:
             execution_id=EXECUTION_ID,
         )
     )
-    identity = Identity(
-        task_id="task-1",
-        session_id="sess-1",
-        execution_id=EXECUTION_ID,
-        instance_id="inst_0123456789abcdef",
-        agent_id="agent-1",
-        agent_profile_id="profile-1",
-    )
-    ledger = Ledger(identity, clock=StepClock())
+    ledger = Ledger(identity(session="sess-1", execution=EXECUTION_ID, instance="inst_0123456789abcdef"),
+                    clock=StepClock())
     return DaemonContext(spec=spec, ledger=ledger, state_dir=state_dir, control_socket=socket_path)
 
 

@@ -41,25 +41,23 @@ def killed_daemons(tmp_path: Path, base: Path, n: int) -> list[Path]:
 
 
 def test_status_with_one_live_daemon_among_dead_sockets_talks_to_the_live_one_and_removes_the_dead(
-    tmp_path, short_tmp
+    tmp_path, short_tmp, serve
 ):
     base = short_tmp / "run"
     dead = killed_daemons(tmp_path, base, 3)
     live_dir = tmp_path / "live"
     live_dir.mkdir()
-    live = start_serve(write_spec(live_dir, execution_id="exec-live"), base / "exec-live" / "control.sock")
-    try:
-        done = cli(base, "status", "--json")
-        assert done.returncode == 0, done.stderr
-        assert json.loads(done.stdout)["identity"]["execution_id"] == "exec-live"
-        assert "removed the stale control socket(s) of 3 dead daemon(s)" in done.stderr
-        assert "several daemons" not in done.stderr
-        assert not any(p.exists() or p.parent.exists() for p in dead), "each dead daemon's socket and directory"
-        assert discover(base) == ([base / "exec-live" / "control.sock"], [])
-        again = cli(base, "health")
-        assert (again.returncode, again.stdout, again.stderr) == (0, "live\n", "")
-    finally:
-        assert live.stop() == 0
+    live = serve(write_spec(live_dir, execution_id="exec-live"), base / "exec-live" / "control.sock")
+    done = cli(base, "status", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["identity"]["execution_id"] == "exec-live"
+    assert "removed the stale control socket(s) of 3 dead daemon(s)" in done.stderr
+    assert "several daemons" not in done.stderr
+    assert not any(p.exists() or p.parent.exists() for p in dead), "each dead daemon's socket and directory"
+    assert discover(base) == ([base / "exec-live" / "control.sock"], [])
+    again = cli(base, "health")
+    assert (again.returncode, again.stdout, again.stderr) == (0, "live\n", "")
+    assert live.stop() == 0
 
 
 def test_only_dead_sockets_mean_no_daemon_is_running_and_they_are_removed(tmp_path, short_tmp):

@@ -17,7 +17,6 @@ import msgspec
 import pytest
 
 from agentctl.control.client import ControlClient, ControlProtocolError, ControlRefused
-from agentctl.daemon.app import Daemon
 from agentctl.evidence.contract import (
     ControlError,
     DaemonReady,
@@ -27,8 +26,7 @@ from agentctl.evidence.contract import (
     StatusResponse,
 )
 from agentctl.evidence.reasons import REASONS
-from agentctl.spec import load_spec
-from tests.conftest import REPO, agentctl_cmd, start_serve, write_spec
+from tests.conftest import REPO, agentctl_cmd, write_spec
 from tests.control.control_support import raw_exchange
 
 CANARY = "quoted-canary-9d41"
@@ -144,14 +142,12 @@ def test_a_daemon_answer_of_another_shape_is_one_line_not_a_traceback(short_tmp)
         server.close()
 
 
-def test_serve_prints_one_ready_line_in_the_contracts_shape(tmp_path, short_tmp):
-    daemon = start_serve(write_spec(tmp_path), short_tmp / "c.sock")
-    try:
-        ready = msgspec.convert(daemon.ready, DaemonReady)
-        assert list(daemon.ready) == ["event", *DaemonReady.__struct_fields__] and daemon.ready["event"] == "ready"
-        assert ready.control_socket == str(short_tmp / "c.sock") and ready.pid == daemon.proc.pid
-    finally:
-        assert daemon.stop() == 0
+def test_serve_prints_one_ready_line_in_the_contracts_shape(tmp_path, serve):
+    daemon = serve(write_spec(tmp_path))
+    ready = msgspec.convert(daemon.ready, DaemonReady)
+    assert list(daemon.ready) == ["event", *DaemonReady.__struct_fields__] and daemon.ready["event"] == "ready"
+    assert ready.control_socket == str(daemon.socket) and ready.pid == daemon.proc.pid
+    assert daemon.stop() == 0
 
 
 def test_hub_serve_prints_one_ready_line_in_the_contracts_shape(short_tmp):
@@ -170,31 +166,24 @@ def test_hub_serve_prints_one_ready_line_in_the_contracts_shape(short_tmp):
         assert proc.wait(timeout=30) == 0
 
 
-async def test_the_prompt_streams_contract_items_ending_in_done(tmp_path, short_tmp):
+async def test_the_prompt_streams_contract_items_ending_in_done(tmp_path, in_process_daemon):
     from tests.agent.serve_support import agent_spec, cli
 
-    spec = agent_spec(tmp_path)
-    sock = short_tmp / "c.sock"
-    daemon = Daemon(load_spec(spec), socket_path=sock)
-    await daemon.start()
-    try:
-        assert (await asyncio.to_thread(cli, sock, "session", "new")).returncode == 0
-        done = await asyncio.to_thread(cli, sock, "prompt", "hello", "--json")
-        assert done.returncode == 0, done.stderr
-        items = [msgspec.convert(doc, PromptStreamItem) for doc in json_documents(done.stdout)]
-        assert items[-1].type == "done" and items[-1].stop_reason
-        assert any(item.type == "agent_message_chunk" and item.text for item in items)
-    finally:
-        await daemon.stop()
+    daemon = await in_process_daemon(agent_spec(tmp_path))
+    sock = daemon.ctx.control_socket
+    assert (await asyncio.to_thread(cli, sock, "session", "new")).returncode == 0
+    done = await asyncio.to_thread(cli, sock, "prompt", "hello", "--json")
+    assert done.returncode == 0, done.stderr
+    items = [msgspec.convert(doc, PromptStreamItem) for doc in json_documents(done.stdout)]
+    assert items[-1].type == "done" and items[-1].stop_reason
+    assert any(item.type == "agent_message_chunk" and item.text for item in items)
 
 
-def test_a_cli_refusal_is_one_line_naming_the_route_status_and_message(tmp_path, short_tmp):
-    daemon = start_serve(write_spec(tmp_path), short_tmp / "c.sock")
-    try:
-        done = subprocess.run(agentctl_cmd("mcp-config", "--socket", str(short_tmp / "c.sock")), capture_output=True,
-                              text=True, timeout=60, cwd=REPO)
-        assert done.returncode == 1 and done.stdout == ""
-        assert done.stderr == ("agentctl: the daemon refused /v1/mcp-config (HTTP 404): no current attempt yet: run "
-                               "`agentctl session new` first\n")
-    finally:
-        assert daemon.stop() == 0
+def test_a_cli_refusal_is_one_line_naming_the_route_status_and_message(tmp_path, serve):
+    daemon = serve(write_spec(tmp_path))
+    done = subprocess.run(agentctl_cmd("mcp-config", "--socket", str(daemon.socket)), capture_output=True,
+                          text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == ("agentctl: the daemon refused /v1/mcp-config (HTTP 404): no current attempt yet: run "
+                           "`agentctl session new` first\n")
+    assert daemon.stop() == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -11,10 +12,8 @@ import urllib.request
 import urllib.error
 
 
-from agentctl.daemon.app import Daemon
 from agentctl.evidence.store import read_report
-from agentctl.spec import load_spec
-from tests.conftest import REPO, agentctl_cmd, start_serve, write_spec
+from tests.conftest import REPO, agentctl_cmd, write_spec
 
 
 def _get(url: str) -> tuple[int, dict]:
@@ -25,10 +24,10 @@ def _get(url: str) -> tuple[int, dict]:
         return exc.code, json.loads(exc.read())
 
 
-def test_serve_prints_one_ready_line_then_sigterm_drains_and_persists(tmp_path, short_tmp):
+def test_serve_prints_one_ready_line_then_sigterm_drains_and_persists(tmp_path, short_tmp, serve):
     spec = write_spec(tmp_path)
     sock = short_tmp / "ctl" / "control.sock"
-    daemon = start_serve(spec, sock)
+    daemon = serve(spec, sock)
     ready = daemon.ready
     assert set(ready) == {"event", "control_socket", "mcp_url", "instance_id", "execution_id", "pid"}
     assert ready["event"] == "ready" and ready["execution_id"] == "exec-test"
@@ -47,44 +46,33 @@ def test_serve_prints_one_ready_line_then_sigterm_drains_and_persists(tmp_path, 
     assert report.identity.instance_id == ready["instance_id"]
 
 
-def test_sigint_also_exits_zero(tmp_path, short_tmp):
-    daemon = start_serve(write_spec(tmp_path), short_tmp / "c.sock")
+def test_sigint_also_exits_zero(tmp_path, serve):
+    daemon = serve(write_spec(tmp_path))
     assert daemon.stop(signal.SIGINT) == 0
 
 
-def test_readyz_verbose_lists_checks_and_turns_503_as_soon_as_stop_is_requested(tmp_path, short_tmp):
-    import asyncio
-
-    async def scenario():
-        d = Daemon(load_spec(write_spec(tmp_path)), socket_path=short_tmp / "c.sock")
-        await d.start()
-        try:
-            base = d.ctx.mcp_base
-            status, body = await asyncio.to_thread(_get, base + "/readyz?verbose")
-            assert status == 200
-            assert body["checks"]["control_socket"]["ok"] and body["checks"]["mcp_listener"]["ok"]
-            d.ctx.request_stop()  # the trigger tests fire instead of a signal
-            status, body = await asyncio.to_thread(_get, base + "/readyz?verbose")
-            assert status == 503 and body["stopping"] is True
-            assert (await asyncio.to_thread(_get, base + "/livez"))[0] == 200
-        finally:
-            await d.stop()
-        assert not (short_tmp / "c.sock").exists()
-
-    asyncio.run(scenario())
+async def test_readyz_verbose_lists_checks_and_turns_503_as_soon_as_stop_is_requested(tmp_path, short_dir,
+                                                                                        in_process_daemon):
+    d = await in_process_daemon(write_spec(tmp_path), short_dir / "c.sock")
+    base = d.ctx.mcp_base
+    status, body = await asyncio.to_thread(_get, base + "/readyz?verbose")
+    assert status == 200
+    assert body["checks"]["control_socket"]["ok"] and body["checks"]["mcp_listener"]["ok"]
+    d.ctx.request_stop()  # the trigger tests fire instead of a signal
+    status, body = await asyncio.to_thread(_get, base + "/readyz?verbose")
+    assert status == 503 and body["stopping"] is True
+    assert (await asyncio.to_thread(_get, base + "/livez"))[0] == 200
+    await d.stop()
+    assert not (short_dir / "c.sock").exists()
 
 
-def test_systemd_notifications_arrive_ready_then_watchdog_then_stopping(tmp_path, short_tmp):
+def test_systemd_notifications_arrive_ready_then_watchdog_then_stopping(tmp_path, short_tmp, serve):
     notify_path = short_tmp / "notify.sock"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     listener.bind(str(notify_path))
     listener.settimeout(10)
     try:
-        daemon = start_serve(
-            write_spec(tmp_path),
-            short_tmp / "c.sock",
-            env={"NOTIFY_SOCKET": str(notify_path), "WATCHDOG_USEC": "200000"},
-        )
+        daemon = serve(write_spec(tmp_path), env={"NOTIFY_SOCKET": str(notify_path), "WATCHDOG_USEC": "200000"})
         messages: list[str] = []
         while not any("WATCHDOG=1" in m for m in messages):
             messages.append(listener.recv(4096).decode())
@@ -139,19 +127,17 @@ def test_socket_path_over_107_bytes_gives_one_line(tmp_path):
     _assert_one_clear_line(_run_cli("serve", str(write_spec(tmp_path)), "--socket", long_path), "107")
 
 
-def test_second_daemon_on_the_same_socket_is_refused_and_first_keeps_serving(tmp_path, short_tmp):
-    sock = short_tmp / "c.sock"
-    first = start_serve(write_spec(tmp_path), sock)
-    try:
-        other = tmp_path / "other"
-        other.mkdir()
-        second = _run_cli("serve", str(write_spec(other, execution_id="exec-two")), "--socket", str(sock))
-        _assert_one_clear_line(second, "already")
-        base = first.ready["mcp_url"][: -len("/mcp")]
-        assert _get(base + "/readyz")[0] == 200
-        assert sock.exists()
-    finally:
-        assert first.stop() == 0
+def test_second_daemon_on_the_same_socket_is_refused_and_first_keeps_serving(tmp_path, serve):
+    first = serve(write_spec(tmp_path))
+    sock = first.socket
+    other = tmp_path / "other"
+    other.mkdir()
+    second = _run_cli("serve", str(write_spec(other, execution_id="exec-two")), "--socket", str(sock))
+    _assert_one_clear_line(second, "already")
+    base = first.ready["mcp_url"][: -len("/mcp")]
+    assert _get(base + "/readyz")[0] == 200
+    assert sock.exists()
+    assert first.stop() == 0
 
 
 def test_a_corrupt_task_store_gives_one_line_naming_the_component(tmp_path, short_tmp):

@@ -17,7 +17,7 @@ from agentctl.daemon.app import Daemon
 from agentctl.hub.hub import Hub
 from agentctl.hub.web import HubWeb
 from agentctl.spec import parse_spec
-from tests.conftest import eventually
+from tests.conftest import eventually, spec_toml
 
 SESSION = "session-CANARYsid7"
 HOSTILE = "evil.CANARYsrv"  # a server name a profile can choose freely
@@ -25,22 +25,11 @@ URL_SECRET = "CANARYpath-s3cret"
 
 
 def _spec(d, hub_sock, execution_id: str) -> bytes:
-    return f"""
-[identity]
-task_id = "task-CANARYtask"
-session_id = "{SESSION}-{execution_id}"
-agent_id = "agent-1"
-agent_profile_id = "profile-1"
-execution_id = "{execution_id}"
-[state]
-dir = "{d}/state-{execution_id}"
-[upstream]
-socket = "{hub_sock}"
-[[mcp.servers]]
-name = "{HOSTILE}"
-type = "http"
-url = "http://127.0.0.1:1/{URL_SECRET}/mcp"
-""".encode()
+    return spec_toml(
+        execution_id=execution_id, identity={"task_id": "task-CANARYtask", "session_id": f"{SESSION}-{execution_id}"},
+        state_dir=f"{d}/state-{execution_id}", upstream=hub_sock,
+        servers=[{"name": HOSTILE, "type": "http", "url": f"http://127.0.0.1:1/{URL_SECRET}/mcp"}],
+    ).encode()
 
 
 async def _scrape(http: aiohttp.ClientSession, url: str) -> tuple[str, dict[tuple[str, tuple], float]]:

@@ -18,7 +18,7 @@ from mcp.server import MCPServer
 
 from agentctl.daemon.app import Daemon
 from agentctl.spec import parse_spec
-from tests.conftest import eventually, serve_asgi
+from tests.conftest import eventually, serve_asgi, spec_toml
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PY = sys.executable
@@ -120,22 +120,9 @@ async def mcp_server() -> AsyncIterator[McpServerFixture]:
 
 
 def spec_text(state_dir: Path, servers: str = "", agent: str = "", execution_id: str = "exec-diag") -> bytes:
-    return f"""
-[identity]
-task_id = "task-1"
-session_id = "session-1"
-agent_id = "agent-1"
-agent_profile_id = "profile-1"
-execution_id = "{execution_id}"
-
-[state]
-dir = "{state_dir}"
-
-[daemon]
-persist_delay = 0.0
-{agent}
-{servers}
-""".encode()
+    """A spec whose [agent] and [[mcp.servers]] are TOML text (stdio_server(), http_server())."""
+    return spec_toml(execution_id=execution_id, daemon={"persist_delay": 0.0}, state_dir=state_dir,
+                     extra=f"{agent}\n{servers}\n").encode()
 
 
 def stdio_server(name: str, script: str, *args: str, env: str = "{}") -> str:
@@ -193,12 +180,8 @@ class Running:
 
 @contextlib.asynccontextmanager
 async def running_daemon(spec: bytes, socket_path: Path) -> AsyncIterator[Running]:
-    daemon = Daemon(parse_spec(spec), socket_path=socket_path)
-    await daemon.start()
-    try:
+    async with Daemon(parse_spec(spec), socket_path=socket_path) as daemon:
         yield Running(daemon=daemon, control=Control(socket_path))
-    finally:
-        await daemon.stop()
 
 
 # ---- processes -------------------------------------------------------------------------------------------

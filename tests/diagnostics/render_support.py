@@ -2,57 +2,26 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from agentctl.context import DaemonContext, Readiness
 from agentctl.diagnostics.diagnostics import build_diagnostics
-from agentctl.evidence.contract import Diagnostics, EndpointTestResult, Identity
+from agentctl.evidence.contract import Diagnostics, EndpointTestResult
 from agentctl.evidence.ledger import Ledger, ServerSeed
 from agentctl.spec import parse_spec
+from tests.conftest import StepClock, identity, spec_toml
 
-SPEC = b"""
-[identity]
-task_id = "task-1"
-session_id = "sess-1"
-agent_id = "agent-1"
-agent_profile_id = "profile-1"
-execution_id = "exec_0123456789abcdef"
-
-[[mcp.servers]]
-name = "github"
-type = "http"
-url = "https://api.github.example/mcp"
-
-[[mcp.servers]]
-name = "broken"
-type = "http"
-url = "https://broken.example/mcp"
-
-[[mcp.servers]]
-name = "local-fs"
-type = "stdio"
-command = "/usr/bin/fs-server"
-
-[[mcp.servers]]
-name = "cli-only"
-type = "sse"
-url = "https://sse.example/sse"
-
-[[mcp.servers]]
-name = "later"
-type = "http"
-url = "https://later.example/mcp"
-"""
-
-
-class StepClock:
-    def __init__(self) -> None:
-        self.t = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        self.t += timedelta(seconds=1)
-        return self.t
+SPEC = spec_toml(
+    execution_id="exec_0123456789abcdef",
+    identity={"session_id": "sess-1"},
+    servers=[
+        {"name": "github", "type": "http", "url": "https://api.github.example/mcp"},
+        {"name": "broken", "type": "http", "url": "https://broken.example/mcp"},
+        {"name": "local-fs", "type": "stdio", "command": "/usr/bin/fs-server"},
+        {"name": "cli-only", "type": "sse", "url": "https://sse.example/sse"},
+        {"name": "later", "type": "http", "url": "https://later.example/mcp"},
+    ],
+).encode()
 
 
 SEEDS = [
@@ -68,15 +37,8 @@ SEEDS = [
 def every_state_ctx() -> DaemonContext:
     """Previous attempt: kandev connected, then disconnected. Current: one row in each display state."""
     spec = parse_spec(SPEC)
-    identity = Identity(
-        task_id="task-1",
-        session_id="sess-1",
-        execution_id="exec_0123456789abcdef",
-        instance_id="inst_0123456789abcdef",
-        agent_id="agent-1",
-        agent_profile_id="profile-1",
-    )
-    ledger = Ledger(identity, clock=StepClock())
+    ledger = Ledger(identity(session="sess-1", execution="exec_0123456789abcdef", instance="inst_0123456789abcdef"),
+                    clock=StepClock())
     old, _ = ledger.begin_attempt("session_new", SEEDS[:2])
     ledger.record("delivered", old, "kandev")
     ledger.record("delivered", old, "github")

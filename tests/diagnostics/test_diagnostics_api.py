@@ -26,9 +26,6 @@ async def _attach(config: dict) -> int:
         await http.aclose()
 
 
-async def _until(predicate, timeout: float = 5.0) -> None:
-    await eventually(predicate, timeout, "condition")
-
 
 async def test_diagnostics_and_tools_follow_the_attempts(short_dir: Path, capsys: pytest.CaptureFixture[str]):
     servers = http_server("search", "http://127.0.0.1:1/mcp")
@@ -48,7 +45,7 @@ async def test_diagnostics_and_tools_follow_the_attempts(short_dir: Path, capsys
         assert status == 404 and "catalog not loaded yet" in body["error"]
 
         count = await _attach(await d.control.get("/v1/mcp-config"))
-        await _until(lambda: d.ctx.ledger.history.current.servers[0].status == "active")
+        await eventually(lambda: d.ctx.ledger.history.current.servers[0].status == "active", 5.0)
         view = await d.control.get("/v1/tools")
         assert view["loaded"] is True and view["tool_count"] == count == len(view["catalog"]["tools"])
         tool = await d.control.get("/v1/tools/get_task")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentctl import cli
-from tests.conftest import REPO, start_serve, write_spec
+from tests.conftest import REPO, write_spec
 from tests.diagnostics.conftest import FIXTURES, PY, REF_AGENT
 
 DOC = REPO / "docs" / "troubleshooting.md"
@@ -37,17 +37,9 @@ def test_the_doc_shows_commands_and_names_only_commands_it_runs() -> None:
 
 
 def _spec(tmp_path: Path) -> Path:
-    extra = f"""
-[agent]
-command = ["{REF_AGENT}"]
-
-[[mcp.servers]]
-name = "github"
-type = "stdio"
-command = "{PY}"
-args = ["{FIXTURES / 'stdio_server.py'}"]
-"""
-    return write_spec(tmp_path, extra, execution_id=EXECUTION)
+    return write_spec(tmp_path, execution_id=EXECUTION, agent=[REF_AGENT], servers=[
+        {"name": "github", "type": "stdio", "command": PY, "args": [str(FIXTURES / "stdio_server.py")]},
+    ])
 
 
 def _run(line: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -63,10 +55,10 @@ def _run(line: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixtu
 
 
 def test_every_command_in_the_troubleshooting_doc_runs_against_a_real_daemon(
-    tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], serve
 ) -> None:
     # No AGENTCTL_O200K_PATH: the estimates come from the encoding shipped in the package.
-    daemon = start_serve(_spec(tmp_path), short_tmp / EXECUTION / "control.sock", env={"AGENTCTL_O200K_PATH": ""})
+    daemon = serve(_spec(tmp_path), short_tmp / EXECUTION / "control.sock", env={"AGENTCTL_O200K_PATH": ""})
     outputs: dict[str, str] = {}
     try:
         for name in ("AGENTCTL_SOCKET", "AGENTCTL_RUNTIME_DIR", "RUNTIME_DIRECTORY", "NO_COLOR", "TERM"):

@@ -18,7 +18,7 @@ import pytest
 from agentctl.agent.passthrough import STRATEGY_NAMES, get_strategy
 from agentctl.agent.passthrough.base import BuiltinEndpoint, Materialization, MaterializeRequest
 from agentctl.spec import Spec, parse_spec
-from tests.conftest import REPO
+from tests.conftest import REPO, spec_toml
 
 DOC = REPO / "docs" / "agents.md"
 SPEC_BLOCK = re.compile(r"^```toml agent-spec:(?P<name>[a-z0-9-]+)\n(?P<body>.*?)^```", re.M | re.S)
@@ -62,7 +62,7 @@ def test_every_agent_spec_on_the_page_loads_and_names_a_protocol_and_strategy_th
 
 def test_a_spec_block_that_does_not_load_is_caught() -> None:
     # The extraction is what protects the page: a block with a typo must reach parse_spec and fail there.
-    identity = '[identity]\ntask_id = "t"\nsession_id = "s"\nagent_id = "a"\nagent_profile_id = "p"\n'
+    identity = spec_toml(execution_id=None)
     broken = f'```toml agent-spec:broken\n{identity}\n[agent]\ncommand = ["x"]\nprotocl = "acp"\n```\n'
     [match] = SPEC_BLOCK.finditer(broken)
     with pytest.raises(Exception, match="protocl"):
@@ -90,11 +90,9 @@ def _materialize(name: str, workdir: Path, tmpdir: Path) -> Materialization:
     """The page's spec plus one stdio server, materialized by its strategy for a dead built-in address."""
     spec = doc_specs()[name]
     spec.mcp.servers.append(
-        parse_spec(
-            f'[identity]\ntask_id = "t"\nsession_id = "s"\nagent_id = "a"\nagent_profile_id = "p"\n'
-            f'[[mcp.servers]]\nname = "local"\ntype = "stdio"\ncommand = "{sys.executable}"\n'
-            f'args = ["{STDIO_SERVER}"]\n'.encode()
-        ).mcp.servers[0]
+        parse_spec(spec_toml(execution_id=None, servers=[
+            {"name": "local", "type": "stdio", "command": sys.executable, "args": [str(STDIO_SERVER)]},
+        ]).encode()).mcp.servers[0]
     )
     strategy = get_strategy(spec.agent.strategy)  # type: ignore[union-attr]
     assert strategy is not None

@@ -12,32 +12,22 @@ from agentctl.evidence.ledger import Ledger
 from agentctl.evidence.sanitize import REDACTED, bounded_text, opaque_id, redact, summarize
 from agentctl.evidence.secret_registry import MIN_PART_LENGTH, SecretRegistry, value_parts
 from agentctl.spec import parse_spec, secret_registry
+from tests.conftest import spec_toml
 from tests.evidence.fixed import IDENT
 
-SPEC = b"""
-[identity]
-task_id = "t"
-session_id = "s"
-agent_id = "a"
-agent_profile_id = "p"
-
-[agent]
-command = ["agent", "--acp", "--api-token=FlagV4lue9", "--model", "gpt-4o"]
-env = { OPENAI_KEY = "EnvS3cretValue", PLAIN = "Bearer EnvBearer77" }
-
-[[mcp.servers]]
-name = "web"
-type = "http"
-url = "https://Us3rName:P%40ssW0rd99@mcp.example.com:8443/Pa7hSegment/mcp?sig=Qu3ryValue&v=1#Fr4gment"
-headers = { Authorization = "Bearer HeaderTok3n", X-Api-Key = "K3yWordOne second", Cookie = "sid=C00kieValue; theme=dark" }
-
-[[mcp.servers]]
-name = "local"
-type = "stdio"
-command = "npx"
-args = ["-y", "--key=StdioFl4g", "pkg@latest"]
-env = { DB = "postgres://DbUs3r:DbPassw0rd@db:5432/Db4name" }
-"""
+SPEC = spec_toml(
+    execution_id=None,
+    agent={"command": ["agent", "--acp", "--api-token=FlagV4lue9", "--model", "gpt-4o"],
+           "env": {"OPENAI_KEY": "EnvS3cretValue", "PLAIN": "Bearer EnvBearer77"}},
+    servers=[
+        {"name": "web", "type": "http",
+         "url": "https://Us3rName:P%40ssW0rd99@mcp.example.com:8443/Pa7hSegment/mcp?sig=Qu3ryValue&v=1#Fr4gment",
+         "headers": {"Authorization": "Bearer HeaderTok3n", "X-Api-Key": "K3yWordOne second",
+                     "Cookie": "sid=C00kieValue; theme=dark"}},
+        {"name": "local", "type": "stdio", "command": "npx", "args": ["-y", "--key=StdioFl4g", "pkg@latest"],
+         "env": {"DB": "postgres://DbUs3r:DbPassw0rd@db:5432/Db4name"}},
+    ],
+).encode()
 
 # (what an agent's or a server's error echoes on its own, in another case) for each part form.
 ECHOES = {

@@ -34,7 +34,7 @@ from agentctl.evidence.store import (
     resolve_state_dir,
     write_atomic,
 )
-from tests.conftest import eventually as _eventually, poll
+from tests.conftest import eventually, poll
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WRITER = Path(__file__).with_name("persist_writer.py")
@@ -61,9 +61,6 @@ def seeded(ledger: Ledger) -> str:
     )
     return attempt_id
 
-
-async def eventually(predicate, timeout: float = 5.0, what: str = "condition"):
-    return await _eventually(predicate, timeout, what)
 
 
 def wait_until(pred: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
@@ -229,7 +226,7 @@ async def test_a_change_only_marks_dirty_and_the_write_happens_later_in_a_worker
     seeded(ledger)  # synchronous: must not have written anything yet
     assert threads == [] and not path.exists()
     assert persister.dirty
-    await eventually(lambda: persister.writes >= 1, what="first write")
+    await eventually(lambda: persister.writes >= 1, 5.0, what="first write")
     assert threading.get_ident() not in threads
     await persister.stop()
     assert decode_history(path.read_bytes()) == ledger.history
@@ -313,7 +310,7 @@ async def test_a_failed_write_is_logged_once_keeps_live_state_and_the_next_chang
                           on_health=lambda code, errno_name: health.append((code, errno_name)))
     persister.start()
     attempt_id = seeded(ledger)
-    await eventually(lambda: persister.writes >= 1 and not persister.dirty, what="first write")
+    await eventually(lambda: persister.writes >= 1 and not persister.dirty, 5.0, what="first write")
     writes_before = persister.writes
     assert health == [], "nothing to report while writes succeed"
 
@@ -321,12 +318,12 @@ async def test_a_failed_write_is_logged_once_keeps_live_state_and_the_next_chang
     caplog.set_level(logging.DEBUG, logger=store.__name__)
     event = ledger.record("delivered", attempt_id, SECRETISH)
     assert event is not None  # live state keeps working
-    await eventually(lambda: persister.failures >= 1, what="a failed write")
+    await eventually(lambda: persister.failures >= 1, 5.0, what="a failed write")
     assert persister.last_error == "ENOTDIR"
     assert persister.writes == writes_before and persister.dirty
     assert health[0] == ("report_write_failed", "ENOTDIR"), "the failure is reported to the surfaces"
     ledger.record("initialize_observed", attempt_id, SECRETISH, connection_id="conn_1", era="legacy")
-    await eventually(lambda: persister.failures >= 2, what="a retried, failed write")
+    await eventually(lambda: persister.failures >= 2, 5.0, what="a retried, failed write")
     assert ledger.history.current is not None
     assert ledger.history.current.servers[0].status == "connected"
 
@@ -339,7 +336,7 @@ async def test_a_failed_write_is_logged_once_keeps_live_state_and_the_next_chang
 
     _unblock_dir(exec_dir, aside)
     ledger.record("tools_list_observed", attempt_id, SECRETISH, tool_count=3)
-    await eventually(lambda: persister.writes > writes_before and not persister.dirty, what="recovered write")
+    await eventually(lambda: persister.writes > writes_before and not persister.dirty, 5.0, what="recovered write")
     assert read_report(tmp_path, EXEC_ID) == ledger.history
     assert temp_files(exec_dir) == []
     assert health[-1] == (None, None) and health.count((None, None)) == 1, "cleared once the write succeeds"
@@ -354,10 +351,10 @@ async def test_a_failed_write_is_retried_after_a_backoff_without_a_new_change(tm
     persister = Persister(ledger, path, delay=0, backoff_initial=0.02, backoff_max=0.05)
     persister.start()
     seeded(ledger)
-    await eventually(lambda: persister.failures >= 3, what="backed-off retries")
+    await eventually(lambda: persister.failures >= 3, 5.0, what="backed-off retries")
     assert persister.writes == 0
     _unblock_dir(exec_dir, aside)
-    await eventually(lambda: persister.writes >= 1, what="a retry that succeeds")
+    await eventually(lambda: persister.writes >= 1, 5.0, what="a retry that succeeds")
     await persister.stop()
     assert read_report(tmp_path, EXEC_ID) == ledger.history
 

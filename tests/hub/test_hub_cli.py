@@ -9,31 +9,19 @@ from agentctl.cli import main
 from agentctl.daemon.app import Daemon
 from agentctl.spec import parse_spec
 from agentctl.hub.hub import embedded_hub
-from tests.conftest import REPO, agentctl_cmd
+from tests.conftest import REPO, agentctl_cmd, spec_toml
 from tests.upstream.procs import start_hub
 from tests.upstream.support import eventually
 
 
 async def test_embedded_hub_serves_a_daemon_in_process_and_the_cli_reads_what_it_kept(short_dir, capsys):
     async with embedded_hub(short_dir) as socket_path:
-        spec = parse_spec(f"""
-[identity]
-task_id = "task-1"
-session_id = "session-e"
-agent_id = "agent-1"
-agent_profile_id = "profile-1"
-[state]
-dir = "{short_dir}/state"
-[upstream]
-socket = "{socket_path}"
-""".encode())
-        daemon = Daemon(spec, socket_path=short_dir / "c.sock")
-        await daemon.start()
-        try:
+        spec = parse_spec(spec_toml(execution_id=None, identity={"session_id": "session-e"},
+                                    state_dir=f"{short_dir}/state", upstream=socket_path).encode())
+        async with Daemon(spec, socket_path=short_dir / "c.sock") as daemon:
             await eventually(lambda: daemon.ctx.upstream.connected, what="connected to the embedded hub")
             attempt, _ = daemon.open_attempt("manual")
-        finally:
-            await daemon.stop()  # the final snapshot reaches the hub before it stops
+        # The daemon has stopped: its final snapshot reached the hub before the hub stops.
 
     db = str(short_dir / "hub.sqlite3")
     assert main(["hub", "status", "--db", db, "--json"]) == 0

@@ -22,28 +22,14 @@ from mcp.client.streamable_http import streamable_http_client
 from agentctl.backend import EmbeddedBackend
 from agentctl.evidence import reducer
 from agentctl.evidence.estimates import CatalogEstimates, EstimateCache
-from agentctl.evidence.contract import Attempt, EvidenceEvent, Identity, ServerRow
+from agentctl.evidence.contract import Attempt, EvidenceEvent, ServerRow
 from agentctl.evidence.ledger import Ledger, ServerSeed
 from agentctl.mcp_endpoint.server import McpEndpoint
-from tests.conftest import eventually as _eventually
+from tests.conftest import eventually, identity  # noqa: F401 - re-exported to the endpoint tests
 
 BUILTIN = "kandev"
 MODERN = "2026-07-28"
 
-
-async def eventually(predicate, timeout: float = 5.0, what: str = "condition"):
-    return await _eventually(predicate, timeout, what)
-
-
-def identity() -> Identity:
-    return Identity(
-        task_id="task-1",
-        session_id="session-1",
-        execution_id="exec-1",
-        instance_id="inst-1",
-        agent_id="agent-1",
-        agent_profile_id="profile-1",
-    )
 
 
 @dataclass

@@ -38,7 +38,7 @@ async def test_discovery_in_auto_mode_is_a_modern_client_seen_listing_and_callin
     assert all(e.connection_id is None for e in harness.events(attempt))
     row = harness.row(attempt)
     assert row.status == "active" and row.era == "modern" and row.source == "builtin"
-    await eventually(lambda: harness.endpoint.bridge.open_exchanges == 0, what="all exchanges to end")
+    await eventually(lambda: harness.endpoint.bridge.open_exchanges == 0, 5.0, what="all exchanges to end")
     await harness.settle()
     assert harness.events(attempt, "connection_closed") == []  # nothing is invented after the client leaves
 
@@ -104,7 +104,7 @@ async def test_sse_in_auto_mode_is_attributed_as_modern_requests_with_no_connect
     init = (await harness.wait_events(attempt, "initialize_observed"))[0]
     await harness.wait_events(attempt, "tool_call_observed")
     assert init.era == "modern"
-    await eventually(lambda: harness.endpoint.bridge.open_exchanges == 0, what="the SSE stream to end")
+    await eventually(lambda: harness.endpoint.bridge.open_exchanges == 0, 5.0, what="the SSE stream to end")
     await harness.settle()
     assert all(e.connection_id is None for e in harness.events(attempt))
     assert harness.events(attempt, "connection_closed") == []

@@ -143,12 +143,12 @@ async def test_an_observation_failure_logs_its_type_and_keeps_the_traceback_for_
     def seen() -> set[str]:
         return {r.getMessage() for r in caplog.records if r.name == "agentctl.mcp_endpoint.observe"}
 
-    await eventually(lambda: expected <= seen(), what="the three failures logged")
+    await eventually(lambda: expected <= seen(), 5.0, what="the three failures logged")
     lines = [r for r in caplog.records if r.name == "agentctl.mcp_endpoint.observe"]
     assert all(r.exc_info is None for r in lines) and SENTINEL not in caplog.text
 
     caplog.clear()
     caplog.set_level(logging.DEBUG, logger="agentctl")
     await harness.http("POST", "/mcp", token=token, headers=POST_HEADERS, body=_legacy_init("c", "1"))
-    await eventually(lambda: "Traceback" in caplog.text, what="the traceback at DEBUG")
+    await eventually(lambda: "Traceback" in caplog.text, 5.0, what="the traceback at DEBUG")
     assert SENTINEL in caplog.text

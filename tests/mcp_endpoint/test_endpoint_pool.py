@@ -51,7 +51,7 @@ async def test_an_attempts_abandoned_sessions_stay_within_its_bound_the_least_re
     sids = [await open_session(h, token) for _ in range(4)]
     assert await alive(h, token, sids[0])  # used now: sids[1] is the least recently used
     newer = [await open_session(h, token) for _ in range(2)]
-    await eventually(lambda: sdk_sessions(h) == 4, what="the SDK to discard the ended sessions")
+    await eventually(lambda: sdk_sessions(h) == 4, 5.0, what="the SDK to discard the ended sessions")
     assert [await alive(h, token, sid) for sid in [*sids, *newer]] == [True, False, False, True, True, True]
     closed = await h.wait_events(attempt, "connection_closed", 2)
     assert len(closed) == 2 and h.endpoint.pool.ended == 2
@@ -64,7 +64,7 @@ async def test_a_superseded_attempts_idle_sessions_make_room_for_the_current_att
     old_sids = [await open_session(h, old_token) for _ in range(4)]
     current, token = h.new_attempt()
     mine = [await open_session(h, token) for _ in range(3)]  # 7 > 6: the old attempt's oldest idle one ends
-    await eventually(lambda: sdk_sessions(h) == 6, what="the pool at its bound")
+    await eventually(lambda: sdk_sessions(h) == 6, 5.0, what="the pool at its bound")
     assert not await alive(h, old_token, old_sids[0])
     assert all([await alive(h, token, sid) for sid in mine])
     assert h.endpoint.pool.sessions_of(old) == 3 and h.endpoint.pool.sessions_of(current) == 3
@@ -81,7 +81,7 @@ async def test_the_current_attempt_refused_a_session_gets_503_and_an_explicit_se
     attempt, token = h.new_attempt()
     busy = [await open_session(h, token) for _ in range(2)]
     async with get_stream(h, token, busy[0]), get_stream(h, token, busy[1]):
-        await eventually(lambda: h.endpoint.bridge.open_exchanges == 2, what="both GET streams open")
+        await eventually(lambda: h.endpoint.bridge.open_exchanges == 2, 5.0, what="both GET streams open")
         status, headers, body = await h.http("POST", "/mcp", token=token, headers=POST_HEADERS, body=INIT)
         assert status == 503 and headers["Retry-After"] == "1"
         assert json.loads(body)["error"]["message"] == "Too many open sessions"
@@ -93,7 +93,7 @@ async def test_the_current_attempt_refused_a_session_gets_503_and_an_explicit_se
         assert h.events(old, "explicit_error") == [], "attributed by the token, never to another attempt"
         await h.wait_refusal(("/mcp", "POST", 503))
     # Once a stream ends (the server notices the client leaving) its session is idle, so the next client gets in.
-    await eventually(lambda: h.endpoint.bridge.open_exchanges == 0, what="the server to see the streams end")
+    await eventually(lambda: h.endpoint.bridge.open_exchanges == 0, 5.0, what="the server to see the streams end")
     assert await open_session(h, token)
     assert len(await h.wait_events(attempt, "initialize_observed", 3)) == 3
 
@@ -115,11 +115,11 @@ async def test_sessions_and_streams_of_an_attempt_whose_token_left_history_are_e
     async with get_stream(harness, gone_token, sid) as stream, aiohttp.ClientSession() as http:
         async with http.get(harness.sse_url, headers={"Authorization": f"Bearer {gone_token}"}) as sse:
             assert sse.status == 200
-            await eventually(lambda: harness.endpoint.bridge.open_exchanges == 2, what="both streams open")
+            await eventually(lambda: harness.endpoint.bridge.open_exchanges == 2, 5.0, what="both streams open")
             kept = [harness.new_attempt() for _ in range(3)]  # three newer attempts: the first one's token goes
             assert harness.ledger.tokens.token_of(gone) is None
             assert await ended(stream) and await ended(sse)
-    await eventually(lambda: sdk_sessions(harness) == 0, what="the gone attempt's sessions to be discarded")
+    await eventually(lambda: sdk_sessions(harness) == 0, 5.0, what="the gone attempt's sessions to be discarded")
     assert harness.endpoint.pool.sessions_of(gone) == 0 and harness.endpoint.pool.ended == 2
     # The kept attempts are untouched: the newest opens a session and lists tools.
     _, token = kept[-1]
@@ -148,10 +148,10 @@ async def test_a_session_whose_client_left_before_the_answer_is_still_counted_an
         gate.clear()
         _, writer = await asyncio.open_connection(h.host, h.port)
         writer.write(request)
-        await eventually(lambda: h.endpoint.bridge.open_exchanges == 1, what="the initialize to be in flight")
+        await eventually(lambda: h.endpoint.bridge.open_exchanges == 1, 5.0, what="the initialize to be in flight")
         writer.close()
-        await eventually(lambda: all(e.gone for e in h.endpoint.bridge._open), what="the server to see it leave")
+        await eventually(lambda: all(e.gone for e in h.endpoint.bridge._open), 5.0, what="the server to see it leave")
         gate.set()  # the SDK answers now, to nobody: the session is established all the same
-        await eventually(lambda: h.endpoint.bridge.open_exchanges == 0, what="the exchange to end")
-        await eventually(lambda: sdk_sessions(h) == min(n + 1, 2), what="the SDK's sessions")
+        await eventually(lambda: h.endpoint.bridge.open_exchanges == 0, 5.0, what="the exchange to end")
+        await eventually(lambda: sdk_sessions(h) == min(n + 1, 2), 5.0, what="the SDK's sessions")
         assert h.endpoint.pool.sessions_of(attempt) == sdk_sessions(h)

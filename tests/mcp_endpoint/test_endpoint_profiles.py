@@ -48,7 +48,7 @@ async def test_a_profile_switch_sends_list_changed_to_legacy_sessions_and_the_ne
         await harness.wait_events(attempt, "initialize_observed")
         if transport == "streamable-http":
             # The client opens its GET stream (where list_changed travels) in the background.
-            await eventually(lambda: harness.endpoint.bridge.open_exchanges >= 1, what="the GET stream")
+            await eventually(lambda: harness.endpoint.bridge.open_exchanges >= 1, 5.0, what="the GET stream")
 
         assert harness.endpoint.set_profile("config") == len(P.PROFILES["config"])
         await asyncio.wait_for(seen.tools_changed.wait(), 5)

@@ -118,7 +118,7 @@ async def test_legacy_sessions_are_a_dict_of_session_id_to_transport_whose_idle_
     assert isinstance(transport, StreamableHTTPServerTransport) and transport.mcp_session_id == sid
     assert isinstance(transport.idle_scope, anyio.CancelScope), "the transport no longer has an idle_scope"
     transport.idle_scope.cancel()  # what the pool does to end a session
-    await eventually(lambda: sid not in instances, what="the SDK to discard the ended session")
+    await eventually(lambda: sid not in instances, 5.0, what="the SDK to discard the ended session")
     assert not await legacy_session_alive(harness, token, sid)
     (closed,) = await harness.wait_events(attempt, "connection_closed")
     assert closed.connection_id is not None

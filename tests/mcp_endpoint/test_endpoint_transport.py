@@ -185,7 +185,7 @@ async def test_get_opens_the_sessions_stream_and_delete_ends_the_session_with_co
             assert resp.status == 202
         async with http.get(harness.url, headers={**session_headers, "Accept": "text/event-stream"}) as stream:
             assert stream.status == 200 and stream.headers["Content-Type"].startswith("text/event-stream")
-            await eventually(lambda: harness.endpoint.bridge.open_exchanges == 1, what="the GET stream to be open")
+            await eventually(lambda: harness.endpoint.bridge.open_exchanges == 1, 5.0, what="the GET stream to be open")
             async with http.delete(harness.url, headers=session_headers) as resp:
                 assert resp.status == 200
             async with asyncio.timeout(2):
@@ -193,7 +193,7 @@ async def test_get_opens_the_sessions_stream_and_delete_ends_the_session_with_co
     (init,) = harness.events(attempt, "initialize_observed")
     (closed,) = await harness.wait_events(attempt, "connection_closed")
     assert closed.connection_id == init.connection_id
-    await eventually(lambda: harness.endpoint.bridge.open_exchanges == 0, what="all exchanges to end")
+    await eventually(lambda: harness.endpoint.bridge.open_exchanges == 0, 5.0, what="all exchanges to end")
 
 
 async def test_get_and_delete_without_a_session_are_refused_and_counted(harness: Harness):
@@ -235,7 +235,7 @@ async def test_an_sse_client_gone_mid_stream_ends_its_connection_and_does_not_we
 
     (closed,) = await harness.wait_events(attempt, "connection_closed", timeout=5)
     assert closed.connection_id == init.connection_id
-    await eventually(lambda: harness.endpoint.bridge.open_exchanges == 0, what="the stream's exchange to end")
+    await eventually(lambda: harness.endpoint.bridge.open_exchanges == 0, 5.0, what="the stream's exchange to end")
     async with harness.client(token, mode="legacy") as client:  # business as usual
         assert len((await client.list_tools()).tools) > 0
 
@@ -262,7 +262,7 @@ async def test_a_client_gone_during_a_slow_tool_call_does_not_wedge_the_server(h
     task.cancel()  # the client leaves with its request in flight
     with pytest.raises(asyncio.CancelledError):
         await task
-    await eventually(lambda: harness.endpoint.bridge.open_exchanges == 0, what="the abandoned exchange to end")
+    await eventually(lambda: harness.endpoint.bridge.open_exchanges == 0, 5.0, what="the abandoned exchange to end")
     release.set()
     async with harness.client(token, mode=MODERN) as client:
         assert not (await client.call_tool("get_task", {})).is_error

@@ -20,15 +20,9 @@ from agentctl.evidence.contract import MAX_DESCRIPTION_BYTES, Identity
 from agentctl.mcp_endpoint.profiles import ALL_TOOLS, DEFAULT_PROFILE, PROFILE_NAMES, PROFILES
 from agentctl.mcp_endpoint.tools import apply_profile, current_profile, register_tools
 from agentctl.spec import McpSpec
+from tests.conftest import identity
 
-IDENTITY = Identity(
-    task_id="task-1",
-    session_id="session-1",
-    execution_id="exec-1",
-    instance_id="inst-1",
-    agent_id="agent-1",
-    agent_profile_id="profile-1",
-)
+IDENTITY = identity()
 MODERN = "2026-07-28"
 DOCS_TARGET = "https://docs.example"
 ERAS = ["legacy", MODERN]

@@ -34,7 +34,7 @@ import pytest
 from agentctl.evidence.store import read_report
 from agentctl.spec import AgentSpec, DaemonSpec
 from agentctl.hub.web import is_loopback, parse_listen
-from tests.conftest import REPO
+from tests.conftest import REPO, spec_toml
 
 UNITS = sorted((REPO / "systemd").glob("*.service"))
 EXECUTION_UNIT = REPO / "systemd" / "agentctl@.service"
@@ -211,10 +211,7 @@ def instance(root: Path, name: str, **env: str) -> Instance:
     for directory in (runtime_dir, state_dir, cache_dir, creds):
         directory.mkdir(parents=True, mode=0o700, exist_ok=True)  # what systemd creates before ExecStart
     credential, _, _source = unit["LoadCredential"][0].partition(":")
-    (creds / credential).write_text(
-        f'[identity]\ntask_id = "t"\nsession_id = "s"\nagent_id = "a"\nagent_profile_id = "p"\n'
-        f'execution_id = "{name}"\n'
-    )
+    (creds / credential).write_text(spec_toml(execution_id=name))
     argv = shlex.split(_expand(unit["ExecStart"][0], specifiers))
     assert argv[0] == INSTALLED_BINARY
     argv[0] = str(venv_agentctl())

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from agentctl.agent.passthrough.base import BuiltinEndpoint, MaterializeRequest
 from agentctl.spec import Spec, parse_spec
+from tests.conftest import spec_toml
 
 TOKEN = "TOKEN-CANARY-0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 HEADER_CANARY = "HDR-CANARY-61a7e0c2"
@@ -19,14 +20,7 @@ ENV_CANARY = "ENV-CANARY-9b3f7d55"
 CANARIES = (HEADER_CANARY, SSE_CANARY, ARG_CANARY, ENV_CANARY)
 BASE = "http://127.0.0.1:4321"
 
-IDENTITY = """
-[identity]
-task_id = "task-1"
-session_id = "session-1"
-agent_id = "agent-1"
-agent_profile_id = "profile-1"
-execution_id = "exec-pt"
-"""
+IDENTITY = spec_toml(execution_id="exec-pt")  # the [identity] table alone, for specs written as text
 
 def servers_toml(http_base: str = "https://docs.example.com", sse_base: str = "https://events.example.com",
                  stdio_command: str = "/usr/bin/fs-server") -> str:

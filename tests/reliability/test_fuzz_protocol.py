@@ -24,6 +24,7 @@ from agentctl.evidence.contract import (
     StderrView,
 )
 from agentctl.upstream import protocol as P
+from agentctl.upstream.frames_io import STREAM_LIMIT, read_frame_line
 from tests.reliability.strategies import (
     FUZZ,
     MARK,
@@ -180,21 +181,21 @@ def test_the_one_mebibyte_cap_is_exact_for_any_frame(frame: Any, pad: int) -> No
 lines = st.one_of(
     daemon_frames.map(lambda f: ("frame", P.encode_frame(f)[:-1])),
     st.binary(max_size=40).filter(lambda b: b"\n" not in b).map(lambda b: ("junk", b)),
-    st.sampled_from([P.MAX_FRAME_BYTES + 1, P.MAX_FRAME_BYTES + 2, 3 * P.STREAM_LIMIT]).map(
+    st.sampled_from([P.MAX_FRAME_BYTES + 1, P.MAX_FRAME_BYTES + 2, 3 * STREAM_LIMIT]).map(
         lambda n: ("big", b"x" * n)),
 )
 
 
 async def _pipeline(chunks: list[bytes]) -> list[Any]:
     """What the hub and the publisher do with a connection: read a line, decode it, stop at the first error."""
-    reader = asyncio.StreamReader(limit=P.STREAM_LIMIT)
+    reader = asyncio.StreamReader(limit=STREAM_LIMIT)
     for chunk in chunks:
         reader.feed_data(chunk)
     reader.feed_eof()
     seen: list[Any] = []
     while True:
         try:
-            raw = await P.read_frame_line(reader)
+            raw = await read_frame_line(reader)
             if raw is None:
                 return seen
             seen.append(_decode_or_error(P.decode_from_daemon, raw))

@@ -18,7 +18,7 @@ import pytest
 from agentctl.control.client import ControlClient
 from agentctl.evidence.contract import encode
 from agentctl.hub.hub_store import HubStore, HubStoreError
-from tests.conftest import REPO, agentctl_cmd
+from tests.conftest import REPO, agentctl_cmd, spec_toml
 
 REF_AGENT = str(Path(sys.executable).parent / "agentctl-reference-agent")
 
@@ -68,26 +68,9 @@ def start_hub(d: Path, name: str = "hub", extra: tuple[str, ...] = ()) -> Proc:
 
 def write_spec(d: Path, *, execution: str = "exec-1", agent: bool = False, profile: str = "task",
                upstream: str | None = None, name: str = "spec.toml") -> Path:
-    agent_block = f'[agent]\ncommand = ["{REF_AGENT}"]\n' if agent else ""
     path = d / name
-    path.write_text(f"""
-[identity]
-task_id = "task-1"
-session_id = "session-1"
-agent_id = "agent-1"
-agent_profile_id = "profile-1"
-execution_id = "{execution}"
-
-{agent_block}
-[mcp]
-profile = "{profile}"
-
-[state]
-dir = "{d / 'state'}"
-
-[upstream]
-socket = "{upstream or d / 'hub.sock'}"
-""")
+    path.write_text(spec_toml(execution_id=execution, agent=[REF_AGENT] if agent else None, mcp={"profile": profile},
+                              state_dir=d / "state", upstream=upstream or d / "hub.sock"))
     return path
 
 

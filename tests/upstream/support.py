@@ -13,16 +13,8 @@ from agentctl.evidence.contract import Identity
 from agentctl.evidence.ledger import Ledger, ServerSeed
 from agentctl.spec import parse_spec
 from agentctl.upstream import protocol as P
-from tests.conftest import eventually as _eventually
-
-
-def identity(session: str = "session-1", execution: str = "exec-1", instance: str = "inst-1", task: str = "task-1") -> Identity:
-    return Identity(task_id=task, session_id=session, execution_id=execution, instance_id=instance,
-                    agent_id="agent-1", agent_profile_id="profile-1")
-
-
-async def eventually(predicate, timeout: float = 10.0, what: str = "condition"):
-    return await _eventually(predicate, timeout, what)
+from agentctl.upstream.frames_io import STREAM_LIMIT, read_frame_line
+from tests.conftest import eventually, identity, spec_toml  # noqa: F401 - re-exported to the upstream and hub tests
 
 
 SEEDS = [
@@ -32,21 +24,12 @@ SEEDS = [
 
 
 def make_ctx(tmp: Path, ident: Identity, upstream: str | None = None) -> DaemonContext:
-    spec = parse_spec(
-        f"""
-[identity]
-task_id = "{ident.task_id}"
-session_id = "{ident.session_id}"
-agent_id = "{ident.agent_id}"
-agent_profile_id = "{ident.agent_profile_id}"
-execution_id = "{ident.execution_id}"
-
-[[mcp.servers]]
-name = "docs"
-type = "http"
-url = "https://docs.example/mcp"
-""".encode()
-    )
+    spec = parse_spec(spec_toml(
+        execution_id=ident.execution_id,
+        identity={"task_id": ident.task_id, "session_id": ident.session_id, "agent_id": ident.agent_id,
+                  "agent_profile_id": ident.agent_profile_id},
+        servers=[{"name": "docs", "type": "http", "url": "https://docs.example/mcp"}],
+    ).encode())
     return DaemonContext(spec=spec, ledger=Ledger(ident), state_dir=tmp, control_socket=tmp / "unused.sock")
 
 
@@ -59,7 +42,7 @@ class RawClient:
 
     @classmethod
     async def connect(cls, path: str | Path) -> RawClient:
-        reader, writer = await asyncio.open_unix_connection(str(path), limit=P.STREAM_LIMIT)
+        reader, writer = await asyncio.open_unix_connection(str(path), limit=STREAM_LIMIT)
         return cls(reader, writer)
 
     async def send(self, frame_or_bytes: Any) -> None:
@@ -72,7 +55,7 @@ class RawClient:
 
     async def recv(self, timeout: float = 5.0) -> Any:
         """The next frame from the hub, or None at end of stream."""
-        raw = await asyncio.wait_for(P.read_frame_line(self.reader), timeout)
+        raw = await asyncio.wait_for(read_frame_line(self.reader), timeout)
         return None if raw is None else P.decode_from_upstream(raw)
 
     async def recv_until_closed(self, timeout: float = 5.0) -> list[Any]:
@@ -98,13 +81,13 @@ class Relay:
         self.server: asyncio.AbstractServer | None = None
 
     async def start(self) -> None:
-        self.server = await asyncio.start_unix_server(self._relay, str(self.listen), limit=P.STREAM_LIMIT)
+        self.server = await asyncio.start_unix_server(self._relay, str(self.listen), limit=STREAM_LIMIT)
 
     async def _relay(self, reader, writer) -> None:
-        up_reader, up_writer = await asyncio.open_unix_connection(str(self.target), limit=P.STREAM_LIMIT)
+        up_reader, up_writer = await asyncio.open_unix_connection(str(self.target), limit=STREAM_LIMIT)
 
         async def pump(src, dst, direction) -> None:
-            while (line := await P.read_frame_line(src)) is not None:
+            while (line := await read_frame_line(src)) is not None:
                 self.lines.append((direction, line))
                 dst.write(line + b"\n")
                 await dst.drain()

@@ -17,6 +17,7 @@ from agentctl.evidence.contract import (
     StderrView,
 )
 from agentctl.upstream import protocol as P
+from agentctl.upstream.frames_io import STREAM_LIMIT, read_frame_line
 from tests.upstream.support import identity
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -115,7 +116,7 @@ def test_the_one_mebibyte_limit_holds_on_both_encode_and_decode():
 
 async def _reader_for(payload: bytes) -> asyncio.StreamReader:
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    reader, writer = await asyncio.open_unix_connection(sock=a, limit=P.STREAM_LIMIT)
+    reader, writer = await asyncio.open_unix_connection(sock=a, limit=STREAM_LIMIT)
 
     def feed() -> None:
         b.sendall(payload)
@@ -127,17 +128,17 @@ async def _reader_for(payload: bytes) -> asyncio.StreamReader:
 
 async def test_the_line_reader_tells_a_clean_end_from_a_truncated_or_oversized_frame():
     reader = await _reader_for(b'{"v":1,"type":"heartbeat"}\n')
-    assert await P.read_frame_line(reader) == b'{"v":1,"type":"heartbeat"}'
-    assert await P.read_frame_line(reader) is None
+    assert await read_frame_line(reader) == b'{"v":1,"type":"heartbeat"}'
+    assert await read_frame_line(reader) is None
 
     reader = await _reader_for(b'{"v":1,"type":"heart')
     with pytest.raises(P.ProtocolError) as info:
-        await P.read_frame_line(reader)
+        await read_frame_line(reader)
     assert info.value.code == "truncated_frame"
 
     reader = await _reader_for(b"x" * (P.MAX_FRAME_BYTES + 10) + b"\n")
     with pytest.raises(P.ProtocolError) as info:
-        await P.read_frame_line(reader)
+        await read_frame_line(reader)
     assert info.value.code == "frame_too_large"
 
 

@@ -11,47 +11,34 @@ import pytest
 
 from agentctl.backend.base import BackendError
 from agentctl.control.server import build_status
-from agentctl.daemon.app import Daemon
 from agentctl.evidence.contract import encode
 from agentctl.spec import parse_spec
 from agentctl.upstream import protocol as P
+from agentctl.upstream.frames_io import STREAM_LIMIT, read_frame_line
 from agentctl.hub.hub import Hub
 from agentctl.upstream.publisher import QUEUE_MAX_BYTES, WRITE_HIGH_WATER, Publisher
 from agentctl.upstream.tunnel import NOT_CONNECTED, TunnelBackend
+from tests.conftest import spec_toml
 from tests.upstream.support import SEEDS, eventually, identity, make_ctx
 
 
 def _spec(d: Path, upstream: str | None):
-    extra = f'[upstream]\nsocket = "{upstream}"\n' if upstream else ""
-    return parse_spec(f"""
-[identity]
-task_id = "task-1"
-session_id = "session-1"
-agent_id = "agent-1"
-agent_profile_id = "profile-1"
-execution_id = "exec-1"
-[state]
-dir = "{d}/state"
-{extra}""".encode())
+    return parse_spec(spec_toml(execution_id="exec-1", state_dir=f"{d}/state", upstream=upstream).encode())
 
 
-async def test_without_an_upstream_section_the_embedded_backend_answers_the_tools(short_dir):
-    daemon = Daemon(_spec(short_dir, None), socket_path=short_dir / "c.sock")
-    await daemon.start()
-    try:
-        assert daemon.tunnel is None and daemon.ctx.upstream is None
-        assert "upstream" not in daemon.ctx.readiness.checks
-        assert build_status(daemon.ctx).upstream is None
-        result = await daemon.backend.call("task.get", daemon.ctx.identity, {}, deadline=5)
-        assert result["task"]["id"] == "task-1"
-    finally:
-        await daemon.stop()
+async def test_without_an_upstream_section_the_embedded_backend_answers_the_tools(short_dir, in_process_daemon):
+    daemon = await in_process_daemon(_spec(short_dir, None))
+    assert daemon.tunnel is None and daemon.ctx.upstream is None
+    assert "upstream" not in daemon.ctx.readiness.checks
+    assert build_status(daemon.ctx).upstream is None
+    result = await daemon.backend.call("task.get", daemon.ctx.identity, {}, deadline=5)
+    assert result["task"]["id"] == "task-1"
 
 
-async def test_an_absent_upstream_is_buffering_not_unready_and_tools_say_so_until_it_appears(short_dir):
+async def test_an_absent_upstream_is_buffering_not_unready_and_tools_say_so_until_it_appears(short_dir,
+                                                                                                  in_process_daemon):
     hub_sock = short_dir / "hub" / "hub.sock"
-    daemon = Daemon(_spec(short_dir, str(hub_sock)), socket_path=short_dir / "c.sock")
-    await daemon.start()
+    daemon = await in_process_daemon(_spec(short_dir, str(hub_sock)))
     hub = None
     try:
         ctx = daemon.ctx
@@ -77,14 +64,14 @@ async def test_an_absent_upstream_is_buffering_not_unready_and_tools_say_so_unti
         assert result["task"]["id"] == "task-1" and result["task"]["is_current"]
         assert hub.report("session-1").history.current.attempt_id == attempt
     finally:
-        await daemon.stop()
+        await daemon.stop()  # before the hub: its final snapshot still has somewhere to go
         if hub is not None:
             await hub.stop()
 
 
 async def _serve(path: Path, handler) -> asyncio.AbstractServer:
     path.parent.mkdir(mode=0o700, exist_ok=True)
-    return await asyncio.start_unix_server(handler, str(path), limit=P.STREAM_LIMIT)
+    return await asyncio.start_unix_server(handler, str(path), limit=STREAM_LIMIT)
 
 
 async def test_a_tool_call_gets_a_clear_error_at_its_deadline_and_when_the_connection_drops(short_dir, tmp_path):
@@ -94,7 +81,7 @@ async def test_a_tool_call_gets_a_clear_error_at_its_deadline_and_when_the_conne
 
     async def silent(reader, writer):
         connections.append(writer)
-        while (raw := await P.read_frame_line(reader)) is not None:
+        while (raw := await read_frame_line(reader)) is not None:
             seen.append(P.decode_from_daemon(raw).__struct_config__.tag)
 
     server = await _serve(short_dir / "silent.sock", silent)
@@ -186,7 +173,7 @@ async def test_a_silent_upstream_is_left_after_three_heartbeats_and_reconnected(
 
     async def mute(reader, writer):
         accepted.append(1)
-        while await P.read_frame_line(reader) is not None:
+        while await read_frame_line(reader) is not None:
             pass
 
     server = await _serve(short_dir / "mute.sock", mute)
@@ -207,7 +194,7 @@ async def test_a_garbage_frame_from_upstream_gets_an_error_frame_and_a_fresh_con
 
     async def rude(reader, writer):
         writer.write(b"garbage from upstream\n")
-        while (raw := await P.read_frame_line(reader)) is not None:
+        while (raw := await read_frame_line(reader)) is not None:
             received.append(P.decode_from_daemon(raw))
 
     server = await _serve(short_dir / "rude.sock", rude)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -18,8 +19,10 @@ from agentctl.control.server import build_status
 from agentctl.daemon.app import Daemon
 from agentctl.spec import parse_spec
 from agentctl.upstream import protocol as P
+from agentctl.upstream.frames_io import STREAM_LIMIT, read_frame_line
 from agentctl.upstream.publisher import CONTROL_MAX_FRAMES, STATE_INTERVAL, Publisher
 from agentctl.upstream.tunnel import TunnelBackend
+from tests.conftest import spec_toml
 from tests.upstream.support import eventually, identity, make_ctx
 
 CANARY = "CANARY-peer-code-7f3e"
@@ -32,7 +35,7 @@ class Recorder:
         self.frames: list[object] = []
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while (raw := await P.read_frame_line(reader)) is not None:
+        while (raw := await read_frame_line(reader)) is not None:
             received = P.decode_from_daemon(raw)
             self.frames.append(received)
             if isinstance(received, P.HeartbeatFrame):
@@ -48,22 +51,11 @@ def refused(snapshot: P.SnapshotFrame) -> int:
 
 async def _serve(path: Path, handler) -> asyncio.AbstractServer:
     path.parent.mkdir(mode=0o700, exist_ok=True)
-    return await asyncio.start_unix_server(handler, str(path), limit=P.STREAM_LIMIT)
+    return await asyncio.start_unix_server(handler, str(path), limit=STREAM_LIMIT)
 
 
 def _spec(d: Path, upstream: Path):
-    return parse_spec(f"""
-[identity]
-task_id = "task-1"
-session_id = "session-1"
-agent_id = "agent-1"
-agent_profile_id = "profile-1"
-execution_id = "exec-1"
-[state]
-dir = "{d}/state"
-[upstream]
-socket = "{upstream}"
-""".encode())
+    return parse_spec(spec_toml(execution_id="exec-1", state_dir=f"{d}/state", upstream=upstream).encode())
 
 
 async def flood_refusals(daemon: Daemon, count: int) -> float:
@@ -76,45 +68,43 @@ async def flood_refusals(daemon: Daemon, count: int) -> float:
     return time.monotonic() - started
 
 
-async def test_a_flood_of_refused_requests_sends_a_snapshot_a_second_and_the_last_count_always_arrives(short_dir):
+@pytest.fixture
+async def recorded(short_dir, in_process_daemon) -> AsyncIterator[tuple[Recorder, Daemon]]:
+    """A real daemon publishing to a recording upstream, past its connect snapshot."""
     recorder = Recorder()
     server = await _serve(short_dir / "up" / "up.sock", recorder.handle)
-    daemon = Daemon(_spec(short_dir, short_dir / "up" / "up.sock"), socket_path=short_dir / "c.sock")
-    await daemon.start()
     try:
+        daemon = await in_process_daemon(_spec(short_dir, short_dir / "up" / "up.sock"))
         await eventually(lambda: recorder.snapshots(), what="the connect snapshot")
-        before = len(recorder.snapshots())
-
-        elapsed = await flood_refusals(daemon, 500)
-
-        await eventually(lambda: recorder.snapshots() and refused(recorder.snapshots()[-1]) == 500,
-                         what="the last refusal count reached the upstream", timeout=5)
-        sent = len(recorder.snapshots()) - before
-        # One per request before the limit (500 here); now one per interval plus the trailing one.
-        assert 1 <= sent <= elapsed / STATE_INTERVAL + 2, f"{sent} snapshots for 500 refusals in {elapsed:.2f} s"
-        assert daemon.ctx.ledger.history.http_refusals[0].count == 500
+        yield recorder, daemon
+        await daemon.stop()  # while the upstream still listens: the trailing snapshot has somewhere to go
     finally:
-        await daemon.stop()
         server.close()
 
 
-async def test_an_attempt_still_reaches_the_upstream_at_once_after_a_refusal_flood(short_dir):
+async def test_a_flood_of_refused_requests_sends_a_snapshot_a_second_and_the_last_count_always_arrives(recorded):
+    recorder, daemon = recorded
+    before = len(recorder.snapshots())
+
+    elapsed = await flood_refusals(daemon, 500)
+
+    await eventually(lambda: recorder.snapshots() and refused(recorder.snapshots()[-1]) == 500,
+                     what="the last refusal count reached the upstream", timeout=5)
+    sent = len(recorder.snapshots()) - before
+    # One per request before the limit (500 here); now one per interval plus the trailing one.
+    assert 1 <= sent <= elapsed / STATE_INTERVAL + 2, f"{sent} snapshots for 500 refusals in {elapsed:.2f} s"
+    assert daemon.ctx.ledger.history.http_refusals[0].count == 500
+
+
+async def test_an_attempt_still_reaches_the_upstream_at_once_after_a_refusal_flood(recorded):
     """The rate limit is for counters only: a new attempt is not held back behind it."""
-    recorder = Recorder()
-    server = await _serve(short_dir / "up" / "up.sock", recorder.handle)
-    daemon = Daemon(_spec(short_dir, short_dir / "up" / "up.sock"), socket_path=short_dir / "c.sock")
-    await daemon.start()
-    try:
-        await eventually(lambda: recorder.snapshots(), what="the connect snapshot")
-        await flood_refusals(daemon, 20)
-        started = time.monotonic()
-        attempt, _ = daemon.open_attempt("manual")
-        await eventually(lambda: any(s.history.current and s.history.current.attempt_id == attempt
-                                     for s in recorder.snapshots()), what="the attempt's snapshot")
-        assert time.monotonic() - started < STATE_INTERVAL
-    finally:
-        await daemon.stop()
-        server.close()
+    recorder, daemon = recorded
+    await flood_refusals(daemon, 20)
+    started = time.monotonic()
+    attempt, _ = daemon.open_attempt("manual")
+    await eventually(lambda: any(s.history.current and s.history.current.attempt_id == attempt
+                                 for s in recorder.snapshots()), what="the attempt's snapshot")
+    assert time.monotonic() - started < STATE_INTERVAL
 
 
 async def test_an_upstream_that_keeps_asking_but_stops_reading_is_disconnected_as_slow(short_dir, tmp_path, caplog):
@@ -172,7 +162,7 @@ async def test_a_peer_error_code_is_logged_only_when_it_is_a_known_code(short_di
     async def upstream(reader, writer):
         writer.write(P.encode_frame(P.frame(P.ErrorFrame, code=CANARY + " injected", message="m")))
         writer.write(P.encode_frame(P.frame(P.ErrorFrame, code="unavailable", message="m")))
-        while await P.read_frame_line(reader) is not None:
+        while await read_frame_line(reader) is not None:
             pass
 
     server = await _serve(short_dir / "up" / "up.sock", upstream)

@@ -8,34 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from agentctl.daemon.app import Daemon
 from agentctl.spec import parse_spec
 from agentctl.hub.hub import Hub, HubRequestError
 from agentctl.upstream.protocol import MAX_STDERR_BYTES, MAX_STDERR_LINES
+from tests.conftest import spec_toml
 from tests.upstream.support import eventually
 
 REF_AGENT = str(Path(sys.executable).parent / "agentctl-reference-agent")
 
 
-async def test_the_hub_reads_bounded_agent_output_and_tests_endpoints_through_the_daemon(short_dir):
+async def test_the_hub_reads_bounded_agent_output_and_tests_endpoints_through_the_daemon(short_dir, in_process_daemon):
     hub = Hub(short_dir / "hub.sock", short_dir / "hub.sqlite3", flush_interval=0.02)
     await hub.start()
-    spec = parse_spec(f"""
-[identity]
-task_id = "task-1"
-session_id = "session-1"
-agent_id = "agent-1"
-agent_profile_id = "profile-1"
-execution_id = "exec-1"
-[agent]
-command = ["{REF_AGENT}", "--flood-stderr", "0.1"]
-[state]
-dir = "{short_dir}/state"
-[upstream]
-socket = "{short_dir}/hub.sock"
-""".encode())
-    daemon = Daemon(spec, socket_path=short_dir / "c.sock")
-    await daemon.start()
+    spec = parse_spec(spec_toml(execution_id="exec-1", agent=[REF_AGENT, "--flood-stderr", "0.1"],
+                                state_dir=f"{short_dir}/state", upstream=f"{short_dir}/hub.sock").encode())
+    daemon = await in_process_daemon(spec)
     try:
         await eventually(lambda: hub.report("session-1") is not None and hub._live_conn("session-1") is not None,
                          what="daemon connected")

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import eventually as _eventually
+from tests.conftest import eventually  # noqa: F401 - re-exported to the page tests
 from tests.web.world import World, world
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
@@ -51,9 +51,6 @@ def _env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AGENTCTL_O200K_PATH", raising=False)
 
 
-async def eventually(predicate, timeout: float = 15.0, what: str = "condition"):
-    return await _eventually(predicate, timeout, what)
-
 
 @pytest.fixture
 async def running(short_dir: Path) -> AsyncIterator[World]:
@@ -67,7 +64,7 @@ async def running(short_dir: Path) -> AsyncIterator[World]:
         await eventually(lambda: loader is None or loader.ready, 60, "the token estimator")
         for sid, daemon in (("session-a", w.a), ("session-b", w.b)):
             # The hub has folded the daemon's last evidence (a snapshot may arrive before the session's result).
-            await eventually(lambda: None != _rows_at_hub(w, sid) == _rows(daemon.ledger.history.current),
+            await eventually(lambda: None != _rows_at_hub(w, sid) == _rows(daemon.ledger.history.current), 15.0,
                              what=f"{sid} at the hub")
         if loader is not None:
             # The listing recorded again with estimates reaches the hub before a page opens, so no test sees

@@ -331,7 +331,7 @@ async def test_a_restarted_hub_shows_the_persisted_sessions_at_once(short_dir, b
     async with world(short_dir) as w:
         await w.a.agent.acp.new_session()
         await eventually(lambda: (r := w.hub.report("session-a")) and r.history and r.history.current
-                         and any(s.status == "failed" for s in r.history.current.servers), what="session-a evidence")
+                         and any(s.status == "failed" for s in r.history.current.servers), 15.0, what="session-a evidence")
     # Everything stopped; a new hub on the same database (another socket: no daemon reconnects to it).
     async with hub_with_page(short_dir, socket="hub2.sock") as (hub, web):
         context = await desktop(browser)

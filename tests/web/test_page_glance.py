@@ -250,7 +250,7 @@ async def test_a_refused_token_says_so_and_a_pasted_token_address_signs_in_witho
         count = len(statuses)
         await page.keyboard.type("another-wrong-token-5678")
         await page.keyboard.press("Enter")
-        await eventually(lambda: statuses[count:] == [401], what="the typed token refused")
+        await eventually(lambda: statuses[count:] == [401], 15.0, what="the typed token refused")
         await expect(refused).to_be_visible()
         await expect(page.locator("#token-input")).to_have_value("")
 

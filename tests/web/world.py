@@ -21,6 +21,7 @@ from agentctl.daemon.app import Daemon
 from agentctl.spec import parse_spec
 from agentctl.hub.hub import Hub
 from agentctl.hub.web import HubWeb
+from tests.conftest import spec_toml
 
 PY = sys.executable
 REF_AGENT = str(Path(sys.executable).parent / "agentctl-reference-agent")
@@ -45,74 +46,40 @@ def leaks(text: str) -> list[str]:
     return [name for name, value in CANARIES.items() if value.lstrip("-") in text]
 
 
-def _identity(session: str, execution: str) -> str:
-    return f"""
-[identity]
-task_id = "task-web"
-session_id = "{session}"
-agent_id = "reference-agent"
-agent_profile_id = "profile-web"
-execution_id = "{execution}"
-"""
+def _spec(d: Path, session: str, execution: str, agent: dict, servers: list[dict], **fields) -> bytes:
+    return spec_toml(
+        execution_id=execution,
+        identity={"task_id": "task-web", "session_id": session, "agent_id": "reference-agent",
+                  "agent_profile_id": "profile-web"},
+        agent=agent, servers=servers, daemon={"persist_delay": 0.0}, upstream=d / "hub.sock",
+        state_dir=d / "state", **fields,
+    ).encode()
 
 
 def spec_a(d: Path) -> bytes:
     c = CANARIES
     url = f"http://{c['user']}:{c['password']}@127.0.0.1:1/{c['path']}/mcp?key={c['query']}"
-    return f"""{_identity("session-a", "exec-a")}
-[agent]
-command = ["{REF_AGENT}", "{c['agent_arg']}"]
-env = {{ AGENTCTL_REF_MODE = "strict,connect-timeout=30", AGENT_SECRET = "{c['agent_env']}" }}
-
-[policy]
-transports = ["http", "stdio"]
-
-[[mcp.servers]]
-name = "docs"
-type = "http"
-url = "{url}"
-headers = {{ Authorization = "Bearer {c['header']}" }}
-
-[[mcp.servers]]
-name = "legacy"
-type = "sse"
-url = "http://127.0.0.1:1/sse"
-headers = {{ X-Api-Key = "{c['sse_header']}" }}
-
-[[mcp.servers]]
-name = "local"
-type = "stdio"
-command = "{PY}"
-args = ["{STDIO_SERVER}", "{c['server_arg']}"]
-env = {{ SERVER_SECRET = "{c['server_env']}" }}
-
-[state]
-dir = "{d / 'state'}"
-[daemon]
-persist_delay = 0.0
-[upstream]
-socket = "{d / 'hub.sock'}"
-""".encode()
+    return _spec(
+        d, "session-a", "exec-a",
+        agent={"command": [REF_AGENT, c["agent_arg"]],
+               "env": {"AGENTCTL_REF_MODE": "strict,connect-timeout=30", "AGENT_SECRET": c["agent_env"]}},
+        policy={"transports": ["http", "stdio"]},
+        servers=[
+            {"name": "docs", "type": "http", "url": url, "headers": {"Authorization": f"Bearer {c['header']}"}},
+            {"name": "legacy", "type": "sse", "url": "http://127.0.0.1:1/sse",
+             "headers": {"X-Api-Key": c["sse_header"]}},
+            {"name": "local", "type": "stdio", "command": PY, "args": [str(STDIO_SERVER), c["server_arg"]],
+             "env": {"SERVER_SECRET": c["server_env"]}},
+        ],
+    )
 
 
 def spec_b(d: Path) -> bytes:
-    return f"""{_identity("session-b", "exec-b")}
-[agent]
-command = ["{REF_AGENT}"]
-env = {{ AGENTCTL_REF_MODE = "lazy,connect-timeout=30" }}
-
-[[mcp.servers]]
-name = "search"
-type = "http"
-url = "http://127.0.0.1:1/mcp"
-
-[state]
-dir = "{d / 'state'}"
-[daemon]
-persist_delay = 0.0
-[upstream]
-socket = "{d / 'hub.sock'}"
-""".encode()
+    return _spec(
+        d, "session-b", "exec-b",
+        agent={"command": [REF_AGENT], "env": {"AGENTCTL_REF_MODE": "lazy,connect-timeout=30"}},
+        servers=[{"name": "search", "type": "http", "url": "http://127.0.0.1:1/mcp"}],
+    )
 
 
 @dataclass
@@ -148,14 +115,6 @@ async def hub_with_page(d: Path, socket: str = "hub.sock") -> AsyncIterator[tupl
 @contextlib.asynccontextmanager
 async def world(d: Path) -> AsyncIterator[World]:
     async with hub_with_page(d) as (hub, web):
-        a = Daemon(parse_spec(spec_a(d)), socket_path=d / "a.sock")
-        b = Daemon(parse_spec(spec_b(d)), socket_path=d / "b.sock")
-        await a.start()
-        try:
-            await b.start()
-            try:
-                yield World(dir=d, hub=hub, web=web, a=a, b=b)
-            finally:
-                await b.stop()
-        finally:
-            await a.stop()
+        async with Daemon(parse_spec(spec_a(d)), socket_path=d / "a.sock") as a, \
+                Daemon(parse_spec(spec_b(d)), socket_path=d / "b.sock") as b:
+            yield World(dir=d, hub=hub, web=web, a=a, b=b)
