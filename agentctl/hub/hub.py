@@ -54,14 +54,18 @@ from agentctl.listener_guard import (
 )
 from agentctl.hub import rules
 from agentctl.hub.hub_conn import HubConnection, Refused
+from agentctl.hub.hub_conn import notice_line as _notice_line
+from agentctl.dsn import PostgresDsn, SqlitePath
 from agentctl.hub.hub_store import (
     HOT_SESSIONS,
     ExecutionRecord,
-    HubStore,
     HubStoreError,
     SessionRecord,
     SessionStore,
+    open_store,
 )
+from agentctl.hub.locations import default_tasks_db
+from agentctl.hub.shared import SharedView
 from agentctl.hub.state import ExecutionState, SessionState
 from agentctl.hub.views import evict, report_view, status_view
 from agentctl.lifecycle import StackedService, StopStack
@@ -104,7 +108,7 @@ class Hub(StackedService):
     def __init__(
         self,
         socket_path: str | os.PathLike[str],
-        db_path: str | os.PathLike[str],
+        db_path: str | os.PathLike[str] | SqlitePath | PostgresDsn,
         *,
         tasks_db: str | os.PathLike[str] | None = None,
         flush_interval: float = FLUSH_INTERVAL,
@@ -112,8 +116,18 @@ class Hub(StackedService):
         hot_sessions: int = HOT_SESSIONS,
     ) -> None:
         self.socket_path = Path(socket_path)
-        self.db_path = Path(db_path)
-        self.tasks_db = Path(tasks_db) if tasks_db else self.db_path.with_suffix(".tasks.sqlite3")
+        if isinstance(db_path, SqlitePath):
+            db_path = db_path.path
+        # A PostgreSQL database may be shared with hubs on other hosts (agentctl.hub.shared).
+        self.dsn = db_path if isinstance(db_path, PostgresDsn) else None
+        self.db_path: Path | PostgresDsn = db_path if isinstance(db_path, PostgresDsn) else Path(db_path)
+        if tasks_db:
+            self.tasks_db = Path(tasks_db)
+        else:
+            self.tasks_db = default_tasks_db() if self.dsn else Path(db_path).with_suffix(".tasks.sqlite3")
+        # Names this hub in a shared database (the `connected` flags it owns): stable across its restarts.
+        self.hub_id = f"{socket.gethostname()}:{self.socket_path}"
+        self.shared: SharedView | None = None
         self.flush_interval = flush_interval
         self._clock = clock
         self.sessions: dict[str, SessionState] = {}  # the hot ones; see hub_store.HOT_SESSIONS
@@ -145,15 +159,24 @@ class Hub(StackedService):
     async def start(self) -> None:
         """Open the stores, hydrate, then serve; a start that fails stops what it started, in reverse."""
         await super().start()
-        log.info("hub serving %s (database %s, %d sessions)", self.socket_path, self.db_path, len(self.sessions))
+        log.info("hub serving %s (database %s, %d sessions)", self.socket_path, self.db_label, len(self.sessions))
+
+    @property
+    def db_label(self) -> str:
+        """The database as messages name it (a DSN without its secrets)."""
+        return self.dsn.display() if self.dsn is not None else str(self.db_path)
 
     async def _start(self, stops: StopStack) -> None:
-        self.store = HubStore(self.db_path)
+        self.store = open_store(self.db_path, hub_id=self.hub_id)
         stops.push("hub database", self._close_stores)  # closed last, after the last flush
         self.store.reset_connected()  # nobody is connected to a hub that just started
         self.sessions, self._cold = self.store.load_split(self.hot_sessions)
         self._order = self.store.max_hello_order()
-        self._reader = HubStore(self.db_path, readonly=True)
+        self._reader = open_store(self.db_path, readonly=True, hub_id=self.hub_id)
+        if self.dsn is not None:
+            self.shared = SharedView(self, self.dsn)
+            await self.shared.start()
+            stops.push("shared database view", self.shared.stop)
         self.backend = EmbeddedBackend(self.tasks_db, agents_info={"agents": []}, mcp_info=[], execution_info={})
         stops.push("task store", self._close_backend)
         stops.push("last flush", self.flush)
@@ -323,7 +346,12 @@ class Hub(StackedService):
                         hold(writer.transport)  # a daemon's link from its first frame: never timed or displaced
                     conn.last_rx = time.monotonic()
                     self.frames_in += 1
-                    self._dispatch(conn, P.decode_from_daemon(raw))
+                    received = P.decode_from_daemon(raw)
+                    stored = None
+                    if (self.shared is not None and isinstance(received, P.HelloFrame)
+                            and rules.admit(conn.identity is not None, received) is None):
+                        stored = await self._claim(conn, received)
+                    self._dispatch(conn, received, stored)
                 except P.ProtocolError as exc:
                     self._refuse(conn, exc.code, str(exc))
                     return
@@ -397,12 +425,12 @@ class Hub(StackedService):
         self._refuse(conn, refusal.code, refusal.message)
         raise Refused
 
-    def _dispatch(self, conn: HubConnection, received: P.DaemonFrame) -> None:
+    def _dispatch(self, conn: HubConnection, received: P.DaemonFrame, stored: SessionState | None = None) -> None:
         refusal = rules.admit(conn.identity is not None, received)
         if refusal is not None:
             self._fatal(conn, refusal)
         if isinstance(received, P.HelloFrame):
-            self._hello(conn, received)
+            self._hello(conn, received, stored)
         elif isinstance(received, P.HeartbeatFrame):
             conn.send(P.encode_frame(P.frame(P.HeartbeatFrame)))
             self._touch(conn)
@@ -429,10 +457,13 @@ class Hub(StackedService):
             else:
                 log.info("%s reported %s", conn.label, P.loggable_code(received.code))
 
-    def _hello(self, conn: HubConnection, hello: P.HelloFrame) -> None:
+    def _hello(self, conn: HubConnection, hello: P.HelloFrame, stored: SessionState | None = None) -> None:
         ident = hello.identity
         session = self.sessions.get(ident.session_id)
-        if session is None and ident.session_id in self._cold:
+        if stored is not None:  # a shared database: it decided which execution is current
+            assert self.shared is not None
+            session = self.shared.take_stored(stored)
+        elif session is None and ident.session_id in self._cold:
             session = self._read_cold(ident.session_id)
             if session is None:  # without its stored state the hub cannot tell a stale execution
                 self._fatal(conn, rules.Refusal("unavailable", "the hub cannot read this session's stored state; "
@@ -487,15 +518,31 @@ class Hub(StackedService):
         self._touch(conn)
         self._mark(session, execution, history=True)
 
+    # -- a shared database (PostgreSQL): other hubs' changes ------------------------------------------------
+
+    async def _claim(self, conn: HubConnection, hello: P.HelloFrame) -> SessionState:
+        """The database's decision on a hello (agentctl.hub.pg_store); a database that cannot answer refuses
+        the connection as `unavailable`: the daemon keeps buffering and reconnects with backoff."""
+        assert self.store is not None
+        try:
+            return await asyncio.to_thread(self.store.claim, hello.identity, hello.daemon_version,  # type: ignore[attr-defined]
+                                           self._clock())
+        except HubStoreError as exc:
+            log.warning("hello from %s not taken: %s", hello.identity.session_id, exc)
+            self._fatal(conn, rules.Refusal("unavailable", "the hub's database is unavailable; reconnect later"))
+
     # -- persistence ---------------------------------------------------------------------------------
 
     def _mark(self, session: SessionState, execution: ExecutionState, *, history: bool) -> None:
         self._dirty_sessions.add(session.session_id)
         key = (session.session_id, execution.execution_id)
         self._dirty_executions[key] = self._dirty_executions.get(key, False) or history
+        self._changed(session.session_id)
+
+    def _changed(self, session_id: str) -> None:
         for listener in self._listeners:
             try:
-                listener(session.session_id)
+                listener(session_id)
             except Exception as exc:
                 # The type only by default: an exception's text may quote what it was handling.
                 log.error("hub listener failed: %s", type(exc).__name__, exc_info=log.isEnabledFor(logging.DEBUG))
@@ -560,7 +607,3 @@ async def embedded_hub(
     directory = Path(directory)
     async with Hub(directory / "hub.sock", db_path or directory / "hub.sqlite3", tasks_db=tasks_db) as hub:
         yield str(hub.socket_path)
-
-
-def _notice_line(notice: rules.Notice) -> bytes:
-    return P.encode_frame(P.frame(P.ErrorFrame, code=notice.code, message=notice.message, fatal=notice.fatal))

@@ -180,15 +180,3 @@ def test_a_server_error_that_quotes_the_options_has_them_masked(pg_db: PgDatabas
     assert 'invalid value for parameter "statement_timeout"' in proc.stderr  # the server quoted the value...
     assert marker not in proc.stderr and marker.lower() not in proc.stderr.lower()  # ...and it was masked
     _assert_no_password(proc, pg_db.password)
-
-
-@pytest.mark.parametrize("command", [["serve"], ["status"], ["report", "session-1"]])
-def test_the_sqlite_only_commands_refuse_a_postgresql_url_with_one_line_and_make_no_directory(pg_db: PgDatabase,
-                                                                                             tmp_path, command):
-    proc = _run(*command, "--db", pg_db.url, "--socket" if command == ["serve"] else "--json",
-                *([str(tmp_path / "h.sock")] if command == ["serve"] else []), cwd=tmp_path)
-    assert proc.returncode == 1, proc.stderr
-    assert "this command keeps the hub's state in a SQLite file" in proc.stderr
-    assert "postgresql://agentctl:***@/" in proc.stderr and proc.stdout == ""
-    _assert_no_password(proc, pg_db.password)
-    assert list(tmp_path.iterdir()) == [], "no directory named after the URL"
