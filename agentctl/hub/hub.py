@@ -263,6 +263,14 @@ class Hub(StackedService):
 
     # -- queries (the CLI reads the database; an in-process UI calls these) ------------------------------
 
+    def database_problem(self) -> str | None:
+        """None while the database takes the hub's writes (and, shared, its notifications); else why not."""
+        if self._flush_failed:
+            return "database unavailable: writes are retried; what daemons send is held until they succeed"
+        if self.shared is not None and not self.shared.listening:
+            return "database unavailable: other hubs' changes are not reaching this hub"
+        return None
+
     def status(self) -> HubStatus:
         return status_view(self.sessions, self._cold.values())
 

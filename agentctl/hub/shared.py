@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agentctl.dsn import PostgresDsn
 from agentctl.hub import rules
@@ -40,8 +40,18 @@ class SharedView:
         self._pending: set[str] = set()
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._first: Any = None  # the listening connection start() opened, for the loop's first round
 
     async def start(self) -> None:
+        """Listening before the hub serves (so it is ready at once); raises HubStoreError when it cannot."""
+        try:
+            self._first = await self._listening_connection()
+        except PostgresUnavailable as exc:
+            raise HubStoreError(str(exc)) from None
+        except driver().Error as exc:
+            raise HubStoreError(f"cannot listen on hub database {self.dsn.display()}: "
+                                f"{describe_error(self.dsn, exc)}") from None
+        self.listening = True
         self._tasks = [
             asyncio.create_task(self._listen_loop(), name="agentctl-hub-listen"),
             asyncio.create_task(self._refresh_loop(), name="agentctl-hub-refresh"),
@@ -54,6 +64,9 @@ class SharedView:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         self.listening = False
+        if self._first is not None:
+            await self._first.close()
+            self._first = None
 
     def _local(self, session: SessionState) -> set[str]:
         """The session's executions this hub holds: a connection here, or changes not yet written."""
@@ -137,9 +150,8 @@ class SharedView:
         gap = False  # a first start reads everything anyway
         while True:
             try:
-                conn = await connect_async(self.dsn)
+                conn, self._first = self._first or await self._listening_connection(), None
                 async with conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
                     if gap:
                         log.info("hub database notifications resumed; rereading every session")
                         await self.resync()
@@ -156,6 +168,15 @@ class SharedView:
             gap = True
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, BACKOFF_MAX)
+
+    async def _listening_connection(self) -> Any:
+        conn = await connect_async(self.dsn)
+        try:
+            await conn.execute(f"LISTEN {CHANNEL}")
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
 
     def _lost(self, why: str, already: bool) -> None:
         self.listening = False

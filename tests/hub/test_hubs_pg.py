@@ -1,7 +1,8 @@
 """Two real `agentctl hub serve` processes (two Unix sockets, as on two executor hosts) sharing one real PostgreSQL:
 a session's execution 1 on hub A, execution 2 (a real `agentctl serve` daemon) on hub B. The database fences
 execution 1; hub A tells its daemon and rejects its late frames; both hubs' pages and `hub status` show
-execution 2 current, with every count what the daemons sent; and a change through B reaches A's page live."""
+execution 2 current, with every count what the daemons sent; a change through B reaches A's page live; and
+hub A SIGKILLed leaves hub B's view right."""
 
 from __future__ import annotations
 
@@ -144,6 +145,16 @@ async def test_execution_2_on_hub_b_fences_execution_1_on_hub_a_and_both_hubs_sh
                                == reset["attempt_id"], timeout=10, interval=0.05, what="B's change on A's page")
         assert time.monotonic() - began < 10
 
+        # Hub A SIGKILLed: hub B's view stays right and its daemon's changes keep landing.
+        hub_a.popen.kill()
+        hub_a.popen.wait(timeout=10)
+        status, again = control(daemon).post("/v1/session/reset")
+        assert status == 200
+        await eventually(lambda: (_page(hub_b)["sessions"][0]["attempt"] or {}).get("attempt_id") == again["attempt_id"],
+                         timeout=10, what="B's page after A died")
+        after = _page(hub_b)["sessions"][0]
+        assert after["execution_id"] == "exec-2" and after["connected"] and "rejected 4 frames" in after["stale"]
+
         for hub in (hub_a, hub_b):  # no password in the ready line or the log
             _assert_no_password(json.dumps(hub.ready) + hub.log.read_text(), pg_db.password)
         assert hub_a.ready["db"].startswith("postgresql://agentctl:***@/")
@@ -153,4 +164,4 @@ async def test_execution_2_on_hub_b_fences_execution_1_on_hub_a_and_both_hubs_sh
         if daemon is not None:
             daemon.kill()
         for hub in (hub_a, hub_b):
-            hub.stop()
+            hub.kill()
