@@ -50,7 +50,7 @@ def add_hub_commands(subparsers: Any) -> None:
     p.add_argument("--db", metavar="PATH|URL", help=db_help)
     p.add_argument("--db-file", metavar="PATH", help=db_file_help)
     p.add_argument("--tasks-db", metavar="PATH", help="task store for the tool tunnel, a SQLite file (default: next to "
-                   "a SQLite --db; <state dir>/hub.tasks.sqlite3 with PostgreSQL)")
+                   "a SQLite --db; in the same database with PostgreSQL)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--http", metavar="HOST:PORT", help="also serve the read-only status page (loopback by default; "
                    "PORT alone means 127.0.0.1:PORT); its address with a new token is in the ready line")
@@ -157,7 +157,7 @@ async def _serve(socket_path: Path, db: Any, tasks_db: str | None, web_args: tup
     async def start() -> HubReady:
         try:
             await stops.enter("hub", hub)
-            ready = HubReady(socket=str(hub.socket_path), db=hub.db_label, tasks_db=str(hub.tasks_db),
+            ready = HubReady(socket=str(hub.socket_path), db=hub.db_label, tasks_db=hub.tasks_label,
                              pid=os.getpid())
             if web_args is not None:
                 from agentctl.hub.web import HubWeb

@@ -64,7 +64,6 @@ from agentctl.hub.hub_store import (
     SessionStore,
     open_store,
 )
-from agentctl.hub.locations import default_tasks_db
 from agentctl.hub.shared import SharedView
 from agentctl.hub.state import ExecutionState, SessionState
 from agentctl.hub.views import evict, report_view, status_view
@@ -121,10 +120,12 @@ class Hub(StackedService):
         # A PostgreSQL database may be shared with hubs on other hosts (agentctl.hub.shared).
         self.dsn = db_path if isinstance(db_path, PostgresDsn) else None
         self.db_path: Path | PostgresDsn = db_path if isinstance(db_path, PostgresDsn) else Path(db_path)
+        # The task store: a SQLite file when given or beside a SQLite database, else the shared PostgreSQL one.
+        self.tasks_db: Path | PostgresDsn
         if tasks_db:
             self.tasks_db = Path(tasks_db)
         else:
-            self.tasks_db = default_tasks_db() if self.dsn else Path(db_path).with_suffix(".tasks.sqlite3")
+            self.tasks_db = self.dsn if self.dsn else Path(db_path).with_suffix(".tasks.sqlite3")
         # Names this hub in a shared database (the `connected` flags it owns): stable across its restarts.
         self.hub_id = f"{socket.gethostname()}:{self.socket_path}"
         self.shared: SharedView | None = None
@@ -166,6 +167,10 @@ class Hub(StackedService):
         """The database as messages name it (a DSN without its secrets)."""
         return self.dsn.display() if self.dsn is not None else str(self.db_path)
 
+    @property
+    def tasks_label(self) -> str:
+        return self.tasks_db.display() if isinstance(self.tasks_db, PostgresDsn) else str(self.tasks_db)
+
     async def _start(self, stops: StopStack) -> None:
         self.store = open_store(self.db_path, hub_id=self.hub_id)
         stops.push("hub database", self._close_stores)  # closed last, after the last flush
@@ -177,7 +182,13 @@ class Hub(StackedService):
             self.shared = SharedView(self, self.dsn)
             await self.shared.start()
             stops.push("shared database view", self.shared.stop)
-        self.backend = EmbeddedBackend(self.tasks_db, agents_info={"agents": []}, mcp_info=[], execution_info={})
+        if isinstance(self.tasks_db, PostgresDsn):
+            from agentctl.hub.pg_tasks import PgTaskBackend
+
+            self.backend = await asyncio.to_thread(PgTaskBackend, self.tasks_db, agents_info={"agents": []},
+                                                   mcp_info=[], execution_info={})
+        else:
+            self.backend = EmbeddedBackend(self.tasks_db, agents_info={"agents": []}, mcp_info=[], execution_info={})
         stops.push("task store", self._close_backend)
         stops.push("last flush", self.flush)
         stops.push("connections", self._forget_connections)

@@ -27,9 +27,3 @@ def default_db() -> Path:
 
     return resolve_state_dir(None) / "hub.sqlite3"
 
-
-def default_tasks_db() -> Path:
-    """The tool tunnel's task store of a hub whose database is not a file (PostgreSQL): in the state directory."""
-    from agentctl.evidence.store import resolve_state_dir
-
-    return resolve_state_dir(None) / "hub.tasks.sqlite3"

@@ -5,37 +5,17 @@ is down (refused as `unavailable`; the real publisher keeps buffering and gets i
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
-import pytest
 
 from agentctl.dsn import parse_location
 from agentctl.evidence.contract import encode
-from agentctl.hub.hub import Hub
 from agentctl.hub.hub_store import open_store
 from agentctl.hub.web import HubWeb
 from agentctl.upstream.publisher import Publisher
 from tests.pg import PgDatabase, PgServer
 from tests.upstream.support import SEEDS, eventually, identity, make_ctx
-
-
-@pytest.fixture
-async def two_hubs(pg_db: PgDatabase, short_dir: Path) -> AsyncIterator[tuple[Hub, Hub, HubWeb]]:
-    dsn = parse_location(pg_db.url)
-    a = Hub(short_dir / "a.sock", dsn, tasks_db=short_dir / "a.tasks.sqlite3", flush_interval=0.05)
-    b = Hub(short_dir / "b.sock", dsn, tasks_db=short_dir / "b.tasks.sqlite3", flush_interval=0.05)
-    await a.start()
-    await b.start()
-    page = HubWeb(a, "127.0.0.1", 0, token="t" * 32)
-    await page.start()
-    try:
-        yield a, b, page
-    finally:
-        await page.stop()
-        await b.stop()
-        await a.stop()
 
 
 async def _readyz(page: HubWeb) -> tuple[int, dict]:
@@ -53,8 +33,8 @@ def _stored(db: PgDatabase, session: str) -> bytes | None:
 
 
 async def test_postgresql_restarted_mid_ingest_loses_nothing_and_readyz_says_unavailable_meanwhile(
-        two_hubs, pg_server: PgServer, pg_db: PgDatabase, tmp_path: Path):
-    a, b, page = two_hubs
+        pg_hubs, pg_server: PgServer, pg_db: PgDatabase, tmp_path: Path):
+    a, b, page = pg_hubs
     ctx = make_ctx(tmp_path / "one", identity(execution="exec-1"))
     one = Publisher(ctx, a.socket_path, backoff_initial=0.05, backoff_max=0.5)
     one.start()
