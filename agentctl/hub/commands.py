@@ -190,7 +190,8 @@ async def _serve(socket_path: Path, db: Any, tasks_db: str | None, web_args: tup
 def _load(args: argparse.Namespace):
     """Every session in the database, or (message, exit code)."""
     from agentctl.dsn import DsnError
-    from agentctl.hub.hub_store import HubStoreError, open_store
+    from agentctl.hub.hub_store import HubStoreError
+    from agentctl.hub.stores import open_store
     from agentctl.hub.migrate_command import hub_location
 
     try:

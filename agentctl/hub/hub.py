@@ -62,8 +62,8 @@ from agentctl.hub.hub_store import (
     HubStoreError,
     SessionRecord,
     SessionStore,
-    open_store,
 )
+from agentctl.hub.stores import open_store
 from agentctl.hub.shared import SharedView
 from agentctl.hub.state import ExecutionState, SessionState
 from agentctl.hub.views import evict, report_view, status_view

@@ -30,7 +30,6 @@ from typing import Any, Protocol
 
 import msgspec
 
-from agentctl.dsn import PostgresDsn, SqlitePath
 from agentctl.evidence.contract import AttachmentHistory, HubSession, Identity, encode
 from agentctl.hub.migrations import HUB
 from agentctl.hub.state import ExecutionState, SessionState
@@ -108,20 +107,7 @@ class SessionStore(Protocol):
     def close(self) -> None: ...
 
 
-def open_store(location: str | os.PathLike[str] | SqlitePath | PostgresDsn, *, readonly: bool = False,
-               hub_id: str = "") -> Any:
-    """The store for a location: a PostgreSQL database (agentctl.hub.pg_store) or a SQLite file. Raises
-    HubStoreError."""
-    if isinstance(location, SqlitePath):
-        location = location.path
-    if isinstance(location, PostgresDsn):
-        from agentctl.hub.pg_store import PgHubStore
-
-        return PgHubStore(location, readonly=readonly, hub_id=hub_id)
-    return HubStore(location, readonly=readonly)
-
-
-def _ts(value: datetime) -> str:
+def ts(value: datetime) -> str:
     return value.isoformat()
 
 
@@ -129,14 +115,14 @@ def _dt(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
-_SESSION_COLS = "session_id, task_id, current_execution_id, stale_rejected, last_contact_at"
-_EXECUTION_COLS = (
+SESSION_COLS = "session_id, task_id, current_execution_id, stale_rejected, last_contact_at"
+EXECUTION_COLS = (
     "session_id, identity, daemon_version, hello_order, first_hello_at, last_contact_at, connected, "
     "rejected_frames, history"
 )
 
 
-def _session(row: tuple[Any, ...]) -> SessionState:
+def session_of_row(row: tuple[Any, ...]) -> SessionState:
     sid, task, current, stale, contact = row
     return SessionState(session_id=sid, task_id=task, current_execution_id=current, stale_rejected=stale,
                         last_contact_at=_dt(contact))
@@ -146,7 +132,7 @@ def split_sessions(session_rows: Iterable[tuple[Any, ...]], execution_rows: Iter
                    decode: Callable[[tuple[Any, ...]], ExecutionState]) -> tuple[dict[str, SessionState], dict[str, HubSession]]:
     """Rows of sessions and of executions (ordered by session) as `load_split` answers: the `hot` sessions most
     recently in contact whole, every other one as its listing; a session without its current execution is left out."""
-    sessions = {row[0]: _session(row) for row in session_rows}
+    sessions = {row[0]: session_of_row(row) for row in session_rows}
     if hot is None:
         hot_ids = set(sessions)
     else:
@@ -169,7 +155,7 @@ def split_sessions(session_rows: Iterable[tuple[Any, ...]], execution_rows: Iter
 
 
 def decode_execution(row: tuple[Any, ...], where: str) -> ExecutionState:
-    """An execution row (in _EXECUTION_COLS' order) as the hub's state. Raises HubStoreError."""
+    """An execution row (in EXECUTION_COLS' order) as the hub's state. Raises HubStoreError."""
     _sid, ident, version, order, first, last, connected, rejected, history = row
     try:
         identity = msgspec.json.decode(ident, type=Identity)
@@ -228,8 +214,8 @@ class HubStore:
         """The `hot` sessions most recently in contact whole, every other one as its listing (all whole when
         `hot` is None). Executions are decoded one session at a time: a large file never sits in memory whole."""
         try:
-            sessions = self._conn.execute(f"SELECT {_SESSION_COLS} FROM sessions")
-            rows = self._conn.execute(f"SELECT {_EXECUTION_COLS} FROM executions ORDER BY session_id")
+            sessions = self._conn.execute(f"SELECT {SESSION_COLS} FROM sessions")
+            rows = self._conn.execute(f"SELECT {EXECUTION_COLS} FROM executions ORDER BY session_id")
             return split_sessions(sessions, rows, hot, self._execution)
         except sqlite3.Error as exc:
             raise HubStoreError(f"cannot read hub database {self.path}: {exc}") from None
@@ -238,13 +224,13 @@ class HubStore:
         """One session whole (a cold session the live hub reads on demand); None when the file has none."""
         try:
             one = (session_id,)
-            row = self._conn.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE session_id=?", one).fetchone()
+            row = self._conn.execute(f"SELECT {SESSION_COLS} FROM sessions WHERE session_id=?", one).fetchone()
             if row is None:
                 return None
-            rows = self._conn.execute(f"SELECT {_EXECUTION_COLS} FROM executions WHERE session_id=?", one).fetchall()
+            rows = self._conn.execute(f"SELECT {EXECUTION_COLS} FROM executions WHERE session_id=?", one).fetchall()
         except sqlite3.Error as exc:
             raise HubStoreError(f"cannot read hub database {self.path}: {exc}") from None
-        session = _session(row)
+        session = session_of_row(row)
         for execution_row in rows:
             execution = self._execution(execution_row)
             session.executions[execution.execution_id] = execution
@@ -259,174 +245,6 @@ class HubStore:
 
     def _execution(self, row: tuple[Any, ...]) -> ExecutionState:
         return decode_execution(row, str(self.path))
-
-    def write(self, sessions: Sequence[SessionRecord], executions: Sequence[ExecutionRecord]) -> None:
-        """Upsert the records in one transaction."""
-        ...
-
-    def close(self) -> None: ...
-
-
-def open_store(location: str | os.PathLike[str] | SqlitePath | PostgresDsn, *, readonly: bool = False,
-               hub_id: str = "") -> Any:
-    """The store for a location: a PostgreSQL database (agentctl.hub.pg_store) or a SQLite file. Raises
-    HubStoreError."""
-    if isinstance(location, SqlitePath):
-        location = location.path
-    if isinstance(location, PostgresDsn):
-        from agentctl.hub.pg_store import PgHubStore
-
-        return PgHubStore(location, readonly=readonly, hub_id=hub_id)
-    return HubStore(location, readonly=readonly)
-
-
-def _ts(value: datetime) -> str:
-    return value.isoformat()
-
-
-def _dt(text: str) -> datetime:
-    return datetime.fromisoformat(text)
-
-
-_SESSION_COLS = "session_id, task_id, current_execution_id, stale_rejected, last_contact_at"
-_EXECUTION_COLS = (
-    "session_id, identity, daemon_version, hello_order, first_hello_at, last_contact_at, connected, "
-    "rejected_frames, history"
-)
-
-
-def _session(row: tuple[Any, ...]) -> SessionState:
-    sid, task, current, stale, contact = row
-    return SessionState(session_id=sid, task_id=task, current_execution_id=current, stale_rejected=stale,
-                        last_contact_at=_dt(contact))
-
-
-def split_sessions(session_rows: Iterable[tuple[Any, ...]], execution_rows: Iterable[tuple[Any, ...]], hot: int | None,
-                   decode: Callable[[tuple[Any, ...]], ExecutionState]) -> tuple[dict[str, SessionState], dict[str, HubSession]]:
-    """Rows of sessions and of executions (ordered by session) as `load_split` answers: the `hot` sessions most
-    recently in contact whole, every other one as its listing; a session without its current execution is left out."""
-    sessions = {row[0]: _session(row) for row in session_rows}
-    if hot is None:
-        hot_ids = set(sessions)
-    else:
-        recent = sorted(sessions.values(), key=lambda s: (s.last_contact_at, s.session_id), reverse=True)
-        hot_ids = {s.session_id for s in recent[:hot]}
-    cold: dict[str, HubSession] = {}
-    for sid, group in itertools.groupby(execution_rows, key=lambda row: row[0]):
-        session = sessions.get(sid)
-        if session is None:
-            continue
-        for row in group:
-            execution = decode(row)
-            session.executions[execution.execution_id] = execution
-        if sid not in hot_ids:
-            del sessions[sid]
-            if session.current_execution_id in session.executions:
-                cold[sid] = session_listing(session)
-    hot_sessions = {sid: s for sid, s in sessions.items() if s.current_execution_id in s.executions}
-    return hot_sessions, cold
-
-
-def decode_execution(row: tuple[Any, ...], where: str) -> ExecutionState:
-    """An execution row (in _EXECUTION_COLS' order) as the hub's state. Raises HubStoreError."""
-    _sid, ident, version, order, first, last, connected, rejected, history = row
-    try:
-        identity = msgspec.json.decode(ident, type=Identity)
-        decoded = msgspec.json.decode(history, type=AttachmentHistory) if history else None
-    except msgspec.DecodeError as exc:
-        raise HubStoreError(f"hub database {where} holds an unreadable execution row: {exc}") from None
-    return ExecutionState(
-        identity=identity, daemon_version=version, hello_order=order, first_hello_at=_dt(first),
-        last_contact_at=_dt(last), connected=bool(connected), rejected_frames=rejected, history=decoded,
-    )
-
-
-class HubStore:
-    """The SQLite file. Writable (the hub) or read-only (the CLI). Not thread-safe: one user at a time."""
-
-    def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False) -> None:
-        self.path = Path(path)
-        self.readonly = readonly
-        self.migration: MigrationResult | None = None  # what opening it did to its schema (writable only)
-        try:
-            self._conn = self._open()
-        except sqlite3.Error as exc:
-            raise HubStoreError(f"cannot open hub database {self.path}: {exc}") from None
-
-    def _open(self) -> sqlite3.Connection:
-        if self.readonly:
-            if not self.path.is_file():
-                raise HubStoreError(
-                    f"no hub database at {self.path} (start `agentctl hub serve`, or pass --db PATH)"
-                )
-            conn = open_sqlite_readonly(self.path, busy_timeout_ms=BUSY_TIMEOUT_MS)
-            try:
-                require_latest(SqliteDialect(conn), HUB, str(self.path))
-            except MigrationError as exc:
-                conn.close()
-                raise HubStoreError(str(exc)) from None
-            return conn
-        try:
-            conn, self.migration = open_migrated_sqlite(self.path, HUB, busy_timeout_ms=BUSY_TIMEOUT_MS)
-            return conn
-        except MigrationError as exc:
-            raise HubStoreError(str(exc)) from None
-        except UnsafePath as exc:
-            raise HubStoreError(f"refusing hub database {self.path}: {exc}") from None
-        except OSError as exc:
-            raise HubStoreError(f"cannot create hub database {self.path}: {exc.strerror or exc}") from None
-
-    def close(self) -> None:
-        self._conn.close()
-
-    def load(self) -> dict[str, SessionState]:
-        """Everything in the file, as the hub's in-memory state (the CLI's views)."""
-        return self.load_split(None)[0]
-
-    def load_split(self, hot: int | None) -> tuple[dict[str, SessionState], dict[str, HubSession]]:
-        """The `hot` sessions most recently in contact whole, every other one as its listing (all whole when
-        `hot` is None). Executions are decoded one session at a time: a large file never sits in memory whole."""
-        try:
-            sessions = self._conn.execute(f"SELECT {_SESSION_COLS} FROM sessions")
-            rows = self._conn.execute(f"SELECT {_EXECUTION_COLS} FROM executions ORDER BY session_id")
-            return split_sessions(sessions, rows, hot, self._execution)
-        except sqlite3.Error as exc:
-            raise HubStoreError(f"cannot read hub database {self.path}: {exc}") from None
-
-    def load_session(self, session_id: str) -> SessionState | None:
-        """One session whole (a cold session the live hub reads on demand); None when the file has none."""
-        try:
-            one = (session_id,)
-            row = self._conn.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE session_id=?", one).fetchone()
-            if row is None:
-                return None
-            rows = self._conn.execute(f"SELECT {_EXECUTION_COLS} FROM executions WHERE session_id=?", one).fetchall()
-        except sqlite3.Error as exc:
-            raise HubStoreError(f"cannot read hub database {self.path}: {exc}") from None
-        session = _session(row)
-        for execution_row in rows:
-            execution = self._execution(execution_row)
-            session.executions[execution.execution_id] = execution
-        return session if session.current_execution_id in session.executions else None
-
-    def reset_connected(self) -> None:
-        """Nobody is connected to a hub that just started: clear every stored `connected` flag."""
-        try:
-            self._conn.execute("UPDATE executions SET connected=0 WHERE connected!=0")
-        except sqlite3.Error as exc:
-            raise HubStoreError(f"cannot write hub database {self.path}: {exc}") from None
-
-    def _execution(self, row: tuple[Any, ...]) -> ExecutionState:
-        _sid, ident, version, order, first, last, connected, rejected, history = row
-        try:
-            identity = msgspec.json.decode(ident, type=Identity)
-            decoded = msgspec.json.decode(history, type=AttachmentHistory) if history else None
-        except msgspec.DecodeError as exc:
-            raise HubStoreError(f"hub database {self.path} holds an unreadable execution row: {exc}") from None
-        return ExecutionState(
-            identity=identity, daemon_version=version, hello_order=order, first_hello_at=_dt(first),
-            last_contact_at=_dt(last), connected=bool(connected), rejected_frames=rejected, history=decoded,
-        )
 
     def write(self, sessions: Sequence[SessionRecord], executions: Sequence[ExecutionRecord]) -> None:
         """Upsert the records in one transaction. Safe to call from a worker thread."""
@@ -462,10 +280,10 @@ class HubStore:
 
 
 def _session_row(r: SessionRecord) -> tuple[Any, ...]:
-    return (r.session_id, r.task_id, r.current_execution_id, r.stale_rejected, _ts(r.last_contact_at))
+    return (r.session_id, r.task_id, r.current_execution_id, r.stale_rejected, ts(r.last_contact_at))
 
 
 def _execution_row(r: ExecutionRecord) -> tuple[Any, ...]:
     return (r.session_id, r.identity.execution_id, r.hello_order, encode(r.identity).decode(), r.daemon_version,
-            _ts(r.first_hello_at), _ts(r.last_contact_at), int(r.connected), r.rejected_frames,
+            ts(r.first_hello_at), ts(r.last_contact_at), int(r.connected), r.rejected_frames,
             r.history.decode() if r.history is not None else None)

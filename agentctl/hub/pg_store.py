@@ -30,15 +30,15 @@ import msgspec
 from agentctl.dsn import PostgresDsn
 from agentctl.evidence.contract import HubSession, Identity, encode
 from agentctl.hub.hub_store import (
-    _EXECUTION_COLS,
-    _SESSION_COLS,
+    EXECUTION_COLS,
+    SESSION_COLS,
     ExecutionRecord,
     HubStoreError,
     SessionRecord,
-    _session,
-    _ts,
     decode_execution,
+    session_of_row,
     split_sessions,
+    ts,
 )
 from agentctl.hub.migrations import HUB
 from agentctl.hub.state import SessionState
@@ -120,9 +120,9 @@ class PgHubStore:
         def work(conn: Any) -> Any:
             with conn.transaction():  # one snapshot of both tables
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                sessions = conn.execute(f"SELECT {_SESSION_COLS} FROM sessions").fetchall()
+                sessions = conn.execute(f"SELECT {SESSION_COLS} FROM sessions").fetchall()
                 with conn.cursor(name="agentctl_hub_executions") as cur:  # streamed: a large table never whole
-                    cur.execute(f"SELECT {_EXECUTION_COLS} FROM executions ORDER BY session_id")
+                    cur.execute(f"SELECT {EXECUTION_COLS} FROM executions ORDER BY session_id")
                     return split_sessions(sessions, cur, hot, self._execution)
 
         return self._run("read", work)
@@ -139,11 +139,11 @@ class PgHubStore:
 
     def _session_of(self, conn: Any, session_id: str) -> SessionState | None:
         one = (session_id,)
-        row = conn.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE session_id=%s", one).fetchone()
+        row = conn.execute(f"SELECT {SESSION_COLS} FROM sessions WHERE session_id=%s", one).fetchone()
         if row is None:
             return None
-        session = _session(row)
-        for execution_row in conn.execute(f"SELECT {_EXECUTION_COLS} FROM executions WHERE session_id=%s", one):
+        session = session_of_row(row)
+        for execution_row in conn.execute(f"SELECT {EXECUTION_COLS} FROM executions WHERE session_id=%s", one):
             execution = self._execution(execution_row)
             session.executions[execution.execution_id] = execution
         return session if session.current_execution_id in session.executions else None
@@ -164,7 +164,7 @@ class PgHubStore:
         """Upsert the records in one transaction, additively (see the module's docstring), and notify."""
         # Rows locked in one order (sessions by id, then executions by id) by every hub: two flushes never deadlock.
         session_rows = sorted(((r.session_id, r.task_id, r.current_execution_id, r.stale_rejected,
-                                _ts(r.last_contact_at)) for r in sessions))
+                                ts(r.last_contact_at)) for r in sessions))
         execution_rows = sorted(self._execution_row(r) for r in executions)
         touched = sorted({r[0] for r in session_rows} | {r[0] for r in execution_rows})
 
@@ -197,7 +197,7 @@ class PgHubStore:
 
     def _execution_row(self, r: ExecutionRecord) -> tuple[Any, ...]:
         return (r.session_id, r.identity.execution_id, r.hello_order, encode(r.identity).decode(), r.daemon_version,
-                _ts(r.first_hello_at), _ts(r.last_contact_at), int(r.connected), r.rejected_frames,
+                ts(r.first_hello_at), ts(r.last_contact_at), int(r.connected), r.rejected_frames,
                 r.history.decode() if r.history is not None else None, self.hub_id)
 
     # -- fencing -------------------------------------------------------------------------------------------
@@ -213,7 +213,7 @@ class PgHubStore:
                 conn.execute(
                     "INSERT INTO sessions(session_id, task_id, current_execution_id, stale_rejected, last_contact_at) "
                     "VALUES (%s, %s, %s, 0, %s) ON CONFLICT(session_id) DO NOTHING",
-                    (sid, identity.task_id, eid, _ts(now)))
+                    (sid, identity.task_id, eid, ts(now)))
                 conn.execute("SELECT 1 FROM sessions WHERE session_id=%s FOR UPDATE", (sid,))
                 known = conn.execute("SELECT 1 FROM executions WHERE session_id=%s AND execution_id=%s",
                                      (sid, eid)).fetchone()
@@ -222,10 +222,10 @@ class PgHubStore:
                         "INSERT INTO executions(session_id, execution_id, hello_order, identity, daemon_version, "
                         "first_hello_at, last_contact_at, connected, rejected_frames, history, hub) "
                         "VALUES (%s, %s, nextval('hub_hello_order'), %s, %s, %s, %s, 1, 0, NULL, %s)",
-                        (sid, eid, encode(identity).decode(), daemon_version, _ts(now), _ts(now), self.hub_id))
+                        (sid, eid, encode(identity).decode(), daemon_version, ts(now), ts(now), self.hub_id))
                     conn.execute("UPDATE sessions SET current_execution_id=%s, "
                                  "last_contact_at=GREATEST(last_contact_at, %s) WHERE session_id=%s",
-                                 (eid, _ts(now), sid))
+                                 (eid, ts(now), sid))
                     conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, notice_payload(self.hub_id, sid)))
                 session = self._session_of(conn, sid)
             if session is None:  # the row names an execution it does not hold: not ours to repair

@@ -11,7 +11,7 @@ import aiohttp
 
 from agentctl.dsn import parse_location
 from agentctl.evidence.contract import encode
-from agentctl.hub.hub_store import open_store
+from agentctl.hub.stores import open_store
 from agentctl.hub.web import HubWeb
 from agentctl.upstream.publisher import Publisher
 from tests.pg import PgDatabase, PgServer

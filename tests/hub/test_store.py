@@ -14,7 +14,8 @@ import pytest
 
 from agentctl.dsn import parse_location
 from agentctl.evidence.contract import AttachmentHistory, encode
-from agentctl.hub.hub_store import ExecutionRecord, HubStoreError, SessionRecord, open_store
+from agentctl.hub.hub_store import ExecutionRecord, HubStoreError, SessionRecord
+from agentctl.hub.stores import open_store
 from agentctl.hub.state import ExecutionState, SessionState
 from tests.pg import PgDatabase
 from tests.upstream.support import identity
