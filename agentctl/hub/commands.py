@@ -35,9 +35,10 @@ if TYPE_CHECKING:  # pragma: no cover
 def add_hub_commands(subparsers: Any) -> None:
     hub = subparsers.add_parser(
         "hub",
-        help="the reference upstream: many daemons, every session's history in SQLite",
+        help="the reference upstream: many daemons, every session's history in SQLite or a shared PostgreSQL",
         description="The reference upstream. Daemons with an [upstream] socket publish to it; it keeps every "
-        "session's history in SQLite and answers the tool tunnel from its own task store.",
+        "session's history in SQLite (or in PostgreSQL, shared by hubs on several hosts) and answers the tool "
+        "tunnel from its own task store.",
     )
     hub.set_defaults(func=lambda args: (hub.print_help(), EXIT_USAGE)[1])
     sub = hub.add_subparsers(title="hub commands", metavar="COMMAND")

@@ -180,3 +180,30 @@ def test_a_server_error_that_quotes_the_options_has_them_masked(pg_db: PgDatabas
     assert 'invalid value for parameter "statement_timeout"' in proc.stderr  # the server quoted the value...
     assert marker not in proc.stderr and marker.lower() not in proc.stderr.lower()  # ...and it was masked
     _assert_no_password(proc, pg_db.password)
+
+
+def test_status_and_report_read_postgresql_through_any_convention_and_never_show_the_password(
+        pg_db: PgDatabase, tmp_path, monkeypatch, capsys):
+    from agentctl.dsn import parse_location
+    from agentctl.hub.stores import open_store
+    from tests.hub.test_store import _execution, _session
+
+    store = open_store(parse_location(pg_db.url), hub_id="host-a")  # a hub's writes, migrated at open
+    store.write([_session("session-1", "e-1")], [_execution("session-1", "e-1", 1)])
+    store.close()
+    for source in ("url", "db-file", "PGPASSFILE"):
+        args, env = _sources(pg_db, tmp_path)[source]
+        status = _run_here(monkeypatch, capsys, "status", *args, "--json", env=env)
+        assert status.returncode == 0, status.stderr
+        assert [s["current_execution_id"] for s in json.loads(status.stdout)["sessions"]] == ["e-1"]
+        report = _run_here(monkeypatch, capsys, "report", "session-1", *args, env=env)
+        assert report.returncode == 0 and "e-1 (current" in report.stdout
+        missing = _run_here(monkeypatch, capsys, "report", "no-such-session", *args, env=env)
+        assert missing.returncode == 1 and "the hub has no session 'no-such-session'" in missing.stderr
+        for proc in (status, report, missing):
+            _assert_no_password(proc, pg_db.password)
+    wrong = pg_db.password.replace("Pg-Canary", "Wrong-Canary")
+    bad = _run_here(monkeypatch, capsys, "status", "--db",
+                    pg_db.url.replace(quote(pg_db.password, safe=""), quote(wrong, safe="")))
+    assert bad.returncode == 2 and 'password authentication failed for user "agentctl"' in bad.stderr
+    _assert_no_password(bad, wrong)
