@@ -1,5 +1,6 @@
 """`agentctl hub`: the reference upstream. Many daemons connect to one Unix socket; the hub keeps every
-session's history in SQLite and answers the tool tunnel from a task store.
+session's history in SQLite, or in a PostgreSQL database shared by the hubs of several hosts (which then
+decides each hello: agentctl.hub.shared), and answers the tool tunnel from a task store.
 
 This module is the hub's I/O: connections, frames in and out, persistence, requests to daemons. What a frame
 decides (which execution and instance is current, which frames are taken, who is told what) is the pure
@@ -11,9 +12,8 @@ and the database is only ever written in transactions.
 
 State lives in memory (hydrated from the database at start) and dirty rows are flushed every
 `flush_interval`; past `hot_sessions`, the sessions least recently in contact leave memory once flushed
-and are read from the database on demand (agentctl.hub.hub_store). Tool calls are answered by an
-EmbeddedBackend on the hub's own task database (a separate file: tool arguments never reach the evidence
-tables or the log).
+and are read from the database on demand (agentctl.hub.hub_store). Tool calls are answered by the task
+store's backend (agentctl.hub.stores; tool arguments never reach the evidence tables or the log).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ from agentctl.hub.hub_store import (
     SessionRecord,
     SessionStore,
 )
-from agentctl.hub.stores import open_store
+from agentctl.hub.stores import label, open_store, open_task_store
 from agentctl.hub.shared import SharedView
 from agentctl.hub.state import ExecutionState, SessionState
 from agentctl.hub.views import evict, report_view, status_view
@@ -115,17 +115,14 @@ class Hub(StackedService):
         hot_sessions: int = HOT_SESSIONS,
     ) -> None:
         self.socket_path = Path(socket_path)
-        if isinstance(db_path, SqlitePath):
-            db_path = db_path.path
+        db_path = db_path.path if isinstance(db_path, SqlitePath) else db_path
         # A PostgreSQL database may be shared with hubs on other hosts (agentctl.hub.shared).
         self.dsn = db_path if isinstance(db_path, PostgresDsn) else None
         self.db_path: Path | PostgresDsn = db_path if isinstance(db_path, PostgresDsn) else Path(db_path)
         # The task store: a SQLite file when given or beside a SQLite database, else the shared PostgreSQL one.
         self.tasks_db: Path | PostgresDsn
-        if tasks_db:
-            self.tasks_db = Path(tasks_db)
-        else:
-            self.tasks_db = self.dsn if self.dsn else Path(db_path).with_suffix(".tasks.sqlite3")
+        default_tasks = self.dsn or Path(db_path).with_suffix(".tasks.sqlite3")
+        self.tasks_db = Path(tasks_db) if tasks_db else default_tasks
         # Names this hub in a shared database (the `connected` flags it owns): stable across its restarts.
         self.hub_id = f"{socket.gethostname()}:{self.socket_path}"
         self.shared: SharedView | None = None
@@ -165,11 +162,11 @@ class Hub(StackedService):
     @property
     def db_label(self) -> str:
         """The database as messages name it (a DSN without its secrets)."""
-        return self.dsn.display() if self.dsn is not None else str(self.db_path)
+        return label(self.db_path)
 
     @property
     def tasks_label(self) -> str:
-        return self.tasks_db.display() if isinstance(self.tasks_db, PostgresDsn) else str(self.tasks_db)
+        return label(self.tasks_db)
 
     async def _start(self, stops: StopStack) -> None:
         self.store = open_store(self.db_path, hub_id=self.hub_id)
@@ -182,13 +179,7 @@ class Hub(StackedService):
             self.shared = SharedView(self, self.dsn)
             await self.shared.start()
             stops.push("shared database view", self.shared.stop)
-        if isinstance(self.tasks_db, PostgresDsn):
-            from agentctl.hub.pg_tasks import PgTaskBackend
-
-            self.backend = await asyncio.to_thread(PgTaskBackend, self.tasks_db, agents_info={"agents": []},
-                                                   mcp_info=[], execution_info={})
-        else:
-            self.backend = EmbeddedBackend(self.tasks_db, agents_info={"agents": []}, mcp_info=[], execution_info={})
+        self.backend = await asyncio.to_thread(open_task_store, self.tasks_db)
         stops.push("task store", self._close_backend)
         stops.push("last flush", self.flush)
         stops.push("connections", self._forget_connections)
@@ -278,9 +269,7 @@ class Hub(StackedService):
         """None while the database takes the hub's writes (and, shared, its notifications); else why not."""
         if self._flush_failed:
             return "database unavailable: writes are retried; what daemons send is held until they succeed"
-        if self.shared is not None and not self.shared.listening:
-            return "database unavailable: other hubs' changes are not reaching this hub"
-        return None
+        return self.shared.problem() if self.shared is not None else None
 
     def status(self) -> HubStatus:
         return status_view(self.sessions, self._cold.values())
@@ -369,7 +358,7 @@ class Hub(StackedService):
                     stored = None
                     if (self.shared is not None and isinstance(received, P.HelloFrame)
                             and rules.admit(conn.identity is not None, received) is None):
-                        stored = await self._claim(conn, received)
+                        stored = await self.shared.claim(conn, received)
                     self._dispatch(conn, received, stored)
                 except P.ProtocolError as exc:
                     self._refuse(conn, exc.code, str(exc))
@@ -536,19 +525,6 @@ class Hub(StackedService):
             self.events_applied += 1
         self._touch(conn)
         self._mark(session, execution, history=True)
-
-    # -- a shared database (PostgreSQL): other hubs' changes ------------------------------------------------
-
-    async def _claim(self, conn: HubConnection, hello: P.HelloFrame) -> SessionState:
-        """The database's decision on a hello (agentctl.hub.pg_store); a database that cannot answer refuses
-        the connection as `unavailable`: the daemon keeps buffering and reconnects with backoff."""
-        assert self.store is not None
-        try:
-            return await asyncio.to_thread(self.store.claim, hello.identity, hello.daemon_version,  # type: ignore[attr-defined]
-                                           self._clock())
-        except HubStoreError as exc:
-            log.warning("hello from %s not taken: %s", hello.identity.session_id, exc)
-            self._fatal(conn, rules.Refusal("unavailable", "the hub's database is unavailable; reconnect later"))
 
     # -- persistence ---------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Owns a hub's link to the other hubs of a shared PostgreSQL database: it LISTENs for the sessions they change
+"""Owns a hub's link to the other hubs of a shared PostgreSQL database: it has the database decide each hello
+(a claim), LISTENs for the sessions they change
 and has the hub reread exactly those (no scan of the table), and checks every FENCE_INTERVAL that each
 session with a daemon here is still current in the database, so a fence reaches this hub within that bound
 even when a notification is lost. The listening connection reconnects with backoff; after a gap every
@@ -13,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from agentctl.dsn import PostgresDsn
 from agentctl.hub import rules
-from agentctl.hub.hub_conn import notice_line
+from agentctl.hub.hub_conn import HubConnection, notice_line
 from agentctl.hub.hub_store import HubStoreError
 from agentctl.hub.state import SessionState
 from agentctl.hub.views import session_listing
+from agentctl.upstream import protocol as P
 from agentctl.hub.pg_store import CHANNEL, parse_notice
 from agentctl.postgres import PostgresUnavailable, connect_async, describe_error, driver
 
@@ -67,6 +69,23 @@ class SharedView:
         if self._first is not None:
             await self._first.close()
             self._first = None
+
+    def problem(self) -> str | None:
+        if not self.listening:
+            return "database unavailable: other hubs' changes are not reaching this hub"
+        return None
+
+    async def claim(self, conn: HubConnection, hello: P.HelloFrame) -> SessionState:
+        """The database's decision on a hello (agentctl.hub.pg_store); a database that cannot answer refuses
+        the connection as `unavailable`: the daemon keeps buffering and reconnects with backoff."""
+        hub = self.hub
+        assert hub.store is not None
+        try:
+            return await asyncio.to_thread(hub.store.claim, hello.identity, hello.daemon_version,  # type: ignore[attr-defined]
+                                           hub._clock())
+        except HubStoreError as exc:
+            log.warning("hello from %s not taken: %s", hello.identity.session_id, exc)
+            hub._fatal(conn, rules.Refusal("unavailable", "the hub's database is unavailable; reconnect later"))
 
     def _local(self, session: SessionState) -> set[str]:
         """The session's executions this hub holds: a connection here, or changes not yet written."""
