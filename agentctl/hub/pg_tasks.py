@@ -10,6 +10,7 @@ type only, as in the SQLite store.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import threading
@@ -183,4 +184,22 @@ class PgTaskBackend(EmbeddedBackend):
                 raise BackendError("the task store failed; the hub log has details") from None
 
     async def answer_question(self, question_id: int, answer: str) -> None:
-        raise BackendError("answering questions through a shared PostgreSQL task store is not supported yet")
+        """Record the user's answer; the agent sees it in task.get, through any hub."""
+
+        def run() -> None:
+            with self._lock:
+                if self._closed:
+                    raise BackendError("the task backend is closed")
+                try:
+                    cur = self._connection().execute(
+                        "UPDATE questions SET status='answered', answer=%s, answered_at=%s WHERE id=%s",
+                        (answer, self._now(), question_id))
+                except PostgresUnavailable:
+                    raise BackendError("the hub's task store is unavailable; try again in a moment") from None
+                except self._psycopg.Error as exc:
+                    log.warning("task store error: %s", type(exc).__name__)
+                    raise BackendError("the task store failed; the hub log has details") from None
+                if cur.rowcount == 0:
+                    raise BackendError("no such question")
+
+        await asyncio.to_thread(run)

@@ -1,5 +1,5 @@
-"""The tool tunnel's task store in a shared PostgreSQL: what an agent writes through hub A (a message, a plan)
-is what another session of the task reads through hub B; the store's schema is its own migration family; tool
+"""The tool tunnel's task store in a shared PostgreSQL: what an agent writes through hub A (a message, a plan, a
+question's answer) is what another session of the task reads through hub B; the store's schema is its own migration family; tool
 arguments never reach the hub's log."""
 
 from __future__ import annotations
@@ -42,6 +42,13 @@ async def test_a_task_written_through_hub_a_is_read_through_hub_b(pg_hubs, pg_db
         assert [(s["text"], s["done"]) for s in plan["steps"]] == [("first", True), ("second", False)]
         with pytest.raises(BackendError, match="already has a plan"):  # the plan is in the shared store
             await via_b.call("plan.create", two_ctx.ledger.identity, {"steps": ["x"]}, deadline=10)
+        asked = await via_b.call("task.ask_user", two_ctx.ledger.identity, {"question": "ok?", "options": ["y", "n"]},
+                                 deadline=10)
+        await a.backend.answer_question(asked["question"]["id"], "y")  # answered through hub A
+        got = await via_b.call("task.get", two_ctx.ledger.identity, {}, deadline=10)
+        assert [(q["question"], q["status"], q["answer"]) for q in got["questions"]] == [("ok?", "answered", "y")]
+        with pytest.raises(BackendError, match="no such question"):
+            await a.backend.answer_question(10**9, "n")
     finally:
         await one.stop()
         await two.stop()
