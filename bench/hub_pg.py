@@ -130,7 +130,9 @@ async def _fence_and_page(tmp: Path, a_ready: dict, rounds: int) -> dict:
         old_ctx = _ctx(f"fence-{r}", "exec-old", tmp)
         old = Publisher(old_ctx, tmp / "a.sock")
         old.start()
-        while not old.connected:
+        # Taken by the database (its claim done), as hub A's page shows: only then is the next hello newer.
+        while not [s for s in (await asyncio.to_thread(_page_status, a_ready, tmp / "a.token"))["sessions"]
+                   if s["session_id"] == f"fence-{r}"]:
             await asyncio.sleep(0.005)
         new_ctx = _ctx(f"fence-{r}", "exec-new", tmp)
         new = Publisher(new_ctx, tmp / "b.sock")
