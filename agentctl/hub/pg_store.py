@@ -92,18 +92,26 @@ class PgHubStore:
     # -- connection ------------------------------------------------------------------------------------
 
     def _run(self, what: str, work: Callable[[Any], Any]) -> Any:
+        """`work(connection)`; a connection found dead on use (the server restarted since) is replaced and the
+        work tried once more. Every op is safe to repeat: upserts, additive counts, a claim that finds its
+        execution already taken."""
         with self._lock:
-            try:
-                if self._conn is None or self._conn.closed or self._conn.broken:
-                    self._conn = connect(self.dsn)
-                return work(self._conn)
-            except PostgresUnavailable as exc:
-                raise HubStoreError(str(exc)) from None
-            except self._psycopg.Error as exc:
-                if self._conn is not None and (self._conn.broken or self._conn.closed):
-                    self._conn.close()
-                    self._conn = None
-                raise HubStoreError(f"cannot {what} hub database {self.path}: {describe_error(self.dsn, exc)}") from None
+            for retry in (True, False):
+                try:
+                    if self._conn is None or self._conn.closed or self._conn.broken:
+                        self._conn = connect(self.dsn)
+                    return work(self._conn)
+                except PostgresUnavailable as exc:
+                    raise HubStoreError(str(exc)) from None
+                except self._psycopg.Error as exc:
+                    dead = self._conn is not None and (self._conn.broken or self._conn.closed)
+                    if dead:
+                        self._conn.close()
+                        self._conn = None
+                    if not (dead and retry):
+                        raise HubStoreError(f"cannot {what} hub database {self.path}: "
+                                            f"{describe_error(self.dsn, exc)}") from None
+            raise AssertionError("unreachable")
 
     def close(self) -> None:
         with self._lock:

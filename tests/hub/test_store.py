@@ -180,3 +180,11 @@ def test_claims_racing_from_many_threads_give_one_current_execution_the_newest_b
     assert len(orders) == 20 and len(set(orders)) == 20, "every execution has its own order"
     newest = max(final.executions.values(), key=lambda e: e.hello_order)
     assert final.current_execution_id == newest.execution_id
+
+
+def test_a_connection_left_dead_by_a_server_restart_is_replaced_without_failing_the_next_write(pg_open, pg_server):
+    store = pg_open(hub_id="host-a")
+    store.write([_session("s-1", "e-1")], [_execution("s-1", "e-1", 1)])
+    pg_server.restart()  # real pg_ctl: the store's connection is now dead, and nobody has noticed yet
+    store.write([_session("s-1", "e-1", contact=T0 + timedelta(minutes=1))], [_execution("s-1", "e-1", 1)])
+    assert store.load_session("s-1").last_contact_at == T0 + timedelta(minutes=1)
