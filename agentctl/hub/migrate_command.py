@@ -40,7 +40,10 @@ def cmd_hub_migrate(args: argparse.Namespace) -> int:
         return fail(str(exc), EXIT_USAGE)
     try:
         if isinstance(location, PostgresDsn):
+            from agentctl.hub.pg_tasks import TASKS
+
             result = migrate_postgres(location, HUB)
+            migrate_postgres(location, TASKS)  # the tool tunnel's task store shares the database
         else:
             existed = location.path.exists()
             store = HubStore(location.path)

@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 from urllib.parse import quote
 
+import psycopg
 import pytest
 
 from agentctl.cli import main
@@ -155,6 +156,8 @@ def test_postgresql_through_every_libpq_convention_migrates_and_never_shows_the_
     assert (("***" in view["database"]) == (inline or source in ("db-file", "environment")))
     # Only a password in the command line itself (visible in the process list) earns the warning.
     assert ("warning: the --db value holds a password" in first.stderr) == inline
+    with psycopg.connect(pg_db.url) as conn:  # the task store's family too, in the same database
+        assert conn.execute("SELECT count(*) FROM schema_version WHERE family = 'tasks'").fetchone()[0] >= 1
     again = _run_here(monkeypatch, capsys, "migrate", *args, env=env)
     assert again.returncode == 0 and again.stdout.endswith(f": schema version {HUB.latest}, up to date\n")
     _assert_no_password(again, pg_db.password)
