@@ -111,12 +111,13 @@ async def test_execution_2_on_hub_b_fences_execution_1_on_hub_a_and_both_hubs_sh
             await client.send(P.frame(P.EvidenceFrame, event=_event(seq)))
 
         def settled() -> bool:
-            mine = daemon_report(daemon)
-            report = _cli("report", "session-1", dsn=dsn)
-            return (report["session"]["stale_rejected"] == 4 and report["history"] is not None
-                    and report["history"]["current"] == mine["current"])
+            page = _page(hub_b, "/api/sessions/session-1/history")  # hub B reads what hub A wrote
+            flags = {e["execution_id"]: e["flags"] for e in page["executions"]}
+            return "4 frames rejected" in flags.get("exec-1", "") and page["current"] is not None
 
         await eventually(settled, timeout=30, what="both executions' frames in the shared database")
+        await eventually(lambda: _cli("report", "session-1", dsn=dsn)["history"]["current"]
+                         == daemon_report(daemon)["current"], timeout=30, what="execution 2's history stored whole")
         status_view = _cli("status", dsn=dsn)
         assert [s["current_execution_id"] for s in status_view["sessions"]] == ["exec-2"]
         report = _cli("report", "session-1", dsn=dsn)
