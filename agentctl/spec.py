@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import sys
 import tomllib
 from pathlib import Path
 from typing import Literal, get_args
 from urllib.parse import urlsplit
 
 import msgspec
+import msgspec.inspect
 
+from agentctl.bundled import bundled_command
 from agentctl.evidence.contract import Transport
 from agentctl.evidence.decode_errors import describe_decode_error
 from agentctl.evidence.secret_registry import SecretRegistry, url_parts
@@ -22,6 +27,9 @@ _ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 
 # The passthrough strategies, one module each in agentctl/agent/passthrough/ (a test keeps the two equal).
 StrategyName = Literal["claude", "codex", "cursor", "gemini", "opencode"]
+# `strategy = "none"`: a passthrough CLI run on purpose without MCP configuration (every server is then
+# `unavailable`, no_passthrough_strategy). Leaving `strategy` out is refused, so that is never an accident.
+NO_STRATEGY = "none"
 
 
 class SpecError(Exception):
@@ -43,7 +51,7 @@ class IdentitySpec(_S):
 class AgentSpec(_S):
     command: list[str]
     protocol: Literal["acp", "passthrough"] = "acp"
-    strategy: StrategyName | None = None
+    strategy: StrategyName | Literal["none"] | None = None
     workdir: str | None = None
     env: dict[str, str] = {}
     permission: Literal["allow", "deny", "ask"] = "deny"  # answer to the agent's permission requests
@@ -116,7 +124,41 @@ def load_spec(path: str | Path) -> Spec:
         raise SpecError(f"{source}: permission denied") from None
     except OSError as exc:
         raise SpecError(f"{source}: cannot read ({exc.strerror})") from None
-    return parse_spec(raw, source=source, fmt="json" if p.suffix.lower() == ".json" else "toml")
+    spec = parse_spec(raw, source=source, fmt="json" if p.suffix.lower() == ".json" else "toml")
+    if (problem := missing_executable(spec)) is not None:
+        raise _fail(source, "agent.command", problem)
+    return spec
+
+
+def missing_executable(spec: Spec) -> str | None:
+    """Why the agent's executable cannot be started, or None: a bare name that is not on PATH (nor beside
+    this interpreter, nor bundled), or a path that does not exist or is not an executable file.
+
+    Resolved as the agent's start resolves it (agentctl.agent.manager.resolve_command); a relative path is
+    relative to `workdir`. Checked when the spec is loaded, so `run` and `serve` say it before starting
+    anything rather than recording `agent_start_failed` for a daemon that could never have worked. The
+    name is quoted (it is the program, never an argument); the message stays one printable line.
+    """
+    if spec.agent is None:
+        return None
+    first = spec.agent.command[0]
+    shown = _quote(first)
+    if os.sep not in first:
+        search = os.pathsep.join(filter(None, [os.environ.get("PATH", ""), os.path.dirname(sys.executable)]))
+        if shutil.which(first, path=search) is None and bundled_command(first) is None:
+            return f"executable {shown} not found on PATH"
+        return None
+    path = os.path.join(spec.agent.workdir or ".", first)
+    if not os.path.exists(path):
+        return f"executable {shown} does not exist"
+    if os.path.isdir(path) or not os.access(path, os.X_OK):
+        return f"{shown} is not an executable file"
+    return None
+
+
+def _quote(text: str, limit: int = 120) -> str:
+    text = "".join(ch if ch.isprintable() else "?" for ch in text)
+    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
 def parse_spec(raw: bytes, *, source: str = "<spec>", fmt: str = "toml") -> Spec:
@@ -143,9 +185,8 @@ def parse_spec(raw: bytes, *, source: str = "<spec>", fmt: str = "toml") -> Spec
         spec = msgspec.convert(data, type=Spec, strict=True)
     except msgspec.ValidationError as exc:
         problem = describe_decode_error(exc)
-        if problem.field() == "agent.strategy" and str(exc).startswith("Invalid enum value"):
-            known = ", ".join(get_args(StrategyName))
-            raise _fail(source, problem.field(), f"unknown passthrough strategy (known: {known})") from None
+        if str(exc).startswith("Invalid enum value") and (allowed := allowed_values(problem.path or "$")):
+            raise _fail(source, problem.field(), f"not one of the allowed values: {', '.join(allowed)}") from None
         raise _fail(source, problem.field(), problem.reason) from None
     except RecursionError:
         raise _fail(source, "(top level)", "nested too deeply") from None
@@ -167,6 +208,10 @@ def _check(spec: Spec, source: str) -> None:
             raise _fail(source, "agent.command", "must be a non-empty argv list")
         if agent.protocol == "acp" and agent.strategy is not None:
             raise _fail(source, "agent.strategy", "only valid with protocol = \"passthrough\"")
+        if agent.protocol == "passthrough" and agent.strategy is None:
+            known = ", ".join(get_args(StrategyName))
+            raise _fail(source, "agent.strategy", f"required with protocol = \"passthrough\" (one of {known}; "
+                        f"strategy = \"{NO_STRATEGY}\" runs the CLI without MCP configuration, if that is intended)")
     mcp = spec.mcp
     _check_listen(mcp.listen, source)
     if not _NAME_RE.fullmatch(mcp.builtin_name):
@@ -199,6 +244,42 @@ def _check(spec: Spec, source: str) -> None:
         raise _fail(source, "daemon.persist_delay", "must be between 0 and 10 seconds")
     if spec.upstream.socket is not None and len(spec.upstream.socket.encode()) > AF_UNIX_PATH_MAX:
         raise _fail(source, "upstream.socket", f"path longer than {AF_UNIX_PATH_MAX} bytes (AF_UNIX limit)")
+
+
+# A field path step as msgspec writes it: `.name`, `[3]` or `[...]` (a dict key).
+_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(?:\d+|\.\.\.)\]")
+
+
+def allowed_values(path: str) -> list[str] | None:
+    """The values the enum (a Literal) at msgspec's field path `path` accepts, read from the Spec's own
+    types (so every enum field gets them, present and future); None when the path is not an enum."""
+    info: msgspec.inspect.Type = msgspec.inspect.type_info(Spec)
+    for match in _STEP.finditer(path.removeprefix("$")):
+        info = _without_none(info)
+        name = match.group(1)
+        if name is not None and isinstance(info, msgspec.inspect.StructType):
+            found = [f.type for f in info.fields if f.encode_name == name]
+            if not found:
+                return None
+            info = found[0]
+        elif name is None and isinstance(info, (msgspec.inspect.ListType, msgspec.inspect.SetType)):
+            info = info.item_type
+        elif name is None and isinstance(info, msgspec.inspect.DictType):
+            info = info.value_type
+        else:
+            return None
+    info = _without_none(info)
+    members = info.types if isinstance(info, msgspec.inspect.UnionType) else (info,)
+    values = [str(v) for m in members if isinstance(m, msgspec.inspect.LiteralType) for v in m.values]
+    return values or None
+
+
+def _without_none(info: msgspec.inspect.Type) -> msgspec.inspect.Type:
+    if isinstance(info, msgspec.inspect.UnionType):
+        rest = [t for t in info.types if not isinstance(t, msgspec.inspect.NoneType)]
+        if len(rest) == 1:
+            return rest[0]
+    return info
 
 
 def _check_listen(listen: str, source: str) -> None:

@@ -188,6 +188,8 @@ def spec_text(state_dir: Path, *, execution_id: str = "bench-1", agent: Sequence
               protocol: str = "acp", extra: str = "") -> str:
     # A JSON string is a valid TOML basic string, so json.dumps quotes argv and paths safely.
     agent_block = f"[agent]\ncommand = {json.dumps(list(agent))}\nprotocol = \"{protocol}\"\n" if agent else ""
+    if agent and protocol == "passthrough":
+        agent_block += 'strategy = "none"\n'  # no MCP configuration: the stderr path alone
     return f"""
 [identity]
 task_id = "task-1"

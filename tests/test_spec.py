@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agentctl.spec import SpecError, load_spec, parse_spec
+from agentctl.spec import SpecError, allowed_values, load_spec, parse_spec
 
 CANARY = "CANARY-s3cr3t-9f8e7d"
 
@@ -41,13 +41,13 @@ def test_json_spec_decodes_like_toml(tmp_path):
         json.dumps(
             {
                 "identity": {"task_id": "t", "session_id": "s", "agent_id": "a", "agent_profile_id": "p"},
-                "agent": {"command": ["agent", "--flag"], "protocol": "acp"},
+                "agent": {"command": ["sh", "--flag"], "protocol": "acp"},
                 "mcp": {"servers": [{"name": "docs", "type": "http", "url": "https://h.example/mcp"}]},
             }
         )
     )
     spec = load_spec(path)
-    assert spec.agent.command == ["agent", "--flag"]
+    assert spec.agent.command == ["sh", "--flag"]
     assert spec.mcp.servers[0].name == "docs"
 
 
@@ -150,3 +150,61 @@ def test_an_id_or_name_ending_in_a_line_break_is_refused(field, extra):
         text = text.replace('task_id = "t1"', 'task_id = "t1\\n"')
     msg = _err(text)
     assert msg.startswith(f"spec.toml: {field}: must be 1-") and "\n" not in msg
+
+
+@pytest.mark.parametrize("section, field, allowed", [
+    ("[agent]\ncommand = ['a']\nprotocol", "agent.protocol", "acp, passthrough"),
+    ("[agent]\ncommand = ['a']\npermission", "agent.permission", "allow, ask, deny"),
+    ("[mcp]\nprofile", "mcp.profile", "config, external, task, task-title"),
+    ("[policy]\ntransports = ['http', 'CANARY']\n#", "policy.transports[1]", "http, sse, stdio"),
+    ("[[mcp.servers]]\nname = 'x'\nurl = 'http://h'\ntype", "mcp.servers[0].type", "http, sse, stdio"),
+])
+def test_an_enum_error_lists_the_allowed_values_without_the_value(section, field, allowed):
+    msg = _err(MINIMAL.decode() + f"\n{section} = '{CANARY}'\n")
+    assert msg == f"spec.toml: {field}: not one of the allowed values: {allowed}"
+    assert CANARY not in msg
+
+
+def test_allowed_values_come_from_the_literal_of_any_field_and_none_for_a_non_enum():
+    assert allowed_values("$.agent.strategy") == ["claude", "codex", "cursor", "gemini", "opencode", "none"]
+    assert allowed_values("$.mcp.servers[3].type") == ["http", "sse", "stdio"]
+    assert allowed_values("$.agent.command[0]") is None
+    assert allowed_values("$.agent.nope") is None
+    assert allowed_values("$.identity.task_id") is None
+
+
+def _agent_spec(tmp_path, command: str, extra: str = ""):
+    path = tmp_path / "spec.toml"
+    path.write_text(MINIMAL.decode() + f"\n[agent]\ncommand = [{command}, '--token', '{CANARY}']\n{extra}")
+    return path
+
+
+def _load_err(path) -> str:
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    return str(info.value)
+
+
+def test_a_bare_agent_name_not_on_path_is_named_at_load(tmp_path):
+    msg = _load_err(_agent_spec(tmp_path, "'no-such-agent-xyz'"))
+    assert msg == f"{tmp_path / 'spec.toml'}: agent.command: executable 'no-such-agent-xyz' not found on PATH"
+    assert CANARY not in msg
+
+
+def test_a_missing_or_non_executable_agent_path_is_named_at_load(tmp_path):
+    assert _load_err(_agent_spec(tmp_path, "'/nonexistent/bin/agent'")).endswith(
+        "agent.command: executable '/nonexistent/bin/agent' does not exist")
+    plain = tmp_path / "agent.sh"
+    plain.write_text("#!/bin/sh\n")
+    assert _load_err(_agent_spec(tmp_path, f"'{plain}'")).endswith(f"agent.command: '{plain}' is not an executable file")
+    assert _load_err(_agent_spec(tmp_path, f"'{tmp_path}'")).endswith("is not an executable file")
+
+
+def test_a_relative_agent_path_resolves_in_the_workdir_and_names_on_path_or_bundled_load(tmp_path):
+    tool = tmp_path / "bin" / "agent"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    assert load_spec(_agent_spec(tmp_path, "'./bin/agent'", f"workdir = '{tmp_path}'\n")).agent.command[0] == "./bin/agent"
+    assert load_spec(_agent_spec(tmp_path, "'sh'")).agent is not None
+    assert load_spec(_agent_spec(tmp_path, "'agentctl-reference-agent'")).agent is not None

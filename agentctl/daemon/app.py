@@ -33,6 +33,7 @@ from agentctl.control.socket import (
 )
 from agentctl.context import CTX_KEY, DaemonContext
 from agentctl.daemon.health import install_health_routes
+from agentctl.daemon.metrics import install_metrics_route
 from agentctl.daemon.systemd import Notifier
 from agentctl.diagnostics.routes import install_diagnostics_routes, tester_of
 from agentctl.evidence.catalog import EstimatorLoader
@@ -322,6 +323,7 @@ class Daemon:
         install_diagnostics_routes(app, CTX_KEY)
         ctx.extra_endpoint_test = tester_of(ctx).upstream_test
         install_health_routes(app, CTX_KEY)
+        install_metrics_route(app, ctx)
         self.endpoint = self._build_endpoint()
         self.endpoint.mount(app)
         ctx.endpoint = self.endpoint

@@ -168,6 +168,8 @@ async def _run_main_job(
 
 
 async def _job(daemon: Daemon, prompt: str | None, show) -> int:
+    from agentctl.daemon.refusal import explain_refusal
+
     code = EXIT_OK
     agent = daemon.agent
     if agent is None:
@@ -176,6 +178,7 @@ async def _job(daemon: Daemon, prompt: str | None, show) -> int:
     elif agent.start_error is not None:
         show(f"the agent did not start: {agent.start_error}")
         code = EXIT_AGENT_FAILED
+        explain_refusal(agent, "did not start", str(agent.start_error))
     elif agent.kind == "passthrough":
         # A passthrough CLI: its start was the attempt, and it works (and exits) on its own.
         show("agent started (passthrough: its process start is the attempt)")
@@ -191,8 +194,10 @@ async def _job(daemon: Daemon, prompt: str | None, show) -> int:
         show(f"agent {history.agent.name or '?'} {history.agent.version or ''} started".replace("  ", " "))
         acp = agent.runtime_now()  # started without an error: its runtime is there
         outcome = await acp.new_session()
+        refused: tuple[str, str] | None = None  # what, and the agent's error: explained once its output is in
         if not outcome.accepted:
             code = EXIT_AGENT_FAILED
+            refused = ("refused the session", f"{outcome.reason_code}: {outcome.summary}" if outcome.summary else outcome.reason_code)
         elif prompt is not None:
             show("prompt sent")
             printer = _AnswerPrinter(show)
@@ -204,7 +209,10 @@ async def _job(daemon: Daemon, prompt: str | None, show) -> int:
                 printer.flush()
                 show(f"  error       prompt: {exc}")
                 code = EXIT_AGENT_FAILED
+                refused = ("refused the prompt", str(exc))
         await _settle(daemon)
+        if refused is not None:
+            explain_refusal(agent, *refused)
     if agent is not None and _exited_with_error(agent):
         code = EXIT_AGENT_FAILED
     return code

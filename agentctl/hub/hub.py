@@ -24,6 +24,7 @@ import os
 import secrets
 import socket
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -151,6 +152,10 @@ class Hub(StackedService):
         self.frames_in = 0
         self.events_applied = 0
         self.protocol_errors = 0
+        # For /metrics, by closed sets only: a frame's type tag, an error code of ERROR_CODES.
+        self.frames_by_kind: Counter[str] = Counter()
+        self.refusals_by_code: Counter[str] = Counter()
+        self.store_errors = 0
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -271,6 +276,16 @@ class Hub(StackedService):
             return "database unavailable: writes are retried; what daemons send is held until they succeed"
         return self.shared.problem() if self.shared is not None else None
 
+    @property
+    def session_count(self) -> int:
+        """Sessions the hub knows: the hot ones in memory and the cold ones listed."""
+        return len(self.sessions) + len(self._cold)
+
+    @property
+    def connected_daemons(self) -> int:
+        """Connections that said hello and are still open."""
+        return sum(1 for c in self._conns if c.identity is not None)
+
     def status(self) -> HubStatus:
         return status_view(self.sessions, self._cold.values())
 
@@ -355,6 +370,7 @@ class Hub(StackedService):
                     conn.last_rx = time.monotonic()
                     self.frames_in += 1
                     received = P.decode_from_daemon(raw)
+                    self.frames_by_kind[received.__struct_config__.tag or "other"] += 1
                     stored = None
                     if (self.shared is not None and isinstance(received, P.HelloFrame)
                             and rules.admit(conn.identity is not None, received) is None):
@@ -381,6 +397,7 @@ class Hub(StackedService):
         write one per connection, so those are one line per code per interval, with a count.
         """
         self.protocol_errors += 1
+        self.refusals_by_code[P.loggable_code(code)] += 1
         conn.refused = True
         if conn.identity is None:
             _UNIDENTIFIED_LOG.note(code, lambda: f"closed a connection from an unidentified peer: {code}")
@@ -558,6 +575,7 @@ class Hub(StackedService):
             try:
                 await asyncio.to_thread(self.store.write, sessions, rows)
             except Exception as exc:
+                self.store_errors += 1
                 if not self._flush_failed:
                     log.warning("hub database write failed (%s); retrying", type(exc).__name__)
                 self._flush_failed = True

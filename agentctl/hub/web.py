@@ -50,6 +50,7 @@ from agentctl.listener_guard import (
 from agentctl.logs import http_server_logging
 from agentctl.safe_files import UnsafePath, check_private_file, open_nofollow, open_private
 from agentctl.hub.hub import Hub, HubRequestError, listener_caps
+from agentctl.hub.metrics import METRICS_PATH, hub_registry, metrics_handler
 from agentctl.hub.web_view import (
     diagnostics_text,
     endpoint_test_view,
@@ -205,6 +206,7 @@ class HubWeb(StackedService):
         app.router.add_get("/api/sessions/{sid}/diagnostics", self._diagnostics, allow_head=False)
         app.router.add_post("/api/sessions/{sid}/test-endpoint", self._test_endpoint)
         app.router.add_post("/api/sessions/{sid}/agent-output", self._agent_output)
+        app.router.add_get(METRICS_PATH, metrics_handler(hub_registry(self.hub)), allow_head=False)
         app.on_shutdown.append(self._on_shutdown)
         runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0, **runner_logging)
         await runner.setup()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,9 @@ from agentctl import __version__
 from agentctl.testing import _ref_mcp as M
 
 log = logging.getLogger("agentctl.reference_agent")
+# refuse-auth writes this on stderr before refusing: text agentctl cannot know, so a test can tell that the
+# agent's output reached the terminal and nothing that is recorded.
+REFUSAL_CANARY = "REFUSAL-CANARY-4f1d9e"
 
 _GARBAGE = [
     b"reference-agent garbage-stdout: this line is not JSON",
@@ -177,6 +181,10 @@ class ReferenceAgent:
     async def new_session(
         self, cwd: str, additional_directories: Any = None, mcp_servers: list[Any] | None = None, **kwargs: Any
     ) -> NewSessionResponse:
+        if self._opts.refuse_auth:
+            os.write(2, f"reference-agent: refuse-auth: reading credentials of profile {REFUSAL_CANARY}\n"
+                        "Error: ANTHROPIC_API_KEY is not set; run /login or set an API key\n".encode())
+            raise RequestError.auth_required()
         session = await self._open_session(f"ref-{uuid.uuid4().hex}", cwd, mcp_servers)
         self.garbage()
         return NewSessionResponse(session_id=session.id)

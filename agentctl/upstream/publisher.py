@@ -149,6 +149,11 @@ class Publisher:
         return held
 
     @property
+    def queued_evidence(self) -> int:
+        """Evidence frames recorded but not yet written to the upstream (the link's lag, in frames)."""
+        return len(self._evidence)
+
+    @property
     def state(self) -> str:
         if not self._connected:
             return "buffering"

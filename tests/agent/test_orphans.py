@@ -54,7 +54,7 @@ def test_sigkill_of_the_daemon_leaves_no_process_of_a_passthrough_clis_escaped_t
     outdir = tmp_path / "pids"
     outdir.mkdir()
     command = [sys.executable, str(FIXTURES / "tree_agent.py"), str(outdir), "--stubborn"]
-    spec = write_spec(tmp_path, f'[agent]\ncommand = {json.dumps(command)}\nprotocol = "passthrough"\n')
+    spec = write_spec(tmp_path, f'[agent]\ncommand = {json.dumps(command)}\nprotocol = "passthrough"\nstrategy = "none"\n')
     with serving(spec, short_tmp / "c.sock") as daemon:
         poll(lambda: all((outdir / f"{n}.pid").exists() for n in TREE), timeout=15, what="the CLI's tree")
         pids = {n: int((outdir / f"{n}.pid").read_text()) for n in TREE}

@@ -66,8 +66,7 @@ def agent_section(strategy: str | None, command: list[str], workdir: Path, *, se
     """The [agent] section (and canary-bearing servers) of a spec for a real daemon's passthrough CLI."""
     argv = ", ".join(json.dumps(a) for a in command)
     text = f'[agent]\ncommand = [{argv}]\nprotocol = "passthrough"\nworkdir = "{workdir}"\nstop_grace = 0.2\n'
-    if strategy:
-        text += f'strategy = "{strategy}"\n'
+    text += f'strategy = "{strategy or "none"}"\n'
     if servers:
         text += servers_toml(DEAD, DEAD, "/nonexistent/fs-server")
     return text
@@ -75,7 +74,7 @@ def agent_section(strategy: str | None, command: list[str], workdir: Path, *, se
 
 def spec_for(strategy: str | None, *, servers: str = SERVERS, extra: str = "", command: list[str] | None = None) -> Spec:
     argv = ", ".join(f'"{a}"' for a in (command or ["cli"]))
-    strat = f'strategy = "{strategy}"' if strategy else ""
+    strat = f'strategy = "{strategy or "none"}"'
     text = f'{IDENTITY}\n[agent]\ncommand = [{argv}]\nprotocol = "passthrough"\n{strat}\n{extra}\n{servers}'
     return parse_spec(text.encode())
 

@@ -29,12 +29,21 @@ def test_an_unknown_strategy_is_one_clear_line_naming_the_known_ones():
     with pytest.raises(SpecError) as info:
         parse_spec(agent('protocol = "passthrough"\nstrategy = "aider-secret-x"'), source="spec.toml")
     msg = str(info.value)
-    assert msg == "spec.toml: agent.strategy: unknown passthrough strategy (known: claude, codex, cursor, gemini, opencode)"
+    assert msg == "spec.toml: agent.strategy: not one of the allowed values: claude, codex, cursor, gemini, opencode, none"
     assert "aider-secret-x" not in msg
 
 
-def test_passthrough_without_a_strategy_is_valid_and_reported_unavailable_at_run_time():
-    assert parse_spec(agent('protocol = "passthrough"')).agent.strategy is None
+def test_passthrough_without_a_strategy_is_refused_with_a_hint_to_say_none():
+    with pytest.raises(SpecError) as info:
+        parse_spec(agent('protocol = "passthrough"'), source="spec.toml")
+    assert str(info.value) == (
+        'spec.toml: agent.strategy: required with protocol = "passthrough" (one of claude, codex, cursor, gemini, '
+        'opencode; strategy = "none" runs the CLI without MCP configuration, if that is intended)')
+
+
+def test_strategy_none_is_a_passthrough_without_mcp_configuration_reported_unavailable_at_run_time():
+    assert parse_spec(agent('protocol = "passthrough"\nstrategy = "none"')).agent.strategy == "none"
+    assert passthrough.get_strategy("none") is None
 
 
 def test_the_specs_strategy_names_are_the_registrys_and_every_strategy_module_is_registered():

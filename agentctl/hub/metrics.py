@@ -1,0 +1,83 @@
+"""Owns the hub's Prometheus `/metrics` on its page port: a per-hub registry whose one collector reads the
+hub at scrape time (sessions, connected daemons, frames ingested by type, refused frames by reason code,
+store errors).
+
+Labels come from closed sets only (a frame type tag of the upstream protocol, an error code of its
+ERROR_CODES): never a session, task or execution id, a server name or a token. The page's token is not
+needed for it: nothing here is a secret.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from agentctl.upstream import protocol as P
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agentctl.hub.hub import Hub
+
+METRICS_PATH = "/metrics"
+
+# The frames a daemon sends, by their type tag (the decoder accepts no other).
+FRAME_KINDS: tuple[str, ...] = tuple(
+    t.__struct_config__.tag for t in (P.HelloFrame, P.SnapshotFrame, P.EvidenceFrame, P.AgentFrame,
+                                      P.ToolCallFrame, P.StderrResultFrame, P.EndpointTestResultFrame,
+                                      P.HeartbeatFrame, P.ErrorFrame)
+)
+
+
+def gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    metric = GaugeMetricFamily(name, documentation)
+    metric.add_metric([], value)
+    return metric
+
+
+def by_label(metric: CounterMetricFamily | GaugeMetricFamily, values: Iterable[str],
+             counts: Mapping[str, float]) -> Metric:
+    """`metric` (one label) with a sample for every value of its closed set: zero when none was counted."""
+    for value in values:
+        metric.add_metric([value], counts.get(value, 0))
+    return metric
+
+
+class HubCollector(Collector):
+    def __init__(self, hub: Hub) -> None:
+        self.hub = hub
+
+    def collect(self) -> Iterator[Metric]:
+        hub = self.hub
+        yield gauge("agentctl_hub_sessions", "Sessions the hub knows (in memory and stored)", hub.session_count)
+        yield gauge("agentctl_hub_connected_daemons", "Daemon connections that said hello", hub.connected_daemons)
+        yield by_label(CounterMetricFamily("agentctl_hub_frames", "Frames received from daemons, by type",
+                                           labels=["kind"]), FRAME_KINDS, hub.frames_by_kind)
+        yield by_label(CounterMetricFamily("agentctl_hub_refused_frames", "Connections closed for a refused "
+                                           "frame, by reason code", labels=["code"]),
+                       (*P.ERROR_CODES, "unknown"), hub.refusals_by_code)
+        yield CounterMetricFamily("agentctl_hub_events_applied", "Evidence events applied", value=hub.events_applied)
+        yield CounterMetricFamily("agentctl_hub_store_errors", "Failed database writes (each retried)",
+                                  value=hub.store_errors)
+
+
+def hub_registry(hub: Hub) -> CollectorRegistry:
+    """A registry of this hub's own: two hubs in one process share no counter."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(HubCollector(hub))
+    return registry
+
+
+def metrics_handler(registry: CollectorRegistry) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """The GET /metrics handler: the Prometheus text exposition of `registry` (the daemon's /metrics too)."""
+
+    async def metrics(request: web.Request) -> web.Response:
+        response = web.Response(body=generate_latest(registry))
+        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+    return metrics
