@@ -41,6 +41,15 @@ def describe_error(dsn: PostgresDsn, exc: BaseException) -> str:
     return dsn.scrub(text)
 
 
+async def connect_async(dsn: PostgresDsn) -> Any:
+    """A psycopg AsyncConnection in autocommit mode (a listener on the event loop). Raises PostgresUnavailable."""
+    psycopg = driver()
+    try:
+        return await psycopg.AsyncConnection.connect(dsn.conninfo, autocommit=True, **_connect_args(dsn))
+    except psycopg.Error as exc:
+        raise PostgresUnavailable(f"cannot connect to {dsn.display()}: {describe_error(dsn, exc)}") from None
+
+
 def connect(dsn: PostgresDsn, *, autocommit: bool = True) -> Any:
     """A psycopg connection (blocking API). Raises PostgresUnavailable."""
     psycopg = driver()

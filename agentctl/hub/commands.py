@@ -1,6 +1,7 @@
 """`agentctl hub serve|status|report|migrate|schema`: the reference upstream's command line.
 
-`status` and `report` read the hub's SQLite file read-only (no socket round trip, works while the hub is
+`status` and `report` read the hub's database (a SQLite file, or a PostgreSQL database that hubs on several
+hosts share) read-only (no socket round trip, works while the hub is
 down); they show what the hub last flushed, a fraction of a second behind the live hub. Exit codes
 (agentctl.cli_support's table): 0 ok, 1 bad arguments or unknown session, 2 the database or socket cannot be
 used, 128+N a second signal N cut `hub serve`'s drain short.
@@ -34,18 +35,23 @@ if TYPE_CHECKING:  # pragma: no cover
 def add_hub_commands(subparsers: Any) -> None:
     hub = subparsers.add_parser(
         "hub",
-        help="the reference upstream: many daemons, every session's history in SQLite",
+        help="the reference upstream: many daemons, every session's history in SQLite or a shared PostgreSQL",
         description="The reference upstream. Daemons with an [upstream] socket publish to it; it keeps every "
-        "session's history in SQLite and answers the tool tunnel from its own task store.",
+        "session's history in SQLite (or in PostgreSQL, shared by hubs on several hosts) and answers the tool "
+        "tunnel from its own task store.",
     )
     hub.set_defaults(func=lambda args: (hub.print_help(), EXIT_USAGE)[1])
     sub = hub.add_subparsers(title="hub commands", metavar="COMMAND")
-    db_help = f"hub database (default: ${ENV_HUB_DB}, else <state dir>/hub.sqlite3)"
+    db_help = (f"hub database: a SQLite file or a postgresql:// URL (libpq's key=value form too; the password best "
+               f"in PGPASSFILE, PGPASSWORD or --db-file) (default: ${ENV_HUB_DB}, else <state dir>/hub.sqlite3)")
+    db_file_help = "read the database location from PATH (mode 0600, yours): a connection string with a password"
 
     p = sub.add_parser("serve", help="run the hub in the foreground (one JSON line on stdout when ready)")
     p.add_argument("--socket", metavar="PATH", help=f"socket to serve (default: ${ENV_HUB_SOCKET}, else <runtime dir>/hub/hub.sock)")
-    p.add_argument("--db", metavar="PATH", help=db_help)
-    p.add_argument("--tasks-db", metavar="PATH", help="task store for the tool tunnel (default: next to --db)")
+    p.add_argument("--db", metavar="PATH|URL", help=db_help)
+    p.add_argument("--db-file", metavar="PATH", help=db_file_help)
+    p.add_argument("--tasks-db", metavar="PATH", help="task store for the tool tunnel, a SQLite file (default: next to "
+                   "a SQLite --db; in the same database with PostgreSQL)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--http", metavar="HOST:PORT", help="also serve the read-only status page (loopback by default; "
                    "PORT alone means 127.0.0.1:PORT); its address with a new token is in the ready line")
@@ -54,14 +60,16 @@ def add_hub_commands(subparsers: Any) -> None:
     p.set_defaults(func=cmd_hub_serve)
 
     p = sub.add_parser("status", help="every session: current execution and attempt, server states, last contact")
-    p.add_argument("--db", metavar="PATH", help=db_help)
+    p.add_argument("--db", metavar="PATH|URL", help=db_help)
+    p.add_argument("--db-file", metavar="PATH", help=db_file_help)
     p.add_argument("--json", action="store_true", help="print JSON (HubStatus)")
     p.set_defaults(func=cmd_hub_status)
 
     p = sub.add_parser("report", help="one session's history: its executions and the current execution's attempts")
     p.add_argument("session_id", metavar="SESSION_ID")
     p.add_argument("--execution", metavar="ID", help="show this execution's history instead of the current one")
-    p.add_argument("--db", metavar="PATH", help=db_help)
+    p.add_argument("--db", metavar="PATH|URL", help=db_help)
+    p.add_argument("--db-file", metavar="PATH", help=db_file_help)
     p.add_argument("--json", action="store_true", help="print JSON (HubSessionReport)")
     p.set_defaults(func=cmd_hub_report)
 
@@ -71,9 +79,8 @@ def add_hub_commands(subparsers: Any) -> None:
     p = sub.add_parser("migrate", help="bring the hub database's schema to this agentctl's version, then exit",
                        description="Apply the hub database's schema migrations (what `hub serve` does at start) "
                        "and exit. A SQLite file is created when missing; a PostgreSQL database must exist.")
-    p.add_argument("--db", metavar="PATH|URL", help=db_help + ", or a postgresql:// URL (libpq's key=value form "
-                   "too; the password best in PGPASSFILE, PGPASSWORD or --db-file)")
-    p.add_argument("--db-file", metavar="PATH", help="read the database location from PATH (mode 0600, yours)")
+    p.add_argument("--db", metavar="PATH|URL", help=db_help)
+    p.add_argument("--db-file", metavar="PATH", help=db_file_help)
     p.add_argument("--json", action="store_true", help="print JSON (HubMigration)")
     p.set_defaults(func=cmd_hub_migrate)
 
@@ -96,11 +103,11 @@ def _hub_serve(args: argparse.Namespace, signals: Signals) -> int:
 
     configure_logging(args.log_level)
     from agentctl.dsn import DsnError
-    from agentctl.hub.migrate_command import sqlite_db
+    from agentctl.hub.migrate_command import hub_location
 
     try:
         socket_path = Path(args.socket).expanduser().absolute() if args.socket else default_socket()
-        db = sqlite_db(args.db)
+        db = hub_location(args.db, args.db_file)
     except ControlSocketError as exc:
         return fail(f"hub socket: {exc}", EXIT_NO_DAEMON)
     except DsnError as exc:
@@ -132,7 +139,7 @@ def _hub_serve(args: argparse.Namespace, signals: Signals) -> int:
 HUB_SHUTDOWN_TIMEOUT = 10.0
 
 
-async def _serve(socket_path: Path, db: Path, tasks_db: str | None, web_args: tuple | None = None,
+async def _serve(socket_path: Path, db: Any, tasks_db: str | None, web_args: tuple | None = None,
                  signals: Signals | None = None) -> int:
     """Serve until SIGTERM/SIGINT (agentctl.lifecycle): exit 0 after the drain, 128 + N when a second signal
     N cut it short."""
@@ -151,7 +158,7 @@ async def _serve(socket_path: Path, db: Path, tasks_db: str | None, web_args: tu
     async def start() -> HubReady:
         try:
             await stops.enter("hub", hub)
-            ready = HubReady(socket=str(hub.socket_path), db=str(hub.db_path), tasks_db=str(hub.tasks_db),
+            ready = HubReady(socket=str(hub.socket_path), db=hub.db_label, tasks_db=hub.tasks_label,
                              pid=os.getpid())
             if web_args is not None:
                 from agentctl.hub.web import HubWeb
@@ -182,17 +189,18 @@ async def _serve(socket_path: Path, db: Path, tasks_db: str | None, web_args: tu
 
 
 def _load(args: argparse.Namespace):
-    """Every session in the file, or (message, exit code)."""
+    """Every session in the database, or (message, exit code)."""
     from agentctl.dsn import DsnError
-    from agentctl.hub.hub_store import HubStore, HubStoreError
-    from agentctl.hub.migrate_command import sqlite_db
+    from agentctl.hub.hub_store import HubStoreError
+    from agentctl.hub.stores import open_store
+    from agentctl.hub.migrate_command import hub_location
 
     try:
-        db = sqlite_db(args.db)
+        db = hub_location(args.db, args.db_file)
     except DsnError as exc:
         return str(exc), EXIT_USAGE
     try:
-        store = HubStore(db, readonly=True)
+        store = open_store(db, readonly=True)
         try:
             return store.load()
         finally:

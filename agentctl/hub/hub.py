@@ -1,5 +1,6 @@
 """`agentctl hub`: the reference upstream. Many daemons connect to one Unix socket; the hub keeps every
-session's history in SQLite and answers the tool tunnel from a task store.
+session's history in SQLite, or in a PostgreSQL database shared by the hubs of several hosts (which then
+decides each hello: agentctl.hub.shared), and answers the tool tunnel from a task store.
 
 This module is the hub's I/O: connections, frames in and out, persistence, requests to daemons. What a frame
 decides (which execution and instance is current, which frames are taken, who is told what) is the pure
@@ -11,9 +12,8 @@ and the database is only ever written in transactions.
 
 State lives in memory (hydrated from the database at start) and dirty rows are flushed every
 `flush_interval`; past `hot_sessions`, the sessions least recently in contact leave memory once flushed
-and are read from the database on demand (agentctl.hub.hub_store). Tool calls are answered by an
-EmbeddedBackend on the hub's own task database (a separate file: tool arguments never reach the evidence
-tables or the log).
+and are read from the database on demand (agentctl.hub.hub_store). Tool calls are answered by the task
+store's backend (agentctl.hub.stores; tool arguments never reach the evidence tables or the log).
 """
 
 from __future__ import annotations
@@ -55,14 +55,17 @@ from agentctl.listener_guard import (
 )
 from agentctl.hub import rules
 from agentctl.hub.hub_conn import HubConnection, Refused
+from agentctl.hub.hub_conn import notice_line as _notice_line
+from agentctl.dsn import PostgresDsn, SqlitePath
 from agentctl.hub.hub_store import (
     HOT_SESSIONS,
     ExecutionRecord,
-    HubStore,
     HubStoreError,
     SessionRecord,
     SessionStore,
 )
+from agentctl.hub.stores import label, open_store, open_task_store
+from agentctl.hub.shared import SharedView
 from agentctl.hub.state import ExecutionState, SessionState
 from agentctl.hub.views import evict, report_view, status_view
 from agentctl.lifecycle import StackedService, StopStack
@@ -106,7 +109,7 @@ class Hub(StackedService):
     def __init__(
         self,
         socket_path: str | os.PathLike[str],
-        db_path: str | os.PathLike[str],
+        db_path: str | os.PathLike[str] | SqlitePath | PostgresDsn,
         *,
         tasks_db: str | os.PathLike[str] | None = None,
         flush_interval: float = FLUSH_INTERVAL,
@@ -114,8 +117,17 @@ class Hub(StackedService):
         hot_sessions: int = HOT_SESSIONS,
     ) -> None:
         self.socket_path = Path(socket_path)
-        self.db_path = Path(db_path)
-        self.tasks_db = Path(tasks_db) if tasks_db else self.db_path.with_suffix(".tasks.sqlite3")
+        db_path = db_path.path if isinstance(db_path, SqlitePath) else db_path
+        # A PostgreSQL database may be shared with hubs on other hosts (agentctl.hub.shared).
+        self.dsn = db_path if isinstance(db_path, PostgresDsn) else None
+        self.db_path: Path | PostgresDsn = db_path if isinstance(db_path, PostgresDsn) else Path(db_path)
+        # The task store: a SQLite file when given or beside a SQLite database, else the shared PostgreSQL one.
+        self.tasks_db: Path | PostgresDsn
+        default_tasks = self.dsn or Path(db_path).with_suffix(".tasks.sqlite3")
+        self.tasks_db = Path(tasks_db) if tasks_db else default_tasks
+        # Names this hub in a shared database (the `connected` flags it owns): stable across its restarts.
+        self.hub_id = f"{socket.gethostname()}:{self.socket_path}"
+        self.shared: SharedView | None = None
         self.flush_interval = flush_interval
         self._clock = clock
         self.sessions: dict[str, SessionState] = {}  # the hot ones; see hub_store.HOT_SESSIONS
@@ -151,16 +163,29 @@ class Hub(StackedService):
     async def start(self) -> None:
         """Open the stores, hydrate, then serve; a start that fails stops what it started, in reverse."""
         await super().start()
-        log.info("hub serving %s (database %s, %d sessions)", self.socket_path, self.db_path, len(self.sessions))
+        log.info("hub serving %s (database %s, %d sessions)", self.socket_path, self.db_label, len(self.sessions))
+
+    @property
+    def db_label(self) -> str:
+        """The database as messages name it (a DSN without its secrets)."""
+        return label(self.db_path)
+
+    @property
+    def tasks_label(self) -> str:
+        return label(self.tasks_db)
 
     async def _start(self, stops: StopStack) -> None:
-        self.store = HubStore(self.db_path)
+        self.store = open_store(self.db_path, hub_id=self.hub_id)
         stops.push("hub database", self._close_stores)  # closed last, after the last flush
         self.store.reset_connected()  # nobody is connected to a hub that just started
         self.sessions, self._cold = self.store.load_split(self.hot_sessions)
         self._order = self.store.max_hello_order()
-        self._reader = HubStore(self.db_path, readonly=True)
-        self.backend = EmbeddedBackend(self.tasks_db, agents_info={"agents": []}, mcp_info=[], execution_info={})
+        self._reader = open_store(self.db_path, readonly=True, hub_id=self.hub_id)
+        if self.dsn is not None:
+            self.shared = SharedView(self, self.dsn)
+            await self.shared.start()
+            stops.push("shared database view", self.shared.stop)
+        self.backend = await asyncio.to_thread(open_task_store, self.tasks_db)
         stops.push("task store", self._close_backend)
         stops.push("last flush", self.flush)
         stops.push("connections", self._forget_connections)
@@ -245,6 +270,12 @@ class Hub(StackedService):
         self.store = self._reader = None
 
     # -- queries (the CLI reads the database; an in-process UI calls these) ------------------------------
+
+    def database_problem(self) -> str | None:
+        """None while the database takes the hub's writes (and, shared, its notifications); else why not."""
+        if self._flush_failed:
+            return "database unavailable: writes are retried; what daemons send is held until they succeed"
+        return self.shared.problem() if self.shared is not None else None
 
     @property
     def session_count(self) -> int:
@@ -341,7 +372,11 @@ class Hub(StackedService):
                     self.frames_in += 1
                     received = P.decode_from_daemon(raw)
                     self.frames_by_kind[received.__struct_config__.tag or "other"] += 1
-                    self._dispatch(conn, received)
+                    stored = None
+                    if (self.shared is not None and isinstance(received, P.HelloFrame)
+                            and rules.admit(conn.identity is not None, received) is None):
+                        stored = await self.shared.claim(conn, received)
+                    self._dispatch(conn, received, stored)
                 except P.ProtocolError as exc:
                     self._refuse(conn, exc.code, str(exc))
                     return
@@ -416,12 +451,12 @@ class Hub(StackedService):
         self._refuse(conn, refusal.code, refusal.message)
         raise Refused
 
-    def _dispatch(self, conn: HubConnection, received: P.DaemonFrame) -> None:
+    def _dispatch(self, conn: HubConnection, received: P.DaemonFrame, stored: SessionState | None = None) -> None:
         refusal = rules.admit(conn.identity is not None, received)
         if refusal is not None:
             self._fatal(conn, refusal)
         if isinstance(received, P.HelloFrame):
-            self._hello(conn, received)
+            self._hello(conn, received, stored)
         elif isinstance(received, P.HeartbeatFrame):
             conn.send(P.encode_frame(P.frame(P.HeartbeatFrame)))
             self._touch(conn)
@@ -448,10 +483,13 @@ class Hub(StackedService):
             else:
                 log.info("%s reported %s", conn.label, P.loggable_code(received.code))
 
-    def _hello(self, conn: HubConnection, hello: P.HelloFrame) -> None:
+    def _hello(self, conn: HubConnection, hello: P.HelloFrame, stored: SessionState | None = None) -> None:
         ident = hello.identity
         session = self.sessions.get(ident.session_id)
-        if session is None and ident.session_id in self._cold:
+        if stored is not None:  # a shared database: it decided which execution is current
+            assert self.shared is not None
+            session = self.shared.take_stored(stored)
+        elif session is None and ident.session_id in self._cold:
             session = self._read_cold(ident.session_id)
             if session is None:  # without its stored state the hub cannot tell a stale execution
                 self._fatal(conn, rules.Refusal("unavailable", "the hub cannot read this session's stored state; "
@@ -512,9 +550,12 @@ class Hub(StackedService):
         self._dirty_sessions.add(session.session_id)
         key = (session.session_id, execution.execution_id)
         self._dirty_executions[key] = self._dirty_executions.get(key, False) or history
+        self._changed(session.session_id)
+
+    def _changed(self, session_id: str) -> None:
         for listener in self._listeners:
             try:
-                listener(session.session_id)
+                listener(session_id)
             except Exception as exc:
                 # The type only by default: an exception's text may quote what it was handling.
                 log.error("hub listener failed: %s", type(exc).__name__, exc_info=log.isEnabledFor(logging.DEBUG))
@@ -580,7 +621,3 @@ async def embedded_hub(
     directory = Path(directory)
     async with Hub(directory / "hub.sock", db_path or directory / "hub.sqlite3", tasks_db=tasks_db) as hub:
         yield str(hub.socket_path)
-
-
-def _notice_line(notice: rules.Notice) -> bytes:
-    return P.encode_frame(P.frame(P.ErrorFrame, code=notice.code, message=notice.message, fatal=notice.fatal))

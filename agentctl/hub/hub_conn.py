@@ -23,6 +23,11 @@ MAX_WRITE_BUFFER = 8 * 1024 * 1024  # a daemon that stops reading its answers is
 DEFAULT_HEARTBEAT_SECONDS = 10.0
 
 
+def notice_line(notice: rules.Notice) -> bytes:
+    """The error frame a connection is told `notice` with."""
+    return P.encode_frame(P.frame(P.ErrorFrame, code=notice.code, message=notice.message, fatal=notice.fatal))
+
+
 class Refused(Exception):
     """This connection was refused with a fatal error frame."""
 

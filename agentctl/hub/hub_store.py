@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -107,7 +107,7 @@ class SessionStore(Protocol):
     def close(self) -> None: ...
 
 
-def _ts(value: datetime) -> str:
+def ts(value: datetime) -> str:
     return value.isoformat()
 
 
@@ -115,17 +115,57 @@ def _dt(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
-_SESSION_COLS = "session_id, task_id, current_execution_id, stale_rejected, last_contact_at"
-_EXECUTION_COLS = (
+SESSION_COLS = "session_id, task_id, current_execution_id, stale_rejected, last_contact_at"
+EXECUTION_COLS = (
     "session_id, identity, daemon_version, hello_order, first_hello_at, last_contact_at, connected, "
     "rejected_frames, history"
 )
 
 
-def _session(row: tuple[Any, ...]) -> SessionState:
+def session_of_row(row: tuple[Any, ...]) -> SessionState:
     sid, task, current, stale, contact = row
     return SessionState(session_id=sid, task_id=task, current_execution_id=current, stale_rejected=stale,
                         last_contact_at=_dt(contact))
+
+
+def split_sessions(session_rows: Iterable[tuple[Any, ...]], execution_rows: Iterable[tuple[Any, ...]], hot: int | None,
+                   decode: Callable[[tuple[Any, ...]], ExecutionState]) -> tuple[dict[str, SessionState], dict[str, HubSession]]:
+    """Rows of sessions and of executions (ordered by session) as `load_split` answers: the `hot` sessions most
+    recently in contact whole, every other one as its listing; a session without its current execution is left out."""
+    sessions = {row[0]: session_of_row(row) for row in session_rows}
+    if hot is None:
+        hot_ids = set(sessions)
+    else:
+        recent = sorted(sessions.values(), key=lambda s: (s.last_contact_at, s.session_id), reverse=True)
+        hot_ids = {s.session_id for s in recent[:hot]}
+    cold: dict[str, HubSession] = {}
+    for sid, group in itertools.groupby(execution_rows, key=lambda row: row[0]):
+        session = sessions.get(sid)
+        if session is None:
+            continue
+        for row in group:
+            execution = decode(row)
+            session.executions[execution.execution_id] = execution
+        if sid not in hot_ids:
+            del sessions[sid]
+            if session.current_execution_id in session.executions:
+                cold[sid] = session_listing(session)
+    hot_sessions = {sid: s for sid, s in sessions.items() if s.current_execution_id in s.executions}
+    return hot_sessions, cold
+
+
+def decode_execution(row: tuple[Any, ...], where: str) -> ExecutionState:
+    """An execution row (in EXECUTION_COLS' order) as the hub's state. Raises HubStoreError."""
+    _sid, ident, version, order, first, last, connected, rejected, history = row
+    try:
+        identity = msgspec.json.decode(ident, type=Identity)
+        decoded = msgspec.json.decode(history, type=AttachmentHistory) if history else None
+    except msgspec.DecodeError as exc:
+        raise HubStoreError(f"hub database {where} holds an unreadable execution row: {exc}") from None
+    return ExecutionState(
+        identity=identity, daemon_version=version, hello_order=order, first_hello_at=_dt(first),
+        last_contact_at=_dt(last), connected=bool(connected), rejected_frames=rejected, history=decoded,
+    )
 
 
 class HubStore:
@@ -174,41 +214,23 @@ class HubStore:
         """The `hot` sessions most recently in contact whole, every other one as its listing (all whole when
         `hot` is None). Executions are decoded one session at a time: a large file never sits in memory whole."""
         try:
-            sessions = {row[0]: _session(row) for row in self._conn.execute(f"SELECT {_SESSION_COLS} FROM sessions")}
-            if hot is None:
-                hot_ids = set(sessions)
-            else:
-                recent = sorted(sessions.values(), key=lambda s: (s.last_contact_at, s.session_id), reverse=True)
-                hot_ids = {s.session_id for s in recent[:hot]}
-            cold: dict[str, HubSession] = {}
-            rows = self._conn.execute(f"SELECT {_EXECUTION_COLS} FROM executions ORDER BY session_id")
-            for sid, group in itertools.groupby(rows, key=lambda row: row[0]):
-                session = sessions.get(sid)
-                if session is None:
-                    continue
-                for row in group:
-                    execution = self._execution(row)
-                    session.executions[execution.execution_id] = execution
-                if sid not in hot_ids:
-                    del sessions[sid]
-                    if session.current_execution_id in session.executions:
-                        cold[sid] = session_listing(session)
+            sessions = self._conn.execute(f"SELECT {SESSION_COLS} FROM sessions")
+            rows = self._conn.execute(f"SELECT {EXECUTION_COLS} FROM executions ORDER BY session_id")
+            return split_sessions(sessions, rows, hot, self._execution)
         except sqlite3.Error as exc:
             raise HubStoreError(f"cannot read hub database {self.path}: {exc}") from None
-        hot_sessions = {sid: s for sid, s in sessions.items() if s.current_execution_id in s.executions}
-        return hot_sessions, cold
 
     def load_session(self, session_id: str) -> SessionState | None:
         """One session whole (a cold session the live hub reads on demand); None when the file has none."""
         try:
             one = (session_id,)
-            row = self._conn.execute(f"SELECT {_SESSION_COLS} FROM sessions WHERE session_id=?", one).fetchone()
+            row = self._conn.execute(f"SELECT {SESSION_COLS} FROM sessions WHERE session_id=?", one).fetchone()
             if row is None:
                 return None
-            rows = self._conn.execute(f"SELECT {_EXECUTION_COLS} FROM executions WHERE session_id=?", one).fetchall()
+            rows = self._conn.execute(f"SELECT {EXECUTION_COLS} FROM executions WHERE session_id=?", one).fetchall()
         except sqlite3.Error as exc:
             raise HubStoreError(f"cannot read hub database {self.path}: {exc}") from None
-        session = _session(row)
+        session = session_of_row(row)
         for execution_row in rows:
             execution = self._execution(execution_row)
             session.executions[execution.execution_id] = execution
@@ -222,16 +244,7 @@ class HubStore:
             raise HubStoreError(f"cannot write hub database {self.path}: {exc}") from None
 
     def _execution(self, row: tuple[Any, ...]) -> ExecutionState:
-        _sid, ident, version, order, first, last, connected, rejected, history = row
-        try:
-            identity = msgspec.json.decode(ident, type=Identity)
-            decoded = msgspec.json.decode(history, type=AttachmentHistory) if history else None
-        except msgspec.DecodeError as exc:
-            raise HubStoreError(f"hub database {self.path} holds an unreadable execution row: {exc}") from None
-        return ExecutionState(
-            identity=identity, daemon_version=version, hello_order=order, first_hello_at=_dt(first),
-            last_contact_at=_dt(last), connected=bool(connected), rejected_frames=rejected, history=decoded,
-        )
+        return decode_execution(row, str(self.path))
 
     def write(self, sessions: Sequence[SessionRecord], executions: Sequence[ExecutionRecord]) -> None:
         """Upsert the records in one transaction. Safe to call from a worker thread."""
@@ -267,10 +280,10 @@ class HubStore:
 
 
 def _session_row(r: SessionRecord) -> tuple[Any, ...]:
-    return (r.session_id, r.task_id, r.current_execution_id, r.stale_rejected, _ts(r.last_contact_at))
+    return (r.session_id, r.task_id, r.current_execution_id, r.stale_rejected, ts(r.last_contact_at))
 
 
 def _execution_row(r: ExecutionRecord) -> tuple[Any, ...]:
     return (r.session_id, r.identity.execution_id, r.hello_order, encode(r.identity).decode(), r.daemon_version,
-            _ts(r.first_hello_at), _ts(r.last_contact_at), int(r.connected), r.rejected_frames,
+            ts(r.first_hello_at), ts(r.last_contact_at), int(r.connected), r.rejected_frames,
             r.history.decode() if r.history is not None else None)

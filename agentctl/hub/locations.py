@@ -26,3 +26,4 @@ def default_db() -> Path:
     from agentctl.evidence.store import resolve_state_dir
 
     return resolve_state_dir(None) / "hub.sqlite3"
+

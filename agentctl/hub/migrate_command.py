@@ -1,5 +1,5 @@
 """`agentctl hub migrate`: brings a hub database (a SQLite file or a PostgreSQL database) to this agentctl's
-schema version and exits; and the rule that the other hub commands take a SQLite path only (for now).
+schema version and exits; and where every hub command finds its database (--db, --db-file, the environment).
 Exit codes as the other hub commands: 0 ok, 1 a bad location, 2 the database cannot be used or is refused.
 """
 
@@ -15,23 +15,19 @@ from agentctl.hub.locations import ENV_HUB_DB, default_db
 from agentctl.safetext import neutralize_data
 
 
-def sqlite_db(value: str | None) -> Path:
-    """--db (or $AGENTCTL_HUB_DB) for a command that keeps the hub's state in SQLite only. Raises DsnError,
-    which never quotes a connection string's secret: a URL mistaken for a path would be printed whole."""
-    from agentctl.dsn import DsnError, SqlitePath
+def hub_location(db: str | None, db_file: str | None = None) -> Any:
+    """--db / --db-file (or $AGENTCTL_HUB_DB, else the default file): a SqlitePath or a PostgresDsn. Warnings
+    (a password in the command line) go to stderr. Raises DsnError, which never quotes a secret."""
     from agentctl.dsn_source import resolve_location
 
-    resolved = resolve_location(value, None, ENV_HUB_DB, default_db)
-    if not isinstance(resolved.location, SqlitePath):
-        raise DsnError(f"{resolved.origin}: this command keeps the hub's state in a SQLite file: give its path "
-                       f"(a PostgreSQL database, here {resolved.location.display()}, works with `agentctl hub migrate` "
-                       "only)")
-    return resolved.location.path
+    resolved = resolve_location(db, db_file, ENV_HUB_DB, default_db)
+    for warning in resolved.warnings:
+        sys.stderr.write(f"agentctl: warning: {warning}\n")
+    return resolved.location
 
 
 def cmd_hub_migrate(args: argparse.Namespace) -> int:
     from agentctl.dsn import DsnError, PostgresDsn
-    from agentctl.dsn_source import resolve_location
     from agentctl.evidence.contract import CONTRACT_VERSION, HubMigration, MigrationStep
     from agentctl.hub.hub_store import HubStore, HubStoreError
     from agentctl.hub.migrations import HUB
@@ -39,15 +35,15 @@ def cmd_hub_migrate(args: argparse.Namespace) -> int:
     from agentctl.postgres import PostgresUnavailable, migrate_postgres
 
     try:
-        resolved = resolve_location(args.db, args.db_file, ENV_HUB_DB, default_db)
+        location = hub_location(args.db, args.db_file)
     except DsnError as exc:
         return fail(str(exc), EXIT_USAGE)
-    for warning in resolved.warnings:
-        sys.stderr.write(f"agentctl: warning: {warning}\n")
-    location = resolved.location
     try:
         if isinstance(location, PostgresDsn):
+            from agentctl.hub.pg_tasks import TASKS
+
             result = migrate_postgres(location, HUB)
+            migrate_postgres(location, TASKS)  # the tool tunnel's task store shares the database
         else:
             existed = location.path.exists()
             store = HubStore(location.path)

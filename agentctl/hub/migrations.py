@@ -63,11 +63,28 @@ _V1_POSTGRESQL = (
 )""",
 )
 
+# Version 2: hubs on several hosts sharing one PostgreSQL. Each execution row names the hub holding its daemon's
+# connection (a hub that restarts clears only its own `connected` flags), and PostgreSQL hands out the hello
+# order from a sequence, so which execution of a session is newest is decided in the database, never by a
+# hub's memory or a host's clock. The sequence starts past every order already stored.
+_V2_COMMON = (
+    "ALTER TABLE executions ADD COLUMN hub TEXT NOT NULL DEFAULT ''",
+    "CREATE INDEX executions_by_order ON executions(session_id, hello_order)",
+)
+_V2_POSTGRESQL = (
+    *_V2_COMMON,
+    "CREATE SEQUENCE hub_hello_order AS BIGINT",
+    "SELECT setval('hub_hello_order', GREATEST(COALESCE(MAX(hello_order), 0), 1), COALESCE(MAX(hello_order), 0) > 0) "
+    "FROM executions",
+)
+
 HUB = Family(
     name="hub",
     what="hub database",
     migrations=(
         Migration(1, "sessions and their executions (the schema from before migrations)", _V1_SQLITE, _V1_POSTGRESQL),
+        Migration(2, "the hub holding each execution, and the hello order from the database", _V2_COMMON,
+                  _V2_POSTGRESQL),
     ),
     tables=("sessions", "executions"),
     upgrade_hint="start the hub (`agentctl hub serve`) or run `agentctl hub migrate` first",

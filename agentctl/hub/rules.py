@@ -16,6 +16,8 @@ times come from the caller. Like the evidence reducer, these functions change on
   execution is never asked back: a newer execution superseded it.
 - A connection's first frame is its hello, once, of a contract version this hub reads. A snapshot comes before evidence
   and agent frames; a snapshot names the hello's identity, an event its task and session.
+- With hubs sharing one database, the database decides which execution is current (`sync` takes its view):
+  a connection of an execution another hub's hello superseded is told `stale_execution` like one superseded here.
 - A snapshot replaces the execution's history within the reducer's bounds (3 attempts, 64 events each); an
   evidence frame is folded by the reducer itself, never by a second one.
 """
@@ -150,6 +152,45 @@ def hello(
     execution.identity = ident
     execution.daemon_version = frame.daemon_version
     execution.connected = True
+    for key in followed:
+        now_standing = standing(session, links[key])
+        if now_standing != "current":
+            outcome.told.append((key, superseded(now_standing)))
+    return outcome
+
+
+# -- another hub changed the session (a shared database) -------------------------------------------------------
+
+
+@dataclass
+class Synced(Generic[K]):
+    """What taking the database's view of a session changed here."""
+
+    now_current: bool = False  # the database made another execution current
+    told: list[tuple[K, Notice]] = field(default_factory=list)  # connections followed before, not any more
+
+
+def sync(session: SessionState, stored: SessionState, links: Mapping[K, Identity], local: set[str]) -> Synced[K]:
+    """Take `stored` (the session as the shared database holds it, other hubs' changes included) into this hub's
+    `session`. The database decides which execution is current. Executions in `local` (this hub holds a
+    connection of them or changes not yet written) keep this hub's state; every other one is taken as stored.
+    The connections of this hub followed until now that are not any more are told so (`stale_execution`); they
+    stay connected, and their frames are rejected and counted from now on."""
+    outcome: Synced[K] = Synced()
+    followed = [key for key, other in links.items() if standing(session, other) == "current"]
+    for execution_id, execution in stored.executions.items():
+        if execution_id not in local or execution_id not in session.executions:
+            session.executions[execution_id] = execution
+    # Hello orders come from one database sequence: a view read before a later claim never moves current back.
+    mine = session.executions.get(session.current_execution_id)
+    theirs = session.executions.get(stored.current_execution_id)
+    if theirs is not None and theirs.execution_id != session.current_execution_id and (
+            mine is None or theirs.hello_order > mine.hello_order):
+        session.current_execution_id = theirs.execution_id
+        outcome.now_current = True
+    # Every rejected frame is counted on its execution and on the session: the sum is the session's count.
+    session.stale_rejected = sum(e.rejected_frames for e in session.executions.values())
+    session.last_contact_at = max(session.last_contact_at, stored.last_contact_at)
     for key in followed:
         now_standing = standing(session, links[key])
         if now_standing != "current":

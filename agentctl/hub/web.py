@@ -7,6 +7,7 @@ web_view.py with the CLI's own wording.
 Safety:
 - binds loopback by default, and then answers only requests whose Host names a loopback address (a page on
   another site cannot reach it through DNS rebinding);
+- `/readyz` (a health probe, no token) says only whether the database is available;
 - every /api route needs the hub's token in `Authorization: Bearer`, compared in constant time. The token
   reaches the page once, in the URL fragment (never sent to a server), and the page keeps it in
   sessionStorage. A URL with a token in its query is refused, so a token never lands in a log or history;
@@ -196,6 +197,7 @@ class HubWeb(StackedService):
         for route, (name, kind) in ASSETS.items():
             app.router.add_get(route, self._asset(name, kind), allow_head=False)
         app.router.add_get("/favicon.ico", self._no_icon, allow_head=False)
+        app.router.add_get("/readyz", self._readyz, allow_head=False)
         app.router.add_get("/api/status", self._status, allow_head=False)
         app.router.add_get("/api/events", self._events, allow_head=False)
         app.router.add_get("/api/sessions/{sid}/history", self._history, allow_head=False)
@@ -302,6 +304,13 @@ class HubWeb(StackedService):
         if report is None:
             raise Refusal(404, "unknown_session", "the hub has no such session")
         return report
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        # A health probe without the token: it says only whether the hub can keep what it is sent.
+        problem = self.hub.database_problem()
+        if problem is None:
+            return _json({"ok": True, "checks": {"database": {"ok": True, "detail": "available"}}})
+        return _json({"ok": False, "checks": {"database": {"ok": False, "detail": problem}}}, status=503)
 
     async def _status(self, request: web.Request) -> web.Response:
         return _json(status_page(self.hub.status().sessions, self._now()))

@@ -1,4 +1,5 @@
-"""Fixtures for the hub tests: an in-process hub on a real socket in a short private directory."""
+"""Fixtures for the hub tests: an in-process hub on a real socket in a short private directory; two on one
+real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from agentctl.dsn import parse_location
 from agentctl.hub.hub import Hub
+from agentctl.hub.web import HubWeb
+from tests.pg import PgDatabase
 
 
 @pytest.fixture
@@ -18,3 +22,21 @@ async def hub(short_dir: Path) -> AsyncIterator[Hub]:
         yield h
     finally:
         await h.stop()
+
+
+@pytest.fixture
+async def pg_hubs(pg_db: PgDatabase, short_dir: Path) -> AsyncIterator[tuple[Hub, Hub, HubWeb]]:
+    """Two in-process hubs (two sockets) on one real PostgreSQL database, hub A with its page."""
+    dsn = parse_location(pg_db.url)
+    a = Hub(short_dir / "a.sock", dsn, flush_interval=0.05)  # the task store in the same database
+    b = Hub(short_dir / "b.sock", dsn, flush_interval=0.05)
+    await a.start()
+    await b.start()
+    page = HubWeb(a, "127.0.0.1", 0, token="t" * 32)
+    await page.start()
+    try:
+        yield a, b, page
+    finally:
+        await page.stop()
+        await b.stop()
+        await a.stop()

@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 from urllib.parse import quote
 
+import psycopg
 import pytest
 
 from agentctl.cli import main
@@ -155,6 +156,8 @@ def test_postgresql_through_every_libpq_convention_migrates_and_never_shows_the_
     assert (("***" in view["database"]) == (inline or source in ("db-file", "environment")))
     # Only a password in the command line itself (visible in the process list) earns the warning.
     assert ("warning: the --db value holds a password" in first.stderr) == inline
+    with psycopg.connect(pg_db.url) as conn:  # the task store's family too, in the same database
+        assert conn.execute("SELECT count(*) FROM schema_version WHERE family = 'tasks'").fetchone()[0] >= 1
     again = _run_here(monkeypatch, capsys, "migrate", *args, env=env)
     assert again.returncode == 0 and again.stdout.endswith(f": schema version {HUB.latest}, up to date\n")
     _assert_no_password(again, pg_db.password)
@@ -182,13 +185,28 @@ def test_a_server_error_that_quotes_the_options_has_them_masked(pg_db: PgDatabas
     _assert_no_password(proc, pg_db.password)
 
 
-@pytest.mark.parametrize("command", [["serve"], ["status"], ["report", "session-1"]])
-def test_the_sqlite_only_commands_refuse_a_postgresql_url_with_one_line_and_make_no_directory(pg_db: PgDatabase,
-                                                                                             tmp_path, command):
-    proc = _run(*command, "--db", pg_db.url, "--socket" if command == ["serve"] else "--json",
-                *([str(tmp_path / "h.sock")] if command == ["serve"] else []), cwd=tmp_path)
-    assert proc.returncode == 1, proc.stderr
-    assert "this command keeps the hub's state in a SQLite file" in proc.stderr
-    assert "postgresql://agentctl:***@/" in proc.stderr and proc.stdout == ""
-    _assert_no_password(proc, pg_db.password)
-    assert list(tmp_path.iterdir()) == [], "no directory named after the URL"
+def test_status_and_report_read_postgresql_through_any_convention_and_never_show_the_password(
+        pg_db: PgDatabase, tmp_path, monkeypatch, capsys):
+    from agentctl.dsn import parse_location
+    from agentctl.hub.stores import open_store
+    from tests.hub.test_store import _execution, _session
+
+    store = open_store(parse_location(pg_db.url), hub_id="host-a")  # a hub's writes, migrated at open
+    store.write([_session("session-1", "e-1")], [_execution("session-1", "e-1", 1)])
+    store.close()
+    for source in ("url", "db-file", "PGPASSFILE"):
+        args, env = _sources(pg_db, tmp_path)[source]
+        status = _run_here(monkeypatch, capsys, "status", *args, "--json", env=env)
+        assert status.returncode == 0, status.stderr
+        assert [s["current_execution_id"] for s in json.loads(status.stdout)["sessions"]] == ["e-1"]
+        report = _run_here(monkeypatch, capsys, "report", "session-1", *args, env=env)
+        assert report.returncode == 0 and "e-1 (current" in report.stdout
+        missing = _run_here(monkeypatch, capsys, "report", "no-such-session", *args, env=env)
+        assert missing.returncode == 1 and "the hub has no session 'no-such-session'" in missing.stderr
+        for proc in (status, report, missing):
+            _assert_no_password(proc, pg_db.password)
+    wrong = pg_db.password.replace("Pg-Canary", "Wrong-Canary")
+    bad = _run_here(monkeypatch, capsys, "status", "--db",
+                    pg_db.url.replace(quote(pg_db.password, safe=""), quote(wrong, safe="")))
+    assert bad.returncode == 2 and 'password authentication failed for user "agentctl"' in bad.stderr
+    _assert_no_password(bad, wrong)

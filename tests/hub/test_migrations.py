@@ -48,6 +48,11 @@ SAMPLE_ROWS = {
         "INSERT INTO executions VALUES ('s-1', 'e-2', 2, '{}', '0.1.0', '2026-12-01T09:40:00+00:00', "
         "'2026-12-01T10:00:00+00:00', 1, 0, '{\"x\": 1}')",
     ],
+    2: [
+        "INSERT INTO sessions VALUES ('s-1', 't-1', 'e-1', 0, '2026-12-01T10:00:00+00:00')",
+        "INSERT INTO executions VALUES ('s-1', 'e-1', 1, '{}', '0.1.0', '2026-12-01T09:00:00+00:00', "
+        "'2026-12-01T09:30:00+00:00', 1, 0, NULL, 'host-a:/run/hub.sock')",
+    ],
 }
 
 
@@ -127,11 +132,16 @@ def test_a_hub_database_from_before_migrations_is_adopted_unchanged_and_reads_ex
 
     store = HubStore(db)
     store.close()
-    assert store.migration.adopted and store.migration.before == 1 and store.migration.applied == []
-    assert _versions(db) == [1]
-    assert _rows(db, "sessions", "executions") == rows_before  # nothing rewritten, nothing lost
+    assert store.migration.adopted and store.migration.before == 1
+    assert [v for v, _ in store.migration.applied] == list(range(2, HUB.latest + 1))  # the later steps only
+    assert _versions(db) == list(range(1, HUB.latest + 1))
+    after = _rows(db, "sessions", "executions")
+    # Nothing rewritten, nothing lost: the adopted columns read as before (later versions only add columns).
+    width = len(HUB.adopt[1]["executions"])
+    assert {"sessions": after["sessions"], "executions": [r[:width] for r in after["executions"]]} == rows_before
     conn = sqlite3.connect(db)
-    assert conn.execute(f"SELECT adopted FROM {VERSION_TABLE}").fetchall() == [(1,)]
+    assert conn.execute(f"SELECT adopted FROM {VERSION_TABLE} ORDER BY version").fetchall() == [
+        (1,), *[(0,)] * (HUB.latest - 1)]
     conn.close()
 
     # What `hub status` and `hub report` printed from this file with the code from before migrations.

@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from agentctl.dsn import parse_location
+from agentctl.evidence.contract import encode
 from agentctl.hub.migrations import HUB
 from agentctl.migrations import ADVISORY_LOCK_KEY, MigrationError, PostgresDialect, SchemaTooNew, migrate
 from agentctl.postgres import PostgresUnavailable, migrate_postgres
@@ -44,10 +45,33 @@ def test_the_hub_schema_is_created_once_and_a_second_run_applies_nothing(pg_db: 
     assert (first.before, first.after) == (0, HUB.latest) and len(first.applied) == HUB.latest
     columns = _columns(pg_db)
     assert columns["sessions"] == list(HUB.adopt[1]["sessions"])
-    assert columns["executions"] == list(HUB.adopt[1]["executions"])
+    assert columns["executions"] == [*HUB.adopt[1]["executions"], "hub"]  # version 2 adds the holding hub
     second = migrate_postgres(dsn, HUB)
     assert second.applied == [] and second.before == HUB.latest
     assert _versions(pg_db, "hub") == list(range(1, HUB.latest + 1))
+
+
+def test_version_1_rows_reach_the_latest_and_new_hellos_are_ordered_after_every_stored_one(pg_db: PgDatabase):
+    from datetime import UTC, datetime
+
+    from agentctl.hub.stores import open_store
+    from tests.upstream.support import identity
+
+    dsn = parse_location(pg_db.url)
+    migrate_postgres(dsn, HUB, target=1)
+    with _connect(pg_db) as conn:
+        conn.execute("INSERT INTO sessions VALUES ('session-1', 'task-1', 'exec-1', 0, '2026-12-01T10:00:00+00:00')")
+        conn.execute("INSERT INTO executions VALUES ('session-1', 'exec-1', 7, %s, '0.1.0', "
+                     "'2026-12-01T09:00:00+00:00', '2026-12-01T10:00:00+00:00', 0, 0, NULL)",
+                     (encode(identity(execution="exec-1")).decode(),))
+    store = open_store(dsn, hub_id="host-a")  # a hub starting on the old database migrates it
+    try:
+        assert [v for v, _ in store.migration.applied] == list(range(2, HUB.latest + 1))
+        claimed = store.claim(identity(execution="exec-2"), "0.1.0", datetime.now(UTC))
+        assert claimed.current_execution_id == "exec-2", "the sequence starts past every stored order"
+        assert claimed.executions["exec-2"].hello_order > 7 and claimed.executions["exec-1"].hello_order == 7
+    finally:
+        store.close()
 
 
 def test_a_second_starter_waits_on_the_advisory_lock_and_then_finds_the_work_done(pg_db: PgDatabase,

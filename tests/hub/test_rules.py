@@ -385,3 +385,51 @@ def test_a_tool_call_must_carry_the_hellos_identity():
     assert rules.admit_tool_call(ME, call()) is None
     refusal = rules.admit_tool_call(ME, call(who=ident("exec-1", "inst-2")))
     assert refusal is not None and refusal.code == "identity_mismatch"
+
+
+# ---- sync: the database's view of a session (hubs sharing one database) ----------------------------------
+
+
+def _stored(*executions: tuple[str, int], current: str, rejected: dict[str, int] | None = None) -> SessionState:
+    """The session as the shared database holds it: executions (id, hello order), the current one named."""
+    from agentctl.hub.state import ExecutionState
+
+    state = SessionState(session_id="session-1", task_id="task-1", current_execution_id=current, last_contact_at=T0)
+    for eid, order in executions:
+        state.executions[eid] = ExecutionState(identity=ident(eid, f"inst-{eid}"), daemon_version="test",
+                                               hello_order=order, first_hello_at=T0, last_contact_at=T0,
+                                               rejected_frames=(rejected or {}).get(eid, 0))
+    return state
+
+
+def test_a_newer_execution_claimed_through_another_hub_fences_the_connections_here_once():
+    world = play([("hello", "a", "exec-1", "inst-1")])
+    assert world.state is not None
+    synced = rules.sync(world.state, _stored(("exec-1", 1), ("exec-2", 2), current="exec-2"), world.links, {"exec-1"})
+    assert synced.now_current and [(k, n.code, n.fatal) for k, n in synced.told] == [("a", "stale_execution", False)]
+    assert world.standings() == {"a": "stale_execution"}
+    assert world.state.executions["exec-2"].hello_order == 2
+    outcome = world.frame("a", P.frame(P.SnapshotFrame, history=history(ident("exec-1", "inst-1"))))
+    assert isinstance(outcome, rules.Rejected), "its late frames are rejected from now on"
+    again = rules.sync(world.state, _stored(("exec-1", 1), ("exec-2", 2), current="exec-2"), world.links, {"exec-1"})
+    assert not again.now_current and again.told == [], "told once"
+
+
+def test_a_view_read_before_a_later_claim_never_moves_the_current_execution_back():
+    world = play([("hello", "a", "exec-3", "inst-1")])
+    assert world.state is not None
+    world.state.executions["exec-3"].hello_order = 3
+    synced = rules.sync(world.state, _stored(("exec-2", 2), ("exec-3", 3), current="exec-2"), world.links, {"exec-3"})
+    assert not synced.now_current and synced.told == []
+    assert world.state.current_execution_id == "exec-3" and world.standings() == {"a": "current"}
+
+
+def test_executions_held_here_keep_this_hubs_state_and_the_others_are_taken_as_stored():
+    world = play([("hello", "a", "exec-1", "inst-1")])
+    assert world.state is not None
+    world.state.executions["exec-1"].rejected_frames = 2  # counted here, not yet written
+    stored = _stored(("exec-1", 1), ("exec-2", 2), current="exec-2", rejected={"exec-1": 0, "exec-2": 5})
+    rules.sync(world.state, stored, world.links, {"exec-1"})
+    assert world.state.executions["exec-1"].rejected_frames == 2
+    assert world.state.executions["exec-2"] is stored.executions["exec-2"]
+    assert world.state.stale_rejected == 7, "the session's count is its executions' sum"

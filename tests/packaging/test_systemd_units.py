@@ -40,6 +40,7 @@ UNITS = sorted((REPO / "systemd").glob("*.service"))
 EXECUTION_UNIT = REPO / "systemd" / "agentctl@.service"
 HUB_UNIT = REPO / "systemd" / "agentctl-hub.service"
 PAGE_DROP_IN = REPO / "systemd" / "agentctl-hub-page.conf"
+POSTGRES_DROP_IN = REPO / "systemd" / "agentctl-hub-postgres.conf"
 INSTALLED_BINARY = "/usr/local/bin/agentctl"
 
 
@@ -113,6 +114,17 @@ def test_the_hub_with_the_page_drop_in_passes_systemd_analyze_verify_without_a_w
     render(PAGE_DROP_IN, tmp_path / f"{HUB_UNIT.name}.d" / "page.conf")
     output = verify(render(HUB_UNIT, tmp_path / HUB_UNIT.name))
     assert not output, output
+
+
+def test_the_hub_with_the_postgresql_drop_in_passes_verify_and_reads_its_dsn_from_a_credential(tmp_path):
+    render(POSTGRES_DROP_IN, tmp_path / f"{HUB_UNIT.name}.d" / "postgres.conf")
+    output = verify(render(HUB_UNIT, tmp_path / HUB_UNIT.name))
+    assert not output, output
+    found = directives(HUB_UNIT, POSTGRES_DROP_IN)
+    assert found["LoadCredential"] == ["hub-dsn:/etc/agentctl/hub.dsn"]
+    command = found["ExecStart"][-1].split()
+    assert command[command.index("--db-file") + 1] == "%d/hub-dsn" and "--db" not in command
+    assert "AF_INET" in found["RestrictAddressFamilies"][-1] and found["PrivateNetwork"][-1] == "no"
 
 
 def test_systemd_analyze_verify_reads_the_drop_in_beside_the_unit(tmp_path):

@@ -1,0 +1,250 @@
+"""The hub's store in PostgreSQL: the SQLite file's `SessionStore` for hubs on several hosts sharing one database,
+and what only a shared database has to answer: which execution of a session is current (decided here, in one
+transaction, never in a hub's memory), and a notification to every other hub after each change.
+
+Fencing: a hello of an execution the database has not seen takes the next value of the `hub_hello_order`
+sequence while it holds the session's row lock (SELECT ... FOR UPDATE), and becomes the session's current
+execution. Claims of one session are serialized by that lock and the sequence only grows, so the newest hello
+across every hub wins without comparing any host's clock. A hub's flush never writes `current_execution_id`
+or `hello_order` of a row that exists: only a claim moves them.
+
+A flush is additive where two hubs may write one row: the session's last contact is the later of the stored one
+and the hub's, its rejected-frame count the sum of its executions' counts (each execution's count is kept by
+the hub holding its daemon), and each `connected` flag belongs to the hub named in the execution's row, so a
+hub that restarts clears its own flags only.
+
+After every committed change the store sends NOTIFY on CHANNEL with the hub's id and the session's id: the
+other hubs reread that one session (agentctl.hub.shared). The driver is imported through agentctl.postgres
+only. Every error is a HubStoreError of one line with the DSN's secrets masked.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from agentctl.dsn import PostgresDsn
+from agentctl.evidence.contract import HubSession, Identity, encode
+from agentctl.hub.hub_store import (
+    EXECUTION_COLS,
+    SESSION_COLS,
+    ExecutionRecord,
+    HubStoreError,
+    SessionRecord,
+    decode_execution,
+    session_of_row,
+    split_sessions,
+    ts,
+)
+from agentctl.hub.migrations import HUB
+from agentctl.hub.state import SessionState
+from agentctl.migrations import MigrationError, PostgresDialect, require_latest
+from agentctl.postgres import PostgresUnavailable, connect, describe_error, driver, migrate_postgres
+
+CHANNEL = "agentctl_hub"
+
+
+def notice_payload(hub_id: str, session_id: str) -> str:
+    return msgspec.json.encode([hub_id, session_id]).decode()
+
+
+def parse_notice(payload: str) -> tuple[str, str] | None:
+    """(hub id, session id) of a notification, None for one that is not ours."""
+    try:
+        hub_id, session_id = msgspec.json.decode(payload, type=tuple[str, str])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return hub_id, session_id
+
+
+class PgHubStore:
+    """One connection to the database (reconnected after a failure), used by one thread at a time (a lock makes
+    a flush and a claim from two worker threads take turns). Writable (a hub, which migrates at open) or
+    read-only (the CLI, which refuses a database not at the latest schema)."""
+
+    def __init__(self, dsn: PostgresDsn, *, readonly: bool = False, hub_id: str = "") -> None:
+        self.dsn = dsn
+        self.path = dsn.display()  # what messages name it by
+        self.readonly = readonly
+        self.hub_id = hub_id
+        self.migration: Any = None
+        self._lock = threading.Lock()
+        self._conn: Any = None
+        try:
+            self._psycopg = driver()
+            if readonly:
+                conn = connect(dsn)
+                try:
+                    require_latest(PostgresDialect(conn), HUB, self.path)
+                except self._psycopg.Error as exc:
+                    raise HubStoreError(f"cannot read hub database {self.path}: {describe_error(dsn, exc)}") from None
+                finally:
+                    conn.close()
+            else:
+                self.migration = migrate_postgres(dsn, HUB)
+        except (MigrationError, PostgresUnavailable) as exc:
+            raise HubStoreError(str(exc)) from None
+
+    # -- connection ------------------------------------------------------------------------------------
+
+    def _run(self, what: str, work: Callable[[Any], Any]) -> Any:
+        """`work(connection)`; a connection found dead on use (the server restarted since) is replaced and the
+        work tried once more. Every op is safe to repeat: upserts, additive counts, a claim that finds its
+        execution already taken."""
+        with self._lock:
+            for retry in (True, False):
+                try:
+                    if self._conn is None or self._conn.closed or self._conn.broken:
+                        self._conn = connect(self.dsn)
+                    return work(self._conn)
+                except PostgresUnavailable as exc:
+                    raise HubStoreError(str(exc)) from None
+                except self._psycopg.Error as exc:
+                    dead = self._conn is not None and (self._conn.broken or self._conn.closed)
+                    if dead:
+                        self._conn.close()
+                        self._conn = None
+                    if not (dead and retry):
+                        raise HubStoreError(f"cannot {what} hub database {self.path}: "
+                                            f"{describe_error(self.dsn, exc)}") from None
+            raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    # -- SessionStore ------------------------------------------------------------------------------------
+
+    def load(self) -> dict[str, SessionState]:
+        return self.load_split(None)[0]
+
+    def load_split(self, hot: int | None) -> tuple[dict[str, SessionState], dict[str, HubSession]]:
+        def work(conn: Any) -> Any:
+            with conn.transaction():  # one snapshot of both tables
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                sessions = conn.execute(f"SELECT {SESSION_COLS} FROM sessions").fetchall()
+                with conn.cursor(name="agentctl_hub_executions") as cur:  # streamed: a large table never whole
+                    cur.execute(f"SELECT {EXECUTION_COLS} FROM executions ORDER BY session_id")
+                    return split_sessions(sessions, cur, hot, self._execution)
+
+        return self._run("read", work)
+
+    def load_session(self, session_id: str) -> SessionState | None:
+        return self._run("read", lambda conn: self._session_of(conn, session_id))
+
+    def listing(self, session_id: str) -> HubSession | None:
+        """The session's listing (for a hub that holds it cold), None when it has none."""
+        from agentctl.hub.views import session_listing
+
+        session = self.load_session(session_id)
+        return session_listing(session) if session is not None else None
+
+    def _session_of(self, conn: Any, session_id: str) -> SessionState | None:
+        one = (session_id,)
+        row = conn.execute(f"SELECT {SESSION_COLS} FROM sessions WHERE session_id=%s", one).fetchone()
+        if row is None:
+            return None
+        session = session_of_row(row)
+        for execution_row in conn.execute(f"SELECT {EXECUTION_COLS} FROM executions WHERE session_id=%s", one):
+            execution = self._execution(execution_row)
+            session.executions[execution.execution_id] = execution
+        return session if session.current_execution_id in session.executions else None
+
+    def _execution(self, row: tuple[Any, ...]) -> Any:
+        return decode_execution(row, self.path)
+
+    def reset_connected(self) -> None:
+        """This hub just started: nobody is connected to it. Other hubs' flags stay."""
+        self._run("write", lambda conn: conn.execute(
+            "UPDATE executions SET connected=0 WHERE connected!=0 AND hub=%s", (self.hub_id,)))
+
+    def max_hello_order(self) -> int:
+        return int(self._run("read", lambda conn: conn.execute(
+            "SELECT COALESCE(MAX(hello_order), 0) FROM executions").fetchone()[0]))
+
+    def write(self, sessions: Sequence[SessionRecord], executions: Sequence[ExecutionRecord]) -> None:
+        """Upsert the records in one transaction, additively (see the module's docstring), and notify."""
+        # Rows locked in one order (sessions by id, then executions by id) by every hub: two flushes never deadlock.
+        session_rows = sorted(((r.session_id, r.task_id, r.current_execution_id, r.stale_rejected,
+                                ts(r.last_contact_at)) for r in sessions))
+        execution_rows = sorted(self._execution_row(r) for r in executions)
+        touched = sorted({r[0] for r in session_rows} | {r[0] for r in execution_rows})
+
+        def work(conn: Any) -> None:
+            with conn.transaction(), conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO sessions(session_id, task_id, current_execution_id, stale_rejected, last_contact_at) "
+                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT(session_id) DO UPDATE SET "
+                    "last_contact_at=GREATEST(sessions.last_contact_at, excluded.last_contact_at)",
+                    session_rows,
+                )
+                cur.executemany(
+                    "INSERT INTO executions(session_id, execution_id, hello_order, identity, daemon_version, "
+                    "first_hello_at, last_contact_at, connected, rejected_frames, history, hub) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT(session_id, execution_id) "
+                    "DO UPDATE SET identity=excluded.identity, daemon_version=excluded.daemon_version, "
+                    "last_contact_at=GREATEST(executions.last_contact_at, excluded.last_contact_at), "
+                    "connected=excluded.connected, hub=excluded.hub, "
+                    "rejected_frames=GREATEST(executions.rejected_frames, excluded.rejected_frames), "
+                    "history=COALESCE(excluded.history, executions.history)",
+                    execution_rows,
+                )
+                cur.execute(
+                    "UPDATE sessions s SET stale_rejected=COALESCE((SELECT SUM(e.rejected_frames) FROM executions e "
+                    "WHERE e.session_id=s.session_id), 0) WHERE s.session_id = ANY(%s)", (touched,))
+                for sid in touched:
+                    cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, notice_payload(self.hub_id, sid)))
+
+        self._run("write", work)
+
+    def _execution_row(self, r: ExecutionRecord) -> tuple[Any, ...]:
+        return (r.session_id, r.identity.execution_id, r.hello_order, encode(r.identity).decode(), r.daemon_version,
+                ts(r.first_hello_at), ts(r.last_contact_at), int(r.connected), r.rejected_frames,
+                r.history.decode() if r.history is not None else None, self.hub_id)
+
+    # -- fencing -------------------------------------------------------------------------------------------
+
+    def claim(self, identity: Identity, daemon_version: str, now: datetime) -> SessionState:
+        """A hello of `identity` on this hub: the session as the database holds it after the hello, with the
+        hello's execution in it. An execution the database has not seen takes the next hello order and becomes
+        current, atomically under the session's row lock; a known one changes nothing here."""
+        sid, eid = identity.session_id, identity.execution_id
+
+        def work(conn: Any) -> SessionState:
+            with conn.transaction():
+                conn.execute(
+                    "INSERT INTO sessions(session_id, task_id, current_execution_id, stale_rejected, last_contact_at) "
+                    "VALUES (%s, %s, %s, 0, %s) ON CONFLICT(session_id) DO NOTHING",
+                    (sid, identity.task_id, eid, ts(now)))
+                conn.execute("SELECT 1 FROM sessions WHERE session_id=%s FOR UPDATE", (sid,))
+                known = conn.execute("SELECT 1 FROM executions WHERE session_id=%s AND execution_id=%s",
+                                     (sid, eid)).fetchone()
+                if known is None:
+                    conn.execute(
+                        "INSERT INTO executions(session_id, execution_id, hello_order, identity, daemon_version, "
+                        "first_hello_at, last_contact_at, connected, rejected_frames, history, hub) "
+                        "VALUES (%s, %s, nextval('hub_hello_order'), %s, %s, %s, %s, 1, 0, NULL, %s)",
+                        (sid, eid, encode(identity).decode(), daemon_version, ts(now), ts(now), self.hub_id))
+                    conn.execute("UPDATE sessions SET current_execution_id=%s, "
+                                 "last_contact_at=GREATEST(last_contact_at, %s) WHERE session_id=%s",
+                                 (eid, ts(now), sid))
+                    conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, notice_payload(self.hub_id, sid)))
+                session = self._session_of(conn, sid)
+            if session is None:  # the row names an execution it does not hold: not ours to repair
+                raise HubStoreError(f"hub database {self.path}: session {sid} has no row for its current execution")
+            return session
+
+        return self._run("write", work)
+
+    def currents(self, session_ids: Sequence[str]) -> dict[str, str]:
+        """session id -> its current execution, for the given sessions (one indexed query)."""
+        rows = self._run("read", lambda conn: conn.execute(
+            "SELECT session_id, current_execution_id FROM sessions WHERE session_id = ANY(%s)",
+            (list(session_ids),)).fetchall())
+        return {sid: current for sid, current in rows}

@@ -1,0 +1,205 @@
+"""The hub's task store (the tool tunnel's tasks, messages, questions and plans) in PostgreSQL: the same ops as
+the SQLite store (agentctl.backend.embedded), so a task written through one hub is read through every other.
+
+Its schema is a second migration family ("tasks") beside the hub's in the same database, applied at start.
+The ops are the embedded backend's own, run on a connection that speaks SQLite's dialect of the few
+statements they use (`?` placeholders, INSERT OR IGNORE, the new row's id): one implementation of the ops,
+two engines. Each op is one transaction. Tool arguments never reach a log line: a failure is logged by its
+type only, as in the SQLite store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agentctl.backend.base import BackendError
+from agentctl.backend.embedded import EmbeddedBackend, TaskStoreError
+from agentctl.dsn import PostgresDsn
+from agentctl.evidence.contract import Identity
+from agentctl.migrations import Family, Migration, MigrationError
+from agentctl.postgres import PostgresUnavailable, connect, driver, migrate_postgres
+
+log = logging.getLogger("agentctl.hub")
+
+_V1 = (
+    """CREATE TABLE tasks (
+    id TEXT PRIMARY KEY,
+    title TEXT NOT NULL,
+    description TEXT NOT NULL DEFAULT '',
+    status TEXT NOT NULL,
+    parent_id TEXT,
+    created_by_session TEXT,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+)""",
+    "CREATE INDEX tasks_updated ON tasks(updated_at)",
+    """CREATE TABLE messages (
+    id BIGSERIAL PRIMARY KEY,
+    task_id TEXT NOT NULL REFERENCES tasks(id),
+    session_id TEXT NOT NULL,
+    execution_id TEXT NOT NULL,
+    text TEXT NOT NULL,
+    created_at TEXT NOT NULL
+)""",
+    "CREATE INDEX messages_task ON messages(task_id, id)",
+    """CREATE TABLE questions (
+    id BIGSERIAL PRIMARY KEY,
+    task_id TEXT NOT NULL REFERENCES tasks(id),
+    session_id TEXT NOT NULL,
+    question TEXT NOT NULL,
+    options TEXT NOT NULL DEFAULT '[]',
+    status TEXT NOT NULL DEFAULT 'pending',
+    answer TEXT,
+    created_at TEXT NOT NULL,
+    answered_at TEXT
+)""",
+    "CREATE INDEX questions_task ON questions(task_id, id)",
+    """CREATE TABLE plans (
+    task_id TEXT PRIMARY KEY REFERENCES tasks(id),
+    summary TEXT NOT NULL DEFAULT '',
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+)""",
+    """CREATE TABLE plan_steps (
+    task_id TEXT NOT NULL REFERENCES plans(task_id),
+    position INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    done INTEGER NOT NULL DEFAULT 0,
+    completed_at TEXT,
+    PRIMARY KEY (task_id, position)
+)""",
+)
+
+TASKS = Family(
+    name="tasks",
+    what="hub task store",
+    migrations=(Migration(1, "tasks, messages, questions and plans", (), _V1),),
+    tables=("tasks", "messages", "questions", "plans", "plan_steps"),
+    upgrade_hint="start the hub (`agentctl hub serve`) with this database",
+)
+
+_INSERT_OR_IGNORE = re.compile(r"^INSERT OR IGNORE INTO", re.IGNORECASE)
+_RETURNS_ID = re.compile(r"^INSERT INTO (messages|questions)\(", re.IGNORECASE)
+
+
+class _Row(dict):
+    """A row by column name (like sqlite3.Row) and by position."""
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, int):
+            return list(self.values())[key]
+        return super().__getitem__(key)
+
+
+def _row_factory(cursor: Any) -> Callable[[Any], _Row]:
+    names = [c.name for c in cursor.description] if cursor.description else []
+    return lambda values: _Row(zip(names, values))
+
+
+class _Cursor:
+    def __init__(self, cur: Any, lastrowid: int | None) -> None:
+        self._cur = cur
+        self.lastrowid = lastrowid
+        self.rowcount = cur.rowcount
+
+    def fetchone(self) -> Any:
+        return self._cur.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return self._cur.fetchall()
+
+
+class _Dialect:
+    """A psycopg connection as the embedded ops use a sqlite3 one (inside the transaction `_run` opened)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> _Cursor:
+        returns_id = bool(_RETURNS_ID.match(sql))
+        if _INSERT_OR_IGNORE.match(sql):
+            sql = _INSERT_OR_IGNORE.sub("INSERT INTO", sql) + " ON CONFLICT DO NOTHING"
+        if returns_id:
+            sql += " RETURNING id"
+        cur = self.conn.cursor(row_factory=_row_factory)
+        cur.execute(sql.replace("?", "%s"), params or None)
+        lastrowid = cur.fetchone()[0] if returns_id else None
+        return _Cursor(cur, lastrowid)
+
+
+class PgTaskBackend(EmbeddedBackend):
+    """The embedded backend's ops on a PostgreSQL database shared by hubs. Thread-safe; one op at a time."""
+
+    def __init__(self, dsn: PostgresDsn, **kwargs: Any) -> None:
+        self._dsn = dsn
+        self._pg: Any = None
+        super().__init__(Path(), **kwargs)  # no file: `path` names the database
+
+    def _open(self) -> Any:
+        try:
+            self._psycopg = driver()
+            migrate_postgres(self._dsn, TASKS)
+            self._pg = connect(self._dsn)
+        except (MigrationError, PostgresUnavailable) as exc:
+            raise TaskStoreError(str(exc)) from None
+        return self._pg
+
+    @property
+    def path(self) -> Any:
+        return self._dsn.display()
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                if self._pg is not None:
+                    self._pg.close()
+
+    def _connection(self) -> Any:
+        if self._pg is None or self._pg.closed or self._pg.broken:
+            self._pg = connect(self._dsn)
+        return self._pg
+
+    def _run(self, handler: Callable[..., dict[str, Any]], identity: Identity, args: dict[str, Any],
+             abandoned: threading.Event) -> dict[str, Any]:
+        with self._lock:
+            if self._closed:
+                raise BackendError("the task backend is closed")
+            if abandoned.is_set():
+                raise BackendError("abandoned")
+            try:
+                conn = self._connection()
+                with conn.transaction():
+                    return handler(self, _Dialect(conn), identity, args)
+            except PostgresUnavailable:
+                raise BackendError("the hub's task store is unavailable; try again in a moment") from None
+            except self._psycopg.Error as exc:
+                log.warning("task store error: %s", type(exc).__name__)
+                raise BackendError("the task store failed; the hub log has details") from None
+
+    async def answer_question(self, question_id: int, answer: str) -> None:
+        """Record the user's answer; the agent sees it in task.get, through any hub."""
+
+        def run() -> None:
+            with self._lock:
+                if self._closed:
+                    raise BackendError("the task backend is closed")
+                try:
+                    cur = self._connection().execute(
+                        "UPDATE questions SET status='answered', answer=%s, answered_at=%s WHERE id=%s",
+                        (answer, self._now(), question_id))
+                except PostgresUnavailable:
+                    raise BackendError("the hub's task store is unavailable; try again in a moment") from None
+                except self._psycopg.Error as exc:
+                    log.warning("task store error: %s", type(exc).__name__)
+                    raise BackendError("the task store failed; the hub log has details") from None
+                if cur.rowcount == 0:
+                    raise BackendError("no such question")
+
+        await asyncio.to_thread(run)

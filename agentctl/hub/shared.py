@@ -1,0 +1,216 @@
+"""Owns a hub's link to the other hubs of a shared PostgreSQL database: it has the database decide each hello
+(a claim), LISTENs for the sessions they change
+and has the hub reread exactly those (no scan of the table), and checks every FENCE_INTERVAL that each
+session with a daemon here is still current in the database, so a fence reaches this hub within that bound
+even when a notification is lost. The listening connection reconnects with backoff; after a gap every
+session is reread once, since notifications sent meanwhile are gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from agentctl.dsn import PostgresDsn
+from agentctl.hub import rules
+from agentctl.hub.hub_conn import HubConnection, notice_line
+from agentctl.hub.hub_store import HubStoreError
+from agentctl.hub.state import SessionState
+from agentctl.hub.views import session_listing
+from agentctl.upstream import protocol as P
+from agentctl.hub.pg_store import CHANNEL, parse_notice
+from agentctl.postgres import PostgresUnavailable, connect_async, describe_error, driver
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agentctl.hub.hub import Hub
+
+log = logging.getLogger("agentctl.hub")
+
+FENCE_INTERVAL = 1.0
+BACKOFF_INITIAL = 0.2
+BACKOFF_MAX = 5.0
+
+
+class SharedView:
+    """Started by the hub after its stores, stopped before they close."""
+
+    def __init__(self, hub: Hub, dsn: PostgresDsn) -> None:
+        self.hub = hub
+        self.dsn = dsn
+        self.listening = False
+        self._pending: set[str] = set()
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._first: Any = None  # the listening connection start() opened, for the loop's first round
+
+    async def start(self) -> None:
+        """Listening before the hub serves (so it is ready at once); raises HubStoreError when it cannot."""
+        try:
+            self._first = await self._listening_connection()
+        except PostgresUnavailable as exc:
+            raise HubStoreError(str(exc)) from None
+        except driver().Error as exc:
+            raise HubStoreError(f"cannot listen on hub database {self.dsn.display()}: "
+                                f"{describe_error(self.dsn, exc)}") from None
+        self.listening = True
+        self._tasks = [
+            asyncio.create_task(self._listen_loop(), name="agentctl-hub-listen"),
+            asyncio.create_task(self._refresh_loop(), name="agentctl-hub-refresh"),
+            asyncio.create_task(self._fence_loop(), name="agentctl-hub-fence"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        self.listening = False
+        if self._first is not None:
+            await self._first.close()
+            self._first = None
+
+    def problem(self) -> str | None:
+        if not self.listening:
+            return "database unavailable: other hubs' changes are not reaching this hub"
+        return None
+
+    async def claim(self, conn: HubConnection, hello: P.HelloFrame) -> SessionState:
+        """The database's decision on a hello (agentctl.hub.pg_store); a database that cannot answer refuses
+        the connection as `unavailable`: the daemon keeps buffering and reconnects with backoff."""
+        hub = self.hub
+        assert hub.store is not None
+        try:
+            return await asyncio.to_thread(hub.store.claim, hello.identity, hello.daemon_version,  # type: ignore[attr-defined]
+                                           hub._clock())
+        except HubStoreError as exc:
+            log.warning("hello from %s not taken: %s", hello.identity.session_id, exc)
+            hub._fatal(conn, rules.Refusal("unavailable", "the hub's database is unavailable; reconnect later"))
+
+    def _local(self, session: SessionState) -> set[str]:
+        """The session's executions this hub holds: a connection here, or changes not yet written."""
+        hub = self.hub
+        held = {c.identity.execution_id for c in hub._conns if c.session is session and c.identity is not None}
+        return held | {eid for sid, eid in hub._dirty_executions if sid == session.session_id}
+
+    def take_stored(self, stored: SessionState) -> SessionState:
+        """The database's view of a session into memory; this hub's connections it fences are told so."""
+        hub = self.hub
+        sid = stored.session_id
+        session = hub.sessions.get(sid)
+        if session is None:
+            hub._cold.pop(sid, None)
+            hub.sessions[sid] = stored
+            return stored
+        synced = rules.sync(session, stored, hub._links(session), self._local(session))
+        if synced.now_current:
+            log.info("session %s: execution %s is now current (through another hub)", sid, session.current_execution_id)
+        for other, notice in synced.told:
+            assert other.identity is not None
+            log.info("session %s: execution %s instance %s superseded (%s)", sid, other.identity.execution_id,
+                     other.identity.instance_id, notice.code)
+            other.send(notice_line(notice))
+        return session
+
+    async def refresh(self, session_id: str) -> None:
+        """Another hub changed this session: reread it (one session, indexed) and take the database's view."""
+        hub = self.hub
+        if hub._reader is None:
+            return
+        try:
+            stored = await asyncio.to_thread(hub._reader.load_session, session_id)
+        except HubStoreError as exc:
+            log.warning("rereading session %s failed: %s", session_id, exc)
+            return
+        if stored is None:
+            return
+        if session_id in hub.sessions:
+            self.take_stored(stored)
+        else:
+            hub._cold[session_id] = session_listing(stored)
+        hub._changed(session_id)
+
+    async def resync(self) -> None:
+        """Notifications were lost: reread every session once."""
+        hub = self.hub
+        if hub._reader is None:
+            return
+        try:
+            _, listings = await asyncio.to_thread(hub._reader.load_split, 0)
+        except HubStoreError as exc:
+            log.warning("rereading the hub database failed: %s", exc)
+            return
+        for sid, listing in listings.items():
+            if sid in hub.sessions:
+                await self.refresh(sid)
+            else:
+                hub._cold[sid] = listing
+                hub._changed(sid)
+
+    async def check_fences(self) -> None:
+        """Each session with a followed daemon here still current in the database? (A bound on a fence's delay
+        that does not rest on notifications.)"""
+        hub = self.hub
+        followed = {c.session.session_id: c.session.current_execution_id for c in hub._conns
+                    if c.session is not None and c.standing == "current"}
+        if not followed or hub._reader is None:
+            return
+        try:
+            currents = await asyncio.to_thread(hub._reader.currents, sorted(followed))  # type: ignore[attr-defined]
+        except HubStoreError:
+            return  # the listener's own reconnecting says the database is away
+        for sid, current in currents.items():
+            if followed.get(sid) != current:
+                await self.refresh(sid)
+
+    async def _listen_loop(self) -> None:
+        psycopg = driver()
+        backoff = BACKOFF_INITIAL
+        gap = False  # a first start reads everything anyway
+        while True:
+            try:
+                conn, self._first = self._first or await self._listening_connection(), None
+                async with conn:
+                    if gap:
+                        log.info("hub database notifications resumed; rereading every session")
+                        await self.resync()
+                    self.listening, backoff, gap = True, BACKOFF_INITIAL, False
+                    async for notice in conn.notifies():
+                        parsed = parse_notice(notice.payload)
+                        if parsed is not None and parsed[0] != self.hub.hub_id:
+                            self._pending.add(parsed[1])
+                            self._wake.set()
+            except (PostgresUnavailable, HubStoreError) as exc:
+                self._lost(str(exc), gap)
+            except (psycopg.Error, OSError) as exc:
+                self._lost(describe_error(self.dsn, exc), gap)
+            gap = True
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, BACKOFF_MAX)
+
+    async def _listening_connection(self) -> Any:
+        conn = await connect_async(self.dsn)
+        try:
+            await conn.execute(f"LISTEN {CHANNEL}")
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    def _lost(self, why: str, already: bool) -> None:
+        self.listening = False
+        if not already:
+            log.warning("hub database notifications lost (%s); reconnecting with backoff", why)
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            pending, self._pending = self._pending, set()
+            for session_id in sorted(pending):
+                await self.refresh(session_id)
+
+    async def _fence_loop(self) -> None:
+        while True:
+            await asyncio.sleep(FENCE_INTERVAL)
+            await self.check_fences()
