@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import secrets
 import socket
 import time
 from collections import Counter
@@ -46,15 +45,21 @@ from agentctl.evidence.ledger import utcnow
 from agentctl.listener_guard import (
     ListenerGuard,
     RateLimitedLog,
-    connection_caps,
-    fd_limit,
     forget_listener,
     hold,
     install_accept_error_log,
     name_listener,
 )
 from agentctl.hub import rules
-from agentctl.hub.hub_conn import HubConnection, Refused
+from agentctl.hub.hub_conn import (  # noqa: F401 - the caps are the hub's, re-exported for its page and units
+    DAEMON_CONNECTIONS,
+    HELLO_TIMEOUT,
+    PAGE_CONNECTIONS,
+    HubConnection,
+    HubRequestError,
+    Refused,
+    listener_caps,
+)
 from agentctl.hub.hub_conn import notice_line as _notice_line
 from agentctl.dsn import PostgresDsn, SqlitePath
 from agentctl.hub.hub_store import (
@@ -76,29 +81,7 @@ log = logging.getLogger("agentctl.hub")
 
 FLUSH_INTERVAL = 0.1
 SWEEP_INTERVAL = 1.0
-# Connections when the descriptor limit allows (connection_caps shrinks them under a low one): daemons on
-# the socket, browsers on the page. A daemon says hello as it connects; one that has not within
-# HELLO_TIMEOUT seconds is closed, and at the cap a newcomer takes the place of the oldest such connection.
-DAEMON_CONNECTIONS = 4096
-PAGE_CONNECTIONS = 128
-HELLO_TIMEOUT = 10.0
-
-
 _UNIDENTIFIED_LOG = RateLimitedLog(log)
-
-
-def listener_caps() -> dict[str, int]:
-    """The hub's connection caps (its daemon socket and its page) under this process's descriptor limit."""
-    return connection_caps(fd_limit(), {"hub": DAEMON_CONNECTIONS, "page": PAGE_CONNECTIONS})
-
-
-class HubRequestError(Exception):
-    """A request to a daemon (stderr, endpoint test) could not be answered. `code` is a protocol error code."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
 
 class Hub(StackedService):
     """The hub: its socket, its sessions in memory and in the database, its task store. `async with Hub(...)`
@@ -326,16 +309,7 @@ class Hub(StackedService):
         conn = self._live_conn(session_id)
         if conn is None:
             raise HubRequestError("unavailable", "no daemon of that session's current execution is connected")
-        request_id = "rq_" + secrets.token_hex(6)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        conn.pending[request_id] = future
-        try:
-            conn.send(P.encode_frame(P.frame(kind, id=request_id, **fields)))
-            return await asyncio.wait_for(future, timeout)
-        except TimeoutError:
-            raise HubRequestError("unavailable", f"the daemon did not answer within {timeout:g} s") from None
-        finally:
-            conn.pending.pop(request_id, None)
+        return await conn.ask(kind, timeout, **fields)
 
     def _live_conn(self, session_id: str) -> HubConnection | None:
         session = self.sessions.get(session_id)

@@ -1,10 +1,12 @@
 """One daemon's connection to the hub: who it said it is, where it stands (by the hub's rules), bounded sending,
-and running its tunnelled tool calls on the hub's task backend."""
+requests to the daemon and their answers, running its tunnelled tool calls on the hub's task backend, and how
+many such connections the hub takes."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from datetime import datetime
 from typing import Any
@@ -13,6 +15,7 @@ from agentctl.backend.base import Backend, BackendError
 from agentctl.control.socket import peer_cred
 from agentctl.evidence.contract import Identity
 from agentctl.hub import rules
+from agentctl.listener_guard import connection_caps, fd_limit
 from agentctl.hub.state import ExecutionState, SessionState
 from agentctl.upstream import protocol as P
 
@@ -21,11 +24,30 @@ log = logging.getLogger("agentctl.hub")
 TOOL_CONCURRENCY = 16  # tool calls running at once per connection
 MAX_WRITE_BUFFER = 8 * 1024 * 1024  # a daemon that stops reading its answers is disconnected past this
 DEFAULT_HEARTBEAT_SECONDS = 10.0
+# Connections when the descriptor limit allows (connection_caps shrinks them under a low one): daemons on
+# the socket, browsers on the page. A daemon says hello as it connects; one that has not within
+# HELLO_TIMEOUT seconds is closed, and at the cap a newcomer takes the place of the oldest such connection.
+DAEMON_CONNECTIONS = 4096
+PAGE_CONNECTIONS = 128
+HELLO_TIMEOUT = 10.0
+
+
+def listener_caps() -> dict[str, int]:
+    """The hub's connection caps (its daemon socket and its page) under this process's descriptor limit."""
+    return connection_caps(fd_limit(), {"hub": DAEMON_CONNECTIONS, "page": PAGE_CONNECTIONS})
 
 
 def notice_line(notice: rules.Notice) -> bytes:
     """The error frame a connection is told `notice` with."""
     return P.encode_frame(P.frame(P.ErrorFrame, code=notice.code, message=notice.message, fatal=notice.fatal))
+
+
+class HubRequestError(Exception):
+    """A request to a daemon (stderr, endpoint test) could not be answered. `code` is a protocol error code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class Refused(Exception):
@@ -76,6 +98,19 @@ class HubConnection:
             transport.abort()
             return
         self.writer.write(line)
+
+    async def ask(self, kind: type, timeout: float, **fields: Any) -> Any:
+        """Send this daemon one request frame and wait (at most `timeout`) for the answer with its id."""
+        request_id = "rq_" + secrets.token_hex(6)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.pending[request_id] = future
+        try:
+            self.send(P.encode_frame(P.frame(kind, id=request_id, **fields)))
+            return await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            raise HubRequestError("unavailable", f"the daemon did not answer within {timeout:g} s") from None
+        finally:
+            self.pending.pop(request_id, None)
 
     async def run_tool_call(self, call: P.ToolCallFrame, backend: Backend | None, now: datetime) -> None:
         """Run one tool call on `backend` (received at `now`) and send its tool_result."""
