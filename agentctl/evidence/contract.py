@@ -285,6 +285,10 @@ class AgentState(Base, kw_only=True):
     # The reason code when the agent never got through its start (spawn, ACP initialize, passthrough
     # configuration): e.g. `agent_exited_before_initialize`. It then declared nothing about MCP transports.
     start_failure: str | None = None
+    # A passthrough CLI's own report of its MCP servers: the provider contract its output is read for
+    # (`claude:stream-json-init`), or, when none is available, `report_note` says so plainly.
+    report_source: ReportSource | None = None
+    report_note: str | None = None
 
 
 class RefusalCount(Base, kw_only=True):
@@ -507,6 +511,7 @@ class RowView(Base, kw_only=True):
     sources: list[str] = []
     reporter: str | None = None  # the agent that reported, by name ("Claude Code")
     reported: ReportedState | None = None
+    reported_tool_count: int | None = None  # the server's tools in the agent's own list, when it gave one
     report: str | None = None
     disagreement: str | None = None
 
@@ -536,6 +541,8 @@ class ServerDiagnostics(Base, kw_only=True):
     tool_errors: int = 0
     catalog_truncated: bool = False
     endpoint_test: EndpointTestResult | None = None
+    # How the row reads (its label, whose evidence, the agent's report beside agentctl's observation).
+    view: RowView | None = None
 
 
 class AttemptDiagnostics(Base, kw_only=True):
