@@ -51,6 +51,9 @@ class AgentSpec(_S):
     session_timeout: float = 60.0
     stop_grace: float = 2.0  # after closing stdin, before SIGTERM to the agent's process group
     linger: float | None = None  # after the agent exits, stop the daemon after this many seconds
+    # Passthrough: read the CLI's own report of its MCP servers when its arguments ask for one ("auto"),
+    # also add the arguments that make a print-mode run report ("request", Claude Code), or never ("off").
+    report: Literal["auto", "request", "off"] = "auto"
 
 
 class ServerSpec(_S):

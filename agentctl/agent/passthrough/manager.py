@@ -43,6 +43,7 @@ from agentctl.agent.passthrough.base import (
 from agentctl.agent.passthrough.journal import Journal
 from agentctl.agent.passthrough.recovery import PrivateDir
 from agentctl.agent.passthrough.workspace import cleanup
+from agentctl.agent.reported.feed import NULL_FEED, ReportFeed, open_feed, plan_report
 from agentctl.agent.supervisor import AgentProcess, AgentStartError, ExitInfo, Supervisor
 from agentctl.context import DaemonContext
 from agentctl.evidence.ledger import ServerSeed
@@ -68,6 +69,7 @@ class PassthroughManager:
         self._tmpdir: PrivateDir | None = None
         self._cleanups: set[asyncio.Task[None]] = set()
         self._drain: asyncio.Task[None] | None = None
+        self._feed: ReportFeed = NULL_FEED  # the current run's own report, read from its output
         self._linger: asyncio.TimerHandle | None = None
         self._stopping = False
         self._lock = asyncio.Lock()
@@ -138,10 +140,11 @@ class PassthroughManager:
                 return
             self._mat = mat
             self._record_filtered(attempt_id, mat.filtered)
+        argv = insert_args(argv, mat.argv)
+        report = plan_report(self.agent_spec.strategy, argv, self.agent_spec.report)
+        ledger.update_agent(report_source=report.source, report_note=report.note)
         try:
-            await self.supervisor.start(
-                insert_args(argv, mat.argv), cwd=str(workdir), env=self.agent_spec.env, extra_env=mat.env
-            )
+            await self.supervisor.start(argv, cwd=str(workdir), env=self.agent_spec.env, extra_env=mat.env)
         except AgentStartError as exc:
             await self._cleanup()
             ledger.record("explicit_error", attempt_id, reason_code="agent_start_failed", summary=str(exc))
@@ -152,6 +155,7 @@ class PassthroughManager:
         for entry in mat.delivered:
             ledger.record("delivered", attempt_id, entry.name, transport=entry.transport, target=entry.target)
         ledger.record("session_accepted", attempt_id)
+        self._feed = open_feed(ledger, attempt_id, report, [entry.name for entry in mat.delivered])
         with contextlib.suppress(Exception):
             process.stdin.close()
         self._drain = asyncio.create_task(self._drain_stdout(process), name=f"passthrough-stdout-{process.pid}")
@@ -207,11 +211,14 @@ class PassthroughManager:
             )
 
     async def _drain_stdout(self, process: AgentProcess) -> None:
-        # Nothing reads a passthrough CLI's stdout; a full pipe would block it. Its output joins the
-        # bounded in-memory window (`agentctl stderr`), never a log or a file.
+        # Nothing else reads a passthrough CLI's stdout; a full pipe would block it. Its output joins the
+        # bounded in-memory window (`agentctl stderr`), never a log or a file, and passes the report feed.
+        feed = self._feed  # this run's: a later run's output never reaches this feed
         with contextlib.suppress(Exception):
             while chunk := await process.stdout.read(65536):
                 process.stderr_ring.feed(chunk)
+                feed.feed(chunk)
+        feed.close()
 
     # -- endings ------------------------------------------------------------------------------------
 
