@@ -697,12 +697,8 @@ class ProbePrompt(Base, kw_only=True):
     error: ErrorSummary | None = None
 
 
-class ProbeReport(Base, kw_only=True):
-    """`agentctl probe mcp --json`: the probe's findings, kept separate, each with its time.
-
-    No finding is a failure of the agent: `unobserved` says the sentinel was not contacted within the
-    window. `ran` false (with `error`) means the probe itself could not run.
-    """
+class ProbeFindings(Base, kw_only=True):
+    """What every probe reports: its window, whether it ran, the agent, and what its sentinel observed."""
 
     version: int
     started_at: datetime
@@ -711,18 +707,68 @@ class ProbeReport(Base, kw_only=True):
     ran: bool
     error: ErrorSummary | None = None
     agent: AgentState | None = None
-    advertised_at: datetime | None = None
-    advertised_elapsed_s: float | None = None
-    session: ProbeSession | None = None
-    prompt: ProbePrompt | None = None
     first_contact: ProbeContact | None = None
     initialize: ProbeContact | None = None
     tools_list: ProbeContact | None = None
     tool_call: ProbeContact | None = None
     contacts: list[ProbeContact] = []
     contacts_dropped: int = 0
+
+
+class ProbeReport(ProbeFindings, kw_only=True):
+    """`agentctl probe mcp --json`: the probe's findings, kept separate, each with its time.
+
+    No finding is a failure of the agent: `unobserved` says the sentinel was not contacted within the
+    window. `ran` false (with `error`) means the probe itself could not run.
+    """
+
+    advertised_at: datetime | None = None
+    advertised_elapsed_s: float | None = None
+    session: ProbeSession | None = None
+    prompt: ProbePrompt | None = None
     unobserved: str | None = None
     raw_frames_recorded: bool = False
+
+
+class ProbeConfiguration(Base, kw_only=True):
+    """What `probe passthrough`'s strategy wrote for the sentinel: never a value, only what and where.
+
+    `delivered` false (with `filtered`) says the strategy left the sentinel out, and why. `workspace_files`
+    are the merged workspace files, relative to the workdir; `restored` says each is back byte for byte (or
+    gone again, when the probe created it) after the CLI ended.
+    """
+
+    strategy: str
+    server_name: str
+    written_at: datetime | None = None
+    written_elapsed_s: float | None = None
+    delivered: bool = False
+    transport: Transport | None = None
+    filtered: ErrorSummary | None = None
+    temporary_files: int = 0
+    workspace_files: list[str] = []
+    restored: bool | None = None
+
+
+class ProbeAgentReport(Base, kw_only=True):
+    """What the CLI itself reported about the sentinel (`state` None: nothing), or why no report exists."""
+
+    source: ReportSource | None = None
+    note: str | None = None
+    state: ReportedState | None = None
+    raw_state: RawState | None = None
+    tool_count: int | None = None
+    at: datetime | None = None
+    elapsed_s: float | None = None
+
+
+class ProbePassthroughReport(ProbeFindings, kw_only=True):
+    """`agentctl probe passthrough --json`: configuration written, initialize, tools/list, tool use and the
+    agent's own report, kept separate, each with its time. `ran` false (with `error`): the probe could not run."""
+
+    configuration: ProbeConfiguration | None = None
+    agent_report: ProbeAgentReport | None = None
+    timed_out: bool = False  # the CLI was still running at the end of the window and was stopped
 
 
 class ProbeJsonlLine(Base, kw_only=True):

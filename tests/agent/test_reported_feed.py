@@ -180,3 +180,17 @@ def test_an_interactive_cli_says_at_report_level_that_no_report_is_available_and
     text = " ".join(render_status(ledger.history, color=False).split())
     assert "agent report: none; Claude Code runs interactively" in text
     assert all(r.status == "delivered" and r.reported is None for r in ledger.history.current.servers)
+
+
+def test_a_ledger_that_fails_to_record_stops_the_feed_not_the_stream(caplog):
+    ledger, attempt = _ledger()
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(args)
+        raise RuntimeError(CANARY)
+
+    ledger.record = broken  # a fault a real ledger does not produce on demand
+    feed = _fed(ledger, attempt, stdout_of("claude-two-servers.stdout") * 2, 64)
+    assert feed.recorded == 0 and len(calls) == 1, "one failure, then the feed reads no more"
+    assert CANARY not in caplog.text and "RuntimeError" in caplog.text

@@ -63,3 +63,26 @@ stop_grace = 0.5
     assert (rows["closed"].status, rows["closed"].reason_code) == ("failed", "agent_reported_failed")
     for text in (report, out, done.stderr):
         assert PROMPT_CANARY not in text and '"subtype":"init"' not in text
+
+
+def test_probe_passthrough_with_real_claude_code_reports_the_sentinel_reached_and_reported_connected(
+    real_cli, tmp_path: Path
+) -> None:
+    import msgspec
+
+    from agentctl.evidence.contract import ProbePassthroughReport
+
+    claude = real_cli("claude")
+    home = tmp_path / "home"
+    home.mkdir()
+    done = subprocess.run(
+        agentctl_cmd("probe", "passthrough", "--strategy", "claude", "--timeout", "90", "--json", "--",
+                     str(claude), "-p", PROMPT_CANARY, "--output-format", "stream-json", "--verbose"),
+        cwd=home, env=clean_env(home), capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = msgspec.json.decode(done.stdout, type=ProbePassthroughReport)
+    assert report.configuration.delivered and report.configuration.restored is True
+    assert report.initialize.client.name == "claude-code" and report.tools_list.tool_count == 1
+    told = report.agent_report
+    assert (told.source, told.state, told.tool_count) == ("claude:stream-json-init", "connected", 1)
+    assert report.agent.exit_code == 1 and PROMPT_CANARY not in done.stdout  # no key: it exits at its model call

@@ -45,7 +45,7 @@ PARTS = (".gemini", "settings.json")
 EXCLUDED = "excluded_by_workspace_settings"
 UNTRUSTED = gemini_trust.REASON_UNTRUSTED
 _HOW_TO_TRUST = ("run `gemini` in the folder and choose \"Trust folder\", add a TRUST_FOLDER rule for it to "
-                 "~/.gemini/trustedFolders.json, or add --skip-trust to the agent's command")
+                 "Gemini's trusted-folders file, or add --skip-trust to the agent's command")
 
 
 def untrusted_summary(decision: gemini_trust.TrustDecision) -> str:

@@ -12,6 +12,7 @@ report (which provider contract) or, when it will not, the plain sentence that s
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -20,6 +21,8 @@ from agentctl.agent.reported.base import ReportReader, record
 
 if TYPE_CHECKING:  # pragma: no cover
     from agentctl.evidence.ledger import Ledger
+
+log = logging.getLogger(__name__)
 
 
 class ReportFeed(Protocol):
@@ -60,8 +63,14 @@ class LedgerFeed:
             self._record(reader.close())
 
     def _record(self, reports: list) -> None:
-        if reports:
+        if not reports:
+            return
+        try:
             self.recorded += record(self._ledger, self._attempt_id, self._source, reports)
+        except Exception as exc:  # the output must keep flowing: a full pipe would stop the CLI
+            self._reader = None
+            log.warning("the agent's report could not be recorded (%s); no more is read from this run",
+                        type(exc).__name__)
 
 
 # ---- which report a CLI run will give -------------------------------------------------------------------
@@ -143,12 +152,18 @@ def plan_report(strategy: str | None, argv: Sequence[str], mode: str = "auto") -
     return ReportPlan(note=_NO_REPORT.get(strategy, "this CLI has no known MCP status output: no agent report"))
 
 
-def open_feed(ledger: Ledger, attempt_id: str, plan: ReportPlan, delivered: Collection[str]) -> ReportFeed:
-    """The feed for one CLI run: a parser of `plan.source` recording on `attempt_id`, or `NULL_FEED`."""
+def open_reader(plan: ReportPlan, delivered: Collection[str]) -> ReportReader | None:
+    """The incremental parser of `plan.source` for the servers agentctl delivered, or None."""
     if plan.source is None or not delivered:
-        return NULL_FEED
+        return None
     from agentctl.agent.reported.claude import SOURCE as CLAUDE, ClaudeInitReader
 
-    if plan.source == CLAUDE:
-        return LedgerFeed(ledger, attempt_id, plan.source, ClaudeInitReader(delivered))
-    return NULL_FEED
+    return ClaudeInitReader(delivered) if plan.source == CLAUDE else None
+
+
+def open_feed(ledger: Ledger, attempt_id: str, plan: ReportPlan, delivered: Collection[str]) -> ReportFeed:
+    """The feed for one CLI run: a parser of `plan.source` recording on `attempt_id`, or `NULL_FEED`."""
+    reader = open_reader(plan, delivered)
+    if reader is None or plan.source is None:
+        return NULL_FEED
+    return LedgerFeed(ledger, attempt_id, plan.source, reader)
