@@ -5,7 +5,9 @@ Steps, each its own finding (the ProbePassthroughReport contract type):
 2. materialize it as the CLI's built-in server with the strategy, in a private 0700 directory, exactly as the
    daemon does (configuration written: temporary files, merged workspace files, or filtered and why);
 3. spawn the CLI under the daemon's Supervisor (stdin closed, stdout drained through the strategy's report
-   parser and never shown), and watch until it exits or the window ends;
+   parser and never shown), and watch until it exits or the window ends. `codex app-server` is the one CLI
+   the probe speaks to (agentctl/probe/codex_app.py): it starts MCP servers only for a client's thread, and
+   reports each one's startup (`codex:app-server`); it is stopped once it has reported the sentinel;
 4. stop it (the whole process tree), remove the temporary files, restore the workspace and check each merged
    file is back byte for byte; stop the sentinel.
 
@@ -30,7 +32,8 @@ from agentctl.agent.passthrough.base import Materialization, MaterializeError, M
 from agentctl.agent.passthrough.recovery import PrivateDir
 from agentctl.agent.passthrough.workspace import cleanup
 from agentctl.agent.reported.base import ReportReader, ServerReport
-from agentctl.agent.reported.feed import open_reader, plan_report
+from agentctl.agent.reported.codex import SOURCE as CODEX_SOURCE, CodexAppServerReader
+from agentctl.agent.reported.feed import ReportPlan, open_reader, plan_report
 from agentctl.agent.supervisor import AgentStartError, Supervisor
 from agentctl.evidence.contract import (
     CONTRACT_VERSION,
@@ -45,7 +48,7 @@ from agentctl.evidence.secret_registry import SecretRegistry
 from agentctl.exit_codes import EXIT_NO_DAEMON, EXIT_OK
 from agentctl.identity import new_token
 from agentctl.logs import log_failure
-from agentctl.probe import sentinel as S
+from agentctl.probe import codex_app, sentinel as S
 from agentctl.probe.run import Recorder
 from agentctl.spec import AgentSpec, IdentitySpec, McpSpec, Spec
 
@@ -86,6 +89,8 @@ class PassthroughProbe:
         self._private: PrivateDir | None = None
         self._reader: ReportReader | None = None
         self._timed_out = False
+        self._app_server = False
+        self._settled = asyncio.Event()
 
     async def run(self) -> tuple[ProbePassthroughReport, int]:
         error = None
@@ -140,9 +145,15 @@ class PassthroughProbe:
     async def _run_cli(self) -> None:
         assert self._mat is not None
         argv = insert_args(resolve_command(self.opts.command), self._mat.argv)
-        plan = plan_report(self.opts.strategy, argv)
+        delivered = [S.SERVER_NAME] if self.config.delivered else []
+        self._app_server = self.opts.strategy == "codex" and codex_app.is_app_server(argv)
+        if self._app_server:
+            plan = ReportPlan(source=CODEX_SOURCE)
+            self._reader = CodexAppServerReader(delivered, self.secrets) if delivered else None
+        else:
+            plan = plan_report(self.opts.strategy, argv)
+            self._reader = open_reader(plan, delivered)
         self.report.source, self.report.note = plan.source, plan.note
-        self._reader = open_reader(plan, [S.SERVER_NAME] if self.config.delivered else [])
         self.agent.started_at = self.rec.stamp()[0]
         try:
             await self.supervisor.start(argv, cwd=str(self.workdir), env=self.opts.env, extra_env=self._mat.env)
@@ -151,15 +162,25 @@ class PassthroughProbe:
         process = self.supervisor.process
         assert process is not None
         self.agent.state = "running"
-        with contextlib.suppress(Exception):
-            process.stdin.close()
-        drain = asyncio.ensure_future(self._drain(process.stdout))
+        if self._app_server:  # Codex's app-server starts its servers only for a client: the probe is one
+            reader = self._reader
+            drain = asyncio.ensure_future(codex_app.drive(process.stdin, process.stdout, str(self.workdir),
+                                                         lambda line: self._take(reader.feed(line) if reader else [])))
+        else:
+            with contextlib.suppress(Exception):
+                process.stdin.close()
+            drain = asyncio.ensure_future(self._drain(process.stdout))
         try:
-            try:
-                await asyncio.wait_for(self.supervisor.wait_exit(), self.opts.timeout)
-            except asyncio.TimeoutError:
+            exited = asyncio.ensure_future(self.supervisor.wait_exit())
+            settled = asyncio.ensure_future(self._settled.wait())
+            done, _ = await asyncio.wait({exited, settled}, timeout=self.opts.timeout, return_when=asyncio.FIRST_COMPLETED)
+            exited.cancel()
+            settled.cancel()
+            if not done:
                 self._timed_out = True  # stopped by the probe: what it did so far is the finding
                 return
+            if exited not in done:
+                return  # a server that never exits by itself (app-server) has reported: enough
             with contextlib.suppress(asyncio.TimeoutError):  # the rest of its output (a child may hold the pipe)
                 await asyncio.wait_for(asyncio.shield(drain), 2.0)
         finally:
@@ -178,6 +199,8 @@ class PassthroughProbe:
             report = self.report
             report.state, report.raw_state, report.tool_count = item.state, item.raw_state, item.tool_count
             report.at, report.elapsed_s = self.rec.stamp()
+            if self._app_server and item.state != "pending":
+                self._settled.set()  # app-server's startup of the sentinel is over, one way or the other
 
     async def _stop(self) -> None:
         try:

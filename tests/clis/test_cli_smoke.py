@@ -1,7 +1,7 @@
 """One smoke test per real CLI: the pinned version is installed, and it reads the MCP configuration
 agentctl's strategy materializes and reaches the real built-in endpoint with it, with no API key. (Codex:
-its app-server frames are pinned by real captured output in tests/agent/test_reported_codex.py; a live
-app-server run against the in-process endpoint is part 2.)
+its app-server frames are pinned by real captured output in tests/agent/test_reported_codex.py, and a live
+app-server run is tests/clis/test_codex_app_server_probe.py.)
 
 Each CLI runs with a throw-away HOME and nothing of the user's environment; the built-in endpoint is the
 real one, in process, and records what the CLI did on the attempt whose token the strategy wrote.

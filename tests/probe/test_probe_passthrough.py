@@ -97,3 +97,16 @@ def test_usage_errors_start_nothing(tmp_path, capsys, args, message):
         code = exited.code
     assert code == 1
     assert message in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["codex", "app-server"], True),
+    (["codex", "-c", "mcp_servers.a.url=\"x\"", "app-server", "-c", "k=v"], True),
+    (["codex", "exec", "app-server"], False),
+    (["codex", "-c", "app-server"], False),  # the value of -c, not the subcommand
+    (["codex"], False),
+])
+def test_only_codex_app_server_is_driven_as_a_client(argv, expected):
+    from agentctl.probe.codex_app import is_app_server
+
+    assert is_app_server(argv) is expected
