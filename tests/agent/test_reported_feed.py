@@ -194,3 +194,12 @@ def test_a_ledger_that_fails_to_record_stops_the_feed_not_the_stream(caplog):
     feed = _fed(ledger, attempt, stdout_of("claude-two-servers.stdout") * 2, 64)
     assert feed.recorded == 0 and len(calls) == 1, "one failure, then the feed reads no more"
     assert CANARY not in caplog.text and "RuntimeError" in caplog.text
+
+
+def test_agentctl_run_prints_each_report_as_it_arrives_labelled_with_the_agent_that_reported_it():
+    from agentctl.daemon.run import progress_line
+
+    ledger = _reported_world(observed_kandev=False)
+    lines = [progress_line(e, passthrough=True) for e in ledger.history.current.evidence if e.kind == "agent_reported"]
+    assert lines == ["  reported    research: connected, 2 tools · reported by Claude Code",
+                     "  reported    closed: failed · reported by Claude Code"]

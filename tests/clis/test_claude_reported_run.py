@@ -47,6 +47,7 @@ stop_grace = 0.5
         Path(OUTPUT).write_text(out)
     flat = " ".join(out.split())
     assert done.returncode == 1, out + done.stderr  # Claude Code exits 1 with no key, after its init event
+    assert "reported research: connected, 2 tools · reported by Claude Code" in flat, out
     assert "kandev active" in flat and "kandev active ·" not in flat, out
     assert "research active · reported by Claude Code" in flat, out
     assert "Claude Code reported it connected and listed 2 tools" in flat, out
