@@ -24,6 +24,7 @@ schema: $(STAMP)
 	$(BIN)/agentctl hub schema > docs/upstream-protocol.schema.json
 	$(BIN)/python -m agentctl.evidence.reasons --doc docs/troubleshooting.md
 	$(BIN)/python -m agentctl.exit_codes --doc README.md
+	$(BIN)/python -m agentctl.cli_help --doc README.md
 
 # Release artifacts into dist/: wheel, shiv zipapp, PyInstaller onedir (+ .tar.gz); then their sizes and start times.
 dist: $(STAMP)

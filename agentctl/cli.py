@@ -13,9 +13,13 @@ from agentctl.cli_support import (
     EXIT_OK,
     EXIT_SIGNAL_BASE,
     EXIT_USAGE,
+    FILE_COMPLETION,
     CommandParser,
+    add_main_command,
     fail,
+    wrapped,
 )
+from agentctl.cli_help import environment_help, examples_help
 from agentctl.exit_codes import exit_codes_help
 
 
@@ -47,42 +51,59 @@ def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(
         prog="agentctl",
         description="Per-execution sidecar: MCP attachment evidence, the task-aware MCP endpoint, agent supervision.",
-        epilog=exit_codes_help(),
+        epilog="\n\n".join([examples_help(), environment_help(), exit_codes_help()]),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"agentctl {__version__}")
     # Every subcommand's parser (and theirs) is a CommandParser: one usage error, one exit code.
     sub = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=CommandParser)
 
-    serve = sub.add_parser("serve", help="run the daemon in the foreground for one execution")
-    serve.add_argument("spec", metavar="SPEC", help="execution spec (TOML or JSON)")
-    serve.add_argument("--socket", help="control socket path (default: <runtime dir>/<execution_id>/control.sock)")
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve = add_main_command(
+        sub, "serve", help="run the daemon in the foreground for one execution",
+        description=("Run the daemon for one execution in the foreground.",
+                     "Once it is ready it prints one JSON line (`\"event\": \"ready\"`, the control socket, the MCP "
+                     "URL, the pid) on stdout; logs go to stderr. SIGTERM or SIGINT drains it (the report persisted) "
+                     f"and it exits {EXIT_OK}; a second signal exits at once. Exit codes: {EXIT_NO_DAEMON} bad spec "
+                     "or the daemon could not start."),
+    )
+    _daemon_arguments(serve, log_level="info")
     serve.set_defaults(func=cmd_serve)
 
-    run = sub.add_parser(
-        "run",
-        help="the main job: start the daemon, open a session, show status, persist",
-        description="The main job: start the daemon with an in-process hub (unless [upstream] names one), "
-        "start the agent, open a session, optionally prompt, show the status and persist the report.",
-        epilog=f"exit codes: {EXIT_OK} the job ran (an agent that ended on its own exited with code 0); "
-        f"{EXIT_FAILED} the agent failed: it did not start, did not accept the session, the prompt failed, or it "
-        "exited with an error (a non-zero code or a signal), for ACP and passthrough agents alike; "
-        f"{EXIT_NO_DAEMON} bad spec or the daemon could not start; {EXIT_SIGNAL_BASE}+N interrupted by signal N "
-        "(the agent is stopped and the report persisted all the same)",
+    run = add_main_command(
+        sub, "run", help="the main job: start the daemon, open a session, show status, persist",
+        description=(
+            "The main job: the daemon, the agent, a session, the status and the report.",
+            "Start the daemon with an in-process hub (unless [upstream] names one), start the agent, "
+            "open a session, optionally prompt, show the status and persist the report.",
+            f"exit codes: {EXIT_OK} the job ran (an agent that ended on its own exited with code 0); "
+            f"{EXIT_FAILED} the agent failed: it did not start, did not accept the session, the prompt failed, or it "
+            "exited with an error (a non-zero code or a signal), for ACP and passthrough agents alike; "
+            f"{EXIT_NO_DAEMON} bad spec or the daemon could not start; {EXIT_SIGNAL_BASE}+N interrupted by signal N "
+            "(the agent is stopped and the report persisted all the same)"),
     )
-    run.add_argument("spec", metavar="SPEC", help="execution spec (TOML or JSON)")
-    run.add_argument("--socket", help="control socket path")
+    _daemon_arguments(run, log_level="warning")
     run.add_argument("--prompt", metavar="TEXT", help="send this prompt once the session is accepted")
     run.add_argument("--json", action="store_true", help="print the final report as JSON")
-    run.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     run.set_defaults(func=cmd_run)
 
     schema = sub.add_parser("schema", help="print the JSON Schema of the report contract")
     schema.set_defaults(func=cmd_schema)
 
-    from agentctl.control.commands import add_client_commands
-    from agentctl.control.session_commands import add_session_commands
+    completion = sub.add_parser(
+        "completion",
+        help="print the tab-completion script for bash or zsh",
+        description=wrapped("Print the tab-completion script for bash or zsh.", "Generated from this agentctl's own parser "
+                            "(commands, options, choices), so it always matches the installed version."),
+        epilog="examples:\n  source <(agentctl completion bash)                         # this bash session\n"
+        "  agentctl completion bash > /etc/bash_completion.d/agentctl  # every bash session\n"
+        "  agentctl completion zsh > \"${fpath[1]}/_agentctl\"           # zsh (then restart it)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    completion.add_argument("shell", metavar="SHELL", choices=["bash", "zsh"], help="bash or zsh")
+    completion.set_defaults(func=cmd_completion)
+
+    from agentctl.commands.daemon_commands import add_client_commands
+    from agentctl.commands.session_commands import add_session_commands
     from agentctl.diagnostics.commands import add_diagnostics_commands
 
     add_client_commands(sub)
@@ -111,12 +132,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _daemon_arguments(parser: argparse.ArgumentParser, *, log_level: str) -> None:
+    """SPEC, --socket and --log-level: what `serve` and `run` share."""
+    parser.add_argument("spec", metavar="SPEC", help="execution spec (TOML or JSON)").complete = FILE_COMPLETION
+    parser.add_argument("--socket", metavar="PATH", help="control socket path (default: $AGENTCTL_SOCKET, else "
+                        "<runtime dir>/<execution_id>/control.sock)")
+    parser.add_argument("--log-level", default=log_level, choices=["debug", "info", "warning", "error"],
+                        help=f"the least severe log lines written to stderr ({log_level}); debug is for "
+                        "troubleshooting and adds the traceback of an unexpected start-up error")
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
     import json
 
     from agentctl.evidence.contract import history_schema
 
     print(json.dumps(history_schema(), indent=2, sort_keys=True))
+    return EXIT_OK
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    import shtab
+
+    from agentctl.cli_support import out
+
+    script = shtab.complete(build_parser(), shell=args.shell)
+    out(script if script.endswith("\n") else script + "\n")
     return EXIT_OK
 
 

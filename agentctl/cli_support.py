@@ -2,7 +2,7 @@
 one table), where the daemon's control socket is, talking to it, and printing (JSON, text, one-line errors made
 safe).
 
-Command modules (cli.py, control/commands.py, control/session_commands.py, diagnostics/commands.py,
+Command modules (cli.py, commands/daemon_commands.py, commands/session_commands.py, diagnostics/commands.py,
 probe/commands.py, hub/commands.py) import from here and never from each other. No heavy import at module
 level: every CLI call builds the parsers.
 """
@@ -23,18 +23,24 @@ from agentctl.exit_codes import (
     EXIT_NO_DAEMON,
     EXIT_OK,
     EXIT_SIGNAL_BASE,
+    EXIT_STILL_RUNNING,
     EXIT_TEST_FAILED,
     EXIT_UNHEALTHY,
     EXIT_USAGE,
 )
 
 __all__ = [
-    "EXIT_FAILED", "EXIT_NO_DAEMON", "EXIT_OK", "EXIT_SIGNAL_BASE", "EXIT_TEST_FAILED", "EXIT_UNHEALTHY",
-    "EXIT_USAGE", "CommandExit", "CommandParser", "UsageError", "call", "client_exit", "command", "connect",
-    "daemon_options", "fail", "locate_socket", "out", "positive_seconds", "print_json", "stdout_color",
+    "EXIT_FAILED", "EXIT_NO_DAEMON", "EXIT_OK", "EXIT_SIGNAL_BASE", "EXIT_STILL_RUNNING", "EXIT_TEST_FAILED",
+    "EXIT_UNHEALTHY", "EXIT_USAGE", "FILE_COMPLETION", "CommandExit", "CommandParser", "UsageError",
+    "add_main_command", "call", "client_exit", "command", "connect", "daemon_options", "fail", "locate_socket",
+    "out", "positive_seconds", "print_json", "stdout_color", "wrapped",
 ]
 
 T = TypeVar("T")
+
+# An argument completed as a file name (shtab reads an action's `complete`; its value is shtab.FILE, spelt out so
+# that building the parser does not import shtab).
+FILE_COMPLETION = {"bash": "_shtab_compgen_files", "zsh": "_files", "tcsh": "f"}
 
 # ---- parsing ----------------------------------------------------------------------------------------------
 
@@ -99,15 +105,35 @@ def positive_seconds(maximum: float | None = None) -> Callable[[str], float]:
     return parse
 
 
+def wrapped(*paragraphs: str, width: int = 79) -> str:
+    """Paragraphs filled to `width`, for a description shown by RawDescriptionHelpFormatter (which keeps the
+    epilog's examples as written and so leaves the description unwrapped too)."""
+    import textwrap
+
+    return "\n\n".join(textwrap.fill(p, width=width, break_on_hyphens=False) for p in paragraphs)
+
+
+def add_main_command(subparsers: Any, name: str, *, help: str, description: tuple[str, ...],
+                     parents: tuple[argparse.ArgumentParser, ...] = (), aliases: tuple[str, ...] = ()
+                     ) -> argparse.ArgumentParser:
+    """A main command's parser: its description (a one-line summary first, which shell completion shows), then
+    its examples and the variables it reads (agentctl.cli_help) as the epilog, laid out as written."""
+    from agentctl.cli_help import command_epilog
+
+    return subparsers.add_parser(name, aliases=list(aliases), parents=list(parents), help=help,
+                                 description=wrapped(*description), epilog=command_epilog(name),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def daemon_options(*, timeout: bool = True) -> argparse.ArgumentParser:
     """The options of every command that talks to a daemon, as a parent parser: which daemon, --json and
     (unless the command has its own) the client's --timeout."""
     options = argparse.ArgumentParser(add_help=False)
-    options.add_argument("--socket", metavar="PATH", help="control socket path")
+    options.add_argument("--socket", metavar="PATH", help="the daemon's control socket (default: $AGENTCTL_SOCKET)")
     options.add_argument(
         "--execution",
         metavar="ID",
-        help="execution id: finds <runtime dir>/<ID>/control.sock (runtime dir: $AGENTCTL_SOCKET, "
+        help="execution id: finds <runtime dir>/<ID>/control.sock (runtime dir: $AGENTCTL_RUNTIME_DIR, "
         "$RUNTIME_DIRECTORY, or the user runtime dir)",
     )
     options.add_argument("--json", action="store_true", help="print the daemon's JSON instead of text")
@@ -161,7 +187,8 @@ def stdout_color() -> bool:
 
 
 def locate_socket(args: argparse.Namespace) -> Path:
-    """--socket, else --execution (via resolve_socket_path), else the only live daemon under the runtime dir.
+    """--socket, else --execution under the runtime dir, else $AGENTCTL_SOCKET, else the only live daemon
+    under the runtime dir. An option given on the command line wins over the environment, as everywhere.
 
     Sockets that nobody listens on any more (daemons killed without removing theirs) are removed, said so
     on stderr, and never count as a daemon."""
@@ -170,14 +197,20 @@ def locate_socket(args: argparse.Namespace) -> Path:
         ControlSocketError,
         check_path_length,
         discover,
+        env_socket,
+        execution_socket_path,
         remove_stale,
-        resolve_socket_path,
         socket_base_dir,
     )
 
     try:
-        if getattr(args, "socket", None) or getattr(args, "execution", None):
-            path = resolve_socket_path(args.socket, args.execution or "")
+        if getattr(args, "socket", None):
+            path = Path(args.socket).expanduser().absolute()
+        elif getattr(args, "execution", None):
+            path = execution_socket_path(args.execution)
+        else:
+            path = env_socket()
+        if path is not None:
             check_path_length(path)
             return path
         base = socket_base_dir()
@@ -192,11 +225,13 @@ def locate_socket(args: argparse.Namespace) -> Path:
         return live[0]
     if live:
         ids = ", ".join(p.parent.name for p in live)
-        raise UsageError(f"several daemons under {base} ({ids}); choose one with --execution ID or --socket PATH")
+        raise UsageError(f"several daemons under {base} ({ids}); choose one with --execution ID or --socket PATH "
+                         "(`agentctl ls` lists them)")
     if removed:
         raise ControlUnavailable(f"no agentctl daemon is running under {base} (only dead ones had left sockets)")
     raise UsageError(
-        f"cannot locate the control socket: no --socket or --execution given, and no daemon socket under {base}"
+        f"cannot locate the control socket: no --socket, --execution or $AGENTCTL_SOCKET given, and no daemon "
+        f"socket under {base}"
     )
 
 

@@ -19,6 +19,12 @@ def replace_block(path: str, begin: str, end: str, body: str) -> None:
     doc.write_text(text)
 
 
+def markdown_table(header: tuple[str, str], rows: list[tuple[str, str]]) -> str:
+    """A two-column Markdown table, as the generated blocks carry one."""
+    lines = [f"| {header[0]} | {header[1]} |", "| --- | --- |", *(f"| {a} | {b} |" for a, b in rows)]
+    return "\n".join(lines) + "\n"
+
+
 def doc_main(render: Callable[[], str], begin: str, end: str) -> None:
     """`python -m MODULE` prints the generated text; `python -m MODULE --doc PATH` updates PATH's block."""
     if sys.argv[1:2] == ["--doc"] and len(sys.argv) == 3:

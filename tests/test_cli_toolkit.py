@@ -20,12 +20,16 @@ HIDDEN = {"stdio-sentinel"}  # a parser with no help line: not listed, still a p
 
 
 def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    """Every command path of the parser tree (`("hub", "status")`), parents included."""
+    """Every command path of the parser tree (`("hub", "status")`), parents included; an alias (`ps` for `ls`)
+    is the same parser, walked once under its first name."""
     found = [path] if path else []
     for action in parser._actions:  # argparse has no public walk of its subparsers
         if isinstance(action, argparse._SubParsersAction):
+            seen: set[int] = set()
             for name, sub in action.choices.items():
-                found += _commands(sub, (*path, name))
+                if id(sub) not in seen:
+                    seen.add(id(sub))
+                    found += _commands(sub, (*path, name))
     return found
 
 
@@ -83,7 +87,7 @@ def test_the_readme_carries_exactly_the_generated_table():
 
 # ---- the exit codes are the table's names, never numbers -----------------------------------------------
 
-COMMAND_MODULES = ["cli.py", "control/commands.py", "control/session_commands.py", "diagnostics/commands.py",
+COMMAND_MODULES = ["cli.py", "commands/daemon_commands.py", "commands/session_commands.py", "diagnostics/commands.py",
                    "probe/commands.py", "hub/commands.py", "daemon/run.py", "probe/run.py"]
 EXIT_HELPERS = {"fail", "_fail", "CommandExit"}
 
@@ -177,7 +181,7 @@ def test_no_module_imports_or_reaches_a_private_name_of_another_module(path):
 
 def test_the_private_name_check_catches_imports_and_attribute_reaches():
     source = (
-        "from agentctl.control.commands import _call, cmd_status\n"
+        "from agentctl.commands.daemon_commands import _call, cmd_status\n"
         "import agentctl.control.render as render\n"
         "from agentctl.control import render as r2\n"
         "render._get(1)\n"
@@ -186,7 +190,7 @@ def test_the_private_name_check_catches_imports_and_attribute_reaches():
         "self._private = 1\n"
     )
     assert private_reaches(source, "agentctl.hub.web_view", PACKAGES) == [
-        "line 1: from agentctl.control.commands import _call",
+        "line 1: from agentctl.commands.daemon_commands import _call",
         "line 6: from agentctl.testing import _ref_mcp",
         "line 4: render._get",
         "line 5: r2._paint",

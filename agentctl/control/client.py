@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from agentctl.control.socket import peer_cred
 from agentctl.evidence.contract import ControlError, PromptStreamItem
 from agentctl.evidence.decode_errors import describe_decode_error
 
@@ -48,6 +49,7 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
     def __init__(self, path: Path, timeout: float) -> None:
         super().__init__("localhost", timeout=timeout)
         self._unix_path = path
+        self.peer_pid: int | None = None
 
     def connect(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -58,6 +60,8 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
             sock.close()
             raise
         self.sock = sock
+        cred = peer_cred(sock)  # the kernel's word for who listens: the daemon's pid, not a claim of its own
+        self.peer_pid = cred[0] if cred and cred[0] > 0 else None
 
 
 def _connect_error(path: Path, exc: OSError) -> ControlUnavailable:
@@ -83,6 +87,7 @@ class ControlClient:
     def __init__(self, path: Path, timeout: float = 5.0) -> None:
         self.path = Path(path)
         self.timeout = timeout
+        self.peer_pid: int | None = None  # the pid serving the socket at the last connection, when known
 
     def get(self, path: str) -> tuple[int, dict[str, Any]]:
         return self._json("GET", path)
@@ -125,6 +130,7 @@ class ControlClient:
                 conn.connect()
             except OSError as exc:
                 raise _connect_error(self.path, exc) from None
+            self.peer_pid = conn.peer_pid
             payload = None if body is None else json.dumps(body).encode()
             headers = {"Accept": "application/json"}
             if payload is not None:

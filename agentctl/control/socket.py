@@ -1,8 +1,10 @@
 """Where the control socket lives and how it is created: 0600, inside a 0700 directory, never stolen.
 
-- Path: `--socket` (the full socket path), else `$AGENTCTL_SOCKET`, else `$RUNTIME_DIRECTORY`, else the
-  platformdirs user runtime dir; the last three are directories to which `<execution_id>/control.sock`
-  is appended.
+- Path: `--socket` (the full socket path), else `$AGENTCTL_SOCKET` (the full socket path too, as
+  `SSH_AUTH_SOCK` names a socket), else `<runtime dir>/<execution_id>/control.sock`. The runtime dir, the
+  directory of daemons, is `$AGENTCTL_RUNTIME_DIR`, else `$RUNTIME_DIRECTORY` (systemd), else the
+  platformdirs user runtime dir. An `$AGENTCTL_SOCKET` that is an existing directory is read the old way
+  (a runtime dir) for this release, with a deprecation warning on stderr.
 - `web.UnixSite` sets no file mode, so the socket is bound here under umask 0o177 (mode 0600 from the
   first instant, no chmod race) and served, already bound, through a listener guard (a connection cap and
   an idle deadline: the agent runs as the same user and could otherwise hold every connection).
@@ -21,6 +23,7 @@ import os
 import socket
 import stat
 import struct
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -33,8 +36,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from agentctl.listener_guard import ListenerGuard
 
-ENV_SOCKET_DIR = "AGENTCTL_SOCKET"
-ENV_RUNTIME_DIRECTORY = "RUNTIME_DIRECTORY"
+ENV_SOCKET = "AGENTCTL_SOCKET"  # one daemon's socket
+ENV_RUNTIME_DIR = "AGENTCTL_RUNTIME_DIR"  # the directory of daemons, one <execution_id>/control.sock each
+ENV_RUNTIME_DIRECTORY = "RUNTIME_DIRECTORY"  # systemd's RuntimeDirectory=
 SOCKET_NAME = "control.sock"
 # sun_path is 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH_BYTES = 107
@@ -86,11 +90,37 @@ def _check_execution_id(execution_id: str) -> None:
         raise ControlSocketError(f"execution id {execution_id!r} cannot name a socket directory")
 
 
+_warned_deprecated = False
+
+
+def _socket_env_is_a_directory() -> bool:
+    """$AGENTCTL_SOCKET in its deprecated meaning (a runtime dir): an existing directory. Says so once."""
+    global _warned_deprecated
+    value = os.environ.get(ENV_SOCKET)
+    if not value or not os.path.isdir(os.path.expanduser(value)):
+        return False
+    if not _warned_deprecated:
+        _warned_deprecated = True
+        print(f"agentctl: warning: {ENV_SOCKET} names a directory; that meaning is deprecated and will be removed: "
+              f"set {ENV_RUNTIME_DIR} to the directory of daemons ({ENV_SOCKET} names one socket)", file=sys.stderr)
+    return True
+
+
+def env_socket() -> Path | None:
+    """The socket $AGENTCTL_SOCKET names (made absolute), or None when unset or a (deprecated) directory."""
+    value = os.environ.get(ENV_SOCKET)
+    if not value or _socket_env_is_a_directory():
+        return None
+    return Path(value).expanduser().absolute()
+
+
 def socket_base_dir() -> Path:
-    """The directory holding one `<execution_id>/control.sock` per daemon (without --socket)."""
-    env = os.environ.get(ENV_SOCKET_DIR)
+    """The runtime dir: the directory holding one `<execution_id>/control.sock` per daemon (and the hub's)."""
+    env = os.environ.get(ENV_RUNTIME_DIR)
     if env:
         return Path(env).expanduser().absolute()
+    if _socket_env_is_a_directory():
+        return Path(os.environ[ENV_SOCKET]).expanduser().absolute()
     runtime = os.environ.get(ENV_RUNTIME_DIRECTORY)
     if runtime:
         # systemd joins several RuntimeDirectory= entries with ':'; the first is ours.
@@ -106,17 +136,24 @@ def socket_base_dir() -> Path:
             base = platformdirs.user_runtime_dir("agentctl")
     except (PermissionError, OSError) as exc:
         raise ControlSocketError(
-            f"no usable runtime directory ({exc}); pass --socket or set {ENV_SOCKET_DIR} or {ENV_RUNTIME_DIRECTORY}"
+            f"no usable runtime directory ({exc}); pass --socket or set {ENV_SOCKET} or {ENV_RUNTIME_DIR}"
         ) from None
     return Path(base).absolute()
 
 
+def execution_socket_path(execution_id: str) -> Path:
+    """`<runtime dir>/<execution_id>/control.sock`; the id may not leave the runtime dir."""
+    _check_execution_id(execution_id)
+    return socket_base_dir() / execution_id / SOCKET_NAME
+
+
 def resolve_socket_path(cli_value: str | None, execution_id: str) -> Path:
-    """`--socket` verbatim (made absolute), else `<base dir>/<execution_id>/control.sock`."""
+    """Where a daemon binds: `--socket` verbatim (made absolute), else $AGENTCTL_SOCKET (the executor names
+    the socket it will talk to), else `<runtime dir>/<execution_id>/control.sock`."""
     if cli_value:
         return Path(cli_value).expanduser().absolute()
     _check_execution_id(execution_id)
-    return socket_base_dir() / execution_id / SOCKET_NAME
+    return env_socket() or execution_socket_path(execution_id)
 
 
 def check_path_length(path: Path) -> None:
@@ -124,7 +161,8 @@ def check_path_length(path: Path) -> None:
     if size > MAX_SOCKET_PATH_BYTES:
         raise ControlSocketError(
             f"control socket path is {size} bytes, over the {MAX_SOCKET_PATH_BYTES}-byte limit of Unix sockets: "
-            f"{path}; pass a shorter --socket or set {ENV_SOCKET_DIR} to a shorter directory"
+            f"{path}; pass a shorter --socket, or set {ENV_SOCKET} to a shorter path or {ENV_RUNTIME_DIR} to a "
+            "shorter directory"
         )
 
 

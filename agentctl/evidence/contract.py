@@ -444,6 +444,33 @@ class StopResult(msgspec.Struct, kw_only=True):
     stopping: bool
 
 
+DaemonState = Literal["ready", "not_ready", "starting", "dead", "not_yours", "unresponsive"]
+
+
+class DaemonEntry(msgspec.Struct, kw_only=True):
+    """One daemon of `agentctl ls`: its socket and what it answered. Only a daemon that answered (`ready`,
+    `not_ready`) has an identity; `dead` (nobody listens), `starting` (bound a moment ago, not listening yet),
+    `not_yours` (another user's: not asked) and `unresponsive` (no sensible answer in time) have none."""
+
+    socket: str
+    state: DaemonState
+    pid: int | None = None  # the process serving the socket (SO_PEERCRED), when it was reached
+    execution_id: str | None = None
+    task_id: str | None = None
+    session_id: str | None = None
+    acp_session_id: str | None = None  # the current attempt's agent session, once accepted
+    agent_id: str | None = None
+    agent: str | None = None  # the name the agent gave itself (ACP initialize), when it did
+    agent_state: str | None = None  # starting, running or exited; null without an agent
+
+
+class DaemonListing(msgspec.Struct, kw_only=True):
+    """`agentctl ls --json` (alias `ps`): the daemons under the runtime dir, plus $AGENTCTL_SOCKET's."""
+
+    runtime_dir: str
+    daemons: list[DaemonEntry] = []
+
+
 class CancelResult(msgspec.Struct, kw_only=True):
     """`agentctl cancel --json` and POST /v1/cancel: session/cancel was sent to the agent."""
 

@@ -16,7 +16,7 @@ from tests.conftest import write_spec
 
 @pytest.fixture(autouse=True)
 def _clean_socket_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("AGENTCTL_SOCKET", "RUNTIME_DIRECTORY", "NO_COLOR", "TERM"):
+    for name in ("AGENTCTL_SOCKET", "AGENTCTL_RUNTIME_DIR", "RUNTIME_DIRECTORY", "NO_COLOR", "TERM"):
         monkeypatch.delenv(name, raising=False)
 
 

@@ -122,9 +122,25 @@ async def test_execution_id_locates_the_socket_through_the_runtime_dir(
     served: Served, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
     # served puts the socket at <short dir>/<execution id>/control.sock
-    monkeypatch.setenv("AGENTCTL_SOCKET", str(served.socket_path.parent.parent))
+    monkeypatch.setenv("AGENTCTL_RUNTIME_DIR", str(served.socket_path.parent.parent))
     assert await run(["status", "--json", "--execution", EXECUTION_ID]) == EXIT_OK
     assert json.loads(capsys.readouterr().out)["identity"]["execution_id"] == EXECUTION_ID
+
+
+async def test_agentctl_socket_names_the_daemon_to_talk_to_and_an_option_wins_over_it(
+    served: Served, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.setenv("AGENTCTL_SOCKET", str(served.socket_path))
+    assert await run(["status", "--json"]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["identity"]["execution_id"] == EXECUTION_ID
+    # An explicit --execution (or --socket) is what the user asked for: the variable does not override it.
+    monkeypatch.setenv("AGENTCTL_RUNTIME_DIR", str(served.socket_path.parent.parent))
+    assert await run(["health", "--execution", "exec_nobody"]) == EXIT_NO_DAEMON
+    assert "exec_nobody" in one_error_line(capsys.readouterr().err)
+    monkeypatch.setenv("AGENTCTL_SOCKET", str(served.socket_path.parent / "nobody.sock"))
+    assert await run(["health"]) == EXIT_NO_DAEMON
+    assert "nobody.sock" in one_error_line(capsys.readouterr().err)
+    assert await run(["health", "--socket", str(served.socket_path)]) == EXIT_OK
 
 
 async def test_the_only_daemon_under_the_runtime_dir_is_found_without_arguments(

@@ -250,7 +250,7 @@ _CLIENT_OUT_OF_PROCESS = """
 import json, sys
 from pathlib import Path
 from agentctl.control.client import ControlClient
-import agentctl.control.commands  # the CLI side must stay light too
+import agentctl.commands.daemon_commands  # the CLI side must stay light too
 assert "aiohttp" not in sys.modules, "the control client must not import aiohttp"
 client = ControlClient(Path(sys.argv[1]))
 status, health = client.get("/v1/health")

@@ -15,8 +15,10 @@ from agentctl.control.socket import (
     MAX_SOCKET_PATH_BYTES,
     ControlSocketError,
     cleanup_socket_path,
+    env_socket,
     prepare_socket_path,
     resolve_socket_path,
+    socket_base_dir,
 )
 
 
@@ -40,8 +42,36 @@ def test_relative_cli_value_is_made_absolute(monkeypatch: pytest.MonkeyPatch, tm
 def test_env_dirs_get_execution_and_name_appended(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUNTIME_DIRECTORY", "/run/agentctl:/run/other")
     assert resolve_socket_path(None, "e1") == Path("/run/agentctl/e1/control.sock")
-    monkeypatch.setenv("AGENTCTL_SOCKET", "/srv/sockets")  # wins over RUNTIME_DIRECTORY
+    monkeypatch.setenv("AGENTCTL_RUNTIME_DIR", "/srv/sockets")  # wins over RUNTIME_DIRECTORY
     assert resolve_socket_path(None, "e1") == Path("/srv/sockets/e1/control.sock")
+
+
+def test_agentctl_socket_names_the_socket_itself(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("AGENTCTL_RUNTIME_DIR", "/srv/sockets")
+    monkeypatch.setenv("AGENTCTL_SOCKET", str(tmp_path / "exec" / "ctl.sock"))  # need not exist yet
+    assert resolve_socket_path(None, "e1") == tmp_path / "exec" / "ctl.sock"
+    assert env_socket() == tmp_path / "exec" / "ctl.sock"
+    assert socket_base_dir() == Path("/srv/sockets")  # the directory of daemons is its own variable
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AGENTCTL_SOCKET", "rel.sock")
+    assert resolve_socket_path(None, "e1") == tmp_path / "rel.sock"
+
+
+def test_a_directory_in_agentctl_socket_is_still_the_runtime_dir_with_one_deprecation_warning(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import agentctl.control.socket as control_socket
+
+    monkeypatch.setattr(control_socket, "_warned_deprecated", False)
+    monkeypatch.setenv("AGENTCTL_SOCKET", str(tmp_path))
+    assert env_socket() is None
+    assert resolve_socket_path(None, "e1") == tmp_path / "e1" / "control.sock"
+    assert socket_base_dir() == tmp_path
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "deprecated" in err and "AGENTCTL_RUNTIME_DIR" in err, err
+    assert str(tmp_path) not in err  # an environment value is not echoed
+    monkeypatch.setenv("AGENTCTL_RUNTIME_DIR", str(tmp_path / "other"))  # the new variable wins
+    assert socket_base_dir() == tmp_path / "other"
 
 
 def test_platformdirs_runtime_dir_is_the_last_resort(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -54,7 +84,7 @@ def test_platformdirs_runtime_dir_is_the_last_resort(monkeypatch: pytest.MonkeyP
 
 @pytest.mark.parametrize("bad", ["", ".", "..", "../escape", "a/b", "x\0y"])
 def test_execution_id_cannot_escape_the_runtime_dir(monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
-    monkeypatch.setenv("AGENTCTL_SOCKET", "/srv/sockets")
+    monkeypatch.setenv("AGENTCTL_RUNTIME_DIR", "/srv/sockets")
     with pytest.raises(ControlSocketError, match="execution id"):
         resolve_socket_path(None, bad)
 

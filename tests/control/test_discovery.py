@@ -17,9 +17,9 @@ from tests.conftest import REPO, agentctl_cmd, start_serve, write_spec
 
 
 def cli(base: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RUNTIME_DIRECTORY", "AGENTCTL_SOCKET")}
+    env = {k: v for k, v in os.environ.items() if k not in ("RUNTIME_DIRECTORY", "AGENTCTL_SOCKET", "AGENTCTL_RUNTIME_DIR")}
     return subprocess.run(agentctl_cmd(*args), cwd=REPO, capture_output=True, text=True, timeout=60,
-                          env={**env, "AGENTCTL_SOCKET": str(base), "NO_COLOR": "1"})
+                          env={**env, "AGENTCTL_RUNTIME_DIR": str(base), "NO_COLOR": "1"})
 
 
 def killed_daemons(tmp_path: Path, base: Path, n: int) -> list[Path]:

@@ -69,10 +69,10 @@ def test_every_command_in_the_troubleshooting_doc_runs_against_a_real_daemon(
     daemon = start_serve(_spec(tmp_path), short_tmp / EXECUTION / "control.sock", env={"AGENTCTL_O200K_PATH": ""})
     outputs: dict[str, str] = {}
     try:
-        for name in ("AGENTCTL_SOCKET", "RUNTIME_DIRECTORY", "NO_COLOR", "TERM"):
+        for name in ("AGENTCTL_SOCKET", "AGENTCTL_RUNTIME_DIR", "RUNTIME_DIRECTORY", "NO_COLOR", "TERM"):
             monkeypatch.delenv(name, raising=False)
         # Commands without --socket find the only daemon under the runtime directory, as the doc says.
-        monkeypatch.setenv("AGENTCTL_SOCKET", str(short_tmp))
+        monkeypatch.setenv("AGENTCTL_RUNTIME_DIR", str(short_tmp))
         for line in doc_commands():
             code, text = _run(line, monkeypatch, capsys)
             assert code == 0, f"{line!r} exited {code}:\n{text}"

@@ -78,9 +78,11 @@ def test_the_guide_is_linked_from_the_readme_and_the_docs_index() -> None:
 
 
 def _find(executable: str) -> str | None:
-    bin_dir = os.environ.get(BIN_DIR_ENV)
-    if bin_dir and os.access(Path(bin_dir) / executable, os.X_OK):
-        return str(Path(bin_dir) / executable)
+    # AGENTCTL_AGENT_BIN first, then where .ci/run installs the pinned CLIs (AGENTCTL_CLIS_DIR), then PATH.
+    clis = os.environ.get("AGENTCTL_CLIS_DIR")
+    for bin_dir in (os.environ.get(BIN_DIR_ENV), clis and str(Path(clis) / "node_modules" / ".bin")):
+        if bin_dir and os.access(Path(bin_dir) / executable, os.X_OK):
+            return str(Path(bin_dir) / executable)
     return shutil.which(executable)
 
 

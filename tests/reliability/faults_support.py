@@ -146,11 +146,12 @@ def fork_bomb_command(limit: int, uid: int) -> list[str]:
 _CLI_AS = """
 import os, shutil, sys
 from agentctl.cli import build_parser
-import agentctl.control.client, agentctl.control.commands, agentctl.control.render
-import agentctl.control.session_commands
+import agentctl.control.client, agentctl.commands.daemon_commands, agentctl.control.render
+import agentctl.commands.session_commands
 # The interpreter's own files may be unreadable to uid (a pyenv under /root): what the command imports
 # lazily must be loaded before the drop.
 import agentctl.cli_support, agentctl.safe_files, agentctl.exit_codes, agentctl.safetext
+import concurrent.futures.thread  # `ls` asks the daemons side by side
 uid, argv = int(sys.argv[1]), sys.argv[2:]
 args = build_parser().parse_args(argv)
 os.setgroups([]); os.setgid(uid); os.setuid(uid)

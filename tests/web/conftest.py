@@ -45,7 +45,7 @@ def chromium_path() -> str | None:
 
 @pytest.fixture(autouse=True)
 def _env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("AGENTCTL_SOCKET", "RUNTIME_DIRECTORY", "NO_COLOR", "TERM"):
+    for name in ("AGENTCTL_SOCKET", "AGENTCTL_RUNTIME_DIR", "RUNTIME_DIRECTORY", "NO_COLOR", "TERM"):
         monkeypatch.delenv(name, raising=False)
     # Token estimates come from the encoding shipped in the package, with no network.
     monkeypatch.delenv("AGENTCTL_O200K_PATH", raising=False)

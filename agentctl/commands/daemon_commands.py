@@ -1,4 +1,5 @@
-"""The client commands over the control socket: `status`, `report`, `health`, `stop`.
+"""The client commands over the control socket: `status`, `report`, `health`, `stop` (and `ls`, registered here
+from agentctl.commands.host_daemons).
 
 Each is `func(args) -> exit code` (agentctl.cli_support's table: `health` is 4 when unhealthy, that is not
 live, not ready with --ready, or a daemon that answers but not sensibly). Errors are one line on stderr,
@@ -16,10 +17,13 @@ from typing import Any
 from agentctl.cli_support import (
     EXIT_NO_DAEMON,
     EXIT_OK,
+    EXIT_STILL_RUNNING,
     EXIT_UNHEALTHY,
     EXIT_USAGE,
     CommandExit,
+    add_main_command,
     call,
+    client_exit,
     command,
     connect,
     daemon_options,
@@ -32,17 +36,23 @@ from agentctl.evidence.contract import AttachmentHistory, HealthResponse, Status
 
 
 def add_client_commands(subparsers: Any) -> None:
-    """Register status, report, health and stop on an argparse subparsers action."""
+    """Register status, report, health, stop and ls on an argparse subparsers action."""
+    from agentctl.commands.host_daemons import add_host_commands, add_stop_wait
+
     options = daemon_options()
-    p = subparsers.add_parser("status", parents=[options], help="show the MCP attachment status of the current attempt")
+    p = add_main_command(
+        subparsers, "status", parents=(options,), help="show the MCP attachment status of the current attempt",
+        description=("The MCP attachment status of the daemon's current attempt.",
+                     "One row per server with its display state and a plain-language line. Which daemon: --socket, "
+                     "else --execution, else $AGENTCTL_SOCKET, else the only one under the runtime dir."),
+    )
     p.set_defaults(func=cmd_status)
 
-    p = subparsers.add_parser(
-        "report",
-        parents=[options],
+    p = add_main_command(
+        subparsers, "report", parents=(options,),
         help="print the whole attachment report (current and previous attempts)",
-        description="Print the report from the running daemon, or read a persisted one offline with "
-        "--state-dir DIR --execution ID.",
+        description=("The whole attachment report: current and previous attempts.",
+                     "From the running daemon, or read a persisted one offline with --state-dir DIR --execution ID."),
     )
     p.add_argument("--state-dir", metavar="DIR", help="read the persisted report offline from this state dir")
     p.set_defaults(func=cmd_report)
@@ -58,8 +68,19 @@ def add_client_commands(subparsers: Any) -> None:
     p.add_argument("--ready", action="store_true", help="check readiness instead of liveness")
     p.set_defaults(func=cmd_health)
 
-    p = subparsers.add_parser("stop", parents=[options], help="ask the daemon to stop (it drains, then exits)")
+    p = add_main_command(
+        subparsers, "stop", parents=(options,),
+        help="ask the daemon to stop (it drains, then exits); --wait until it is gone",
+        description=("Ask the daemon to stop, and with --wait wait until it is gone.",
+                     "It drains (the agent stopped, the report persisted) and exits. Returns at once, or with --wait "
+                     "once the daemon's process has exited and its socket is gone. Exit codes: "
+                     f"{EXIT_OK} asked (or gone, with --wait), {EXIT_NO_DAEMON} no daemon to stop, "
+                     f"{EXIT_STILL_RUNNING} still there when the wait ended."),
+    )
+    add_stop_wait(p)
     p.set_defaults(func=cmd_stop)
+
+    add_host_commands(subparsers)
 
 
 def show(args: argparse.Namespace, body: Any, render: Any) -> int:
@@ -126,9 +147,12 @@ def cmd_health(args: argparse.Namespace) -> int:
 
 @command
 def cmd_stop(args: argparse.Namespace) -> int:
-    result = call(args, "POST", "/v1/stop", StopResult, ok=(200, 202))
-    if args.json:
-        print_json(result)
-    else:
-        out("stopping: the daemon drains and exits\n")
-    return EXIT_OK
+    from agentctl.commands.host_daemons import stop_and_wait
+    from agentctl.control.client import ControlClientError
+
+    client = connect(args)
+    try:
+        result = client.call("POST", "/v1/stop", StopResult, None, (200, 202))
+    except ControlClientError as exc:
+        return fail(str(exc), client_exit(exc))
+    return stop_and_wait(args, client, result)
