@@ -10,6 +10,7 @@ real one, in process, and records what the CLI did on the attempt whose token th
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 from pathlib import Path
 
@@ -34,7 +35,10 @@ async def _setup(make_harness, tmp_path: Path, strategy: str):
     for d in (workdir, tmpdir, home):
         d.mkdir(mode=0o700)
     builtin = BuiltinEndpoint(BUILTIN, harness.url, harness.sse_url, token)
-    mat = get_strategy(strategy).materialize(MaterializeRequest(spec_for(strategy, servers=""), builtin, workdir, tmpdir))
+    # Gemini CLI is run with GEMINI_CLI_TRUST_WORKSPACE=true: the strategy decides trust from the same variable.
+    environ = {**os.environ, "GEMINI_CLI_TRUST_WORKSPACE": "true"}
+    req = MaterializeRequest(spec_for(strategy, servers=""), builtin, workdir, tmpdir, environ=environ)
+    mat = get_strategy(strategy).materialize(req)
     assert [e.name for e in mat.delivered] == [BUILTIN]
     return harness, attempt, mat, workdir, home
 
