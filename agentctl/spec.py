@@ -61,6 +61,9 @@ class AgentSpec(_S):
     linger: float | None = None  # after the agent exits, stop the daemon after this many seconds
     # A passthrough CLI on a pseudo-terminal agentctl owns (attachable), instead of headless pipes.
     terminal: bool = False
+    # Passthrough: read the CLI's own report of its MCP servers when its arguments ask for one ("auto"),
+    # also add the arguments that make a print-mode run report ("request", Claude Code), or never ("off").
+    report: Literal["auto", "request", "off"] = "auto"
 
 
 class ServerSpec(_S):

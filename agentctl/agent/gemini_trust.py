@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 TRUST_LEVELS = ("TRUST_FOLDER", "TRUST_PARENT", "DO_NOT_TRUST")
-REASON_UNTRUSTED = "untrusted_folder"  # what part 2 marks the rows filtered with
+REASON_UNTRUSTED = "untrusted_folder"  # the reason the gemini strategy filters every server with
 Source = Literal["env", "flag", "setting", "file", "default", "error"]
 
 # Strings first so a `//` inside one is kept: what strip-json-comments removes, and nothing more (a trailing

@@ -24,11 +24,13 @@ from agentctl.evidence.contract import (
     Diagnostics,
     ErrorSummary,
     HealthResponse,
+    RowView,
     ServerDiagnostics,
     ServerRow,
     StatusResponse,
     UpstreamStatus,
 )
+from agentctl.evidence.display import row_view
 from agentctl.evidence.reasons import meaning
 from agentctl.safetext import neutralize_data
 
@@ -80,9 +82,29 @@ def status_label(status: str) -> str:
     return DELIVERED_LABEL if status == "delivered" else status
 
 
+def view_of(row: ServerRow | ServerDiagnostics) -> RowView | None:
+    """How the row reads (agentctl.evidence.display): whose evidence its state rests on, and the agent's report."""
+    return row_view(row) if isinstance(row, ServerRow) else row.view
+
+
 def display_label(row: ServerRow | ServerDiagnostics) -> str:
-    """The display state of a server row as people read it."""
-    return status_label(row.status)
+    """The display state of a server row as people read it; a reported state says who reported it."""
+    view = view_of(row)
+    return view.label if view is not None else status_label(row.status)
+
+
+def _reported_explanation(view: RowView, row: ServerRow | ServerDiagnostics) -> str | None:
+    """The line of a row whose state rests on the agent's report: what the agent said, never as agentctl's."""
+    if view.status_source != "reported":
+        return None
+    who = view.reporter or "the agent"
+    if row.status == "active":
+        count = view.reported_tool_count
+        tools = plural(count, "tool") if isinstance(count, int) else "its tools"
+        return f"{who} reported it connected and listed {tools} (the agent's report, not observed by agentctl)"
+    if row.status == "connected":
+        return f"{who} reported it connected, without listing its tools (the agent's report, not observed by agentctl)"
+    return None
 
 
 def plural(n: int, word: str) -> str:
@@ -100,6 +122,10 @@ def when(value: datetime | str) -> str:
 def row_explanation(row: ServerRow | ServerDiagnostics) -> str:
     """The plain-language line that says what a row's state means."""
     status = row.status
+    view = view_of(row)
+    reported = _reported_explanation(view, row) if view is not None else None
+    if reported:
+        return reported
     if status == "active":
         count = row.tool_count
         text = plural(count, "tool") + " loaded" if isinstance(count, int) else "tools loaded"
@@ -167,6 +193,7 @@ def row_details(row: ServerRow, agent: AgentState | None = None) -> list[str]:
     status = row.status
     if status in ("failed", "filtered", "unavailable") and row.reason_code:
         details.append(code_detail(row.reason_code, row.summary))
+    details.extend(report_details(view_of(row)))
     failure = row.last_failure
     if status != "failed" and failure:
         # A failure a later contact superseded: still shown, as what it was and when.
@@ -201,6 +228,35 @@ def row_details(row: ServerRow, agent: AgentState | None = None) -> list[str]:
         # The row keeps its strongest evidence; this says no more will come from this agent.
         details.append(f"{gone}; no more evidence will come from it")
     return details
+
+
+def report_details(view: RowView | None) -> list[str]:
+    """What the agent reported beside what agentctl observed, the two when they disagree, and whose evidence
+    the row's state rests on. Nothing for a row no agent reported on."""
+    if view is None or view.reported is None:
+        return []
+    lines = []
+    if view.status_source == "observed" and view.report:
+        lines.append(f"also {view.report} (the agent's report; agentctl's observation is shown)")
+    if view.disagreement:
+        lines.append(f"disagreement: {view.disagreement}")
+    if view.status_source == "reported":
+        lines.append(f"evidence: reported by {view.reporter} ({view.sources[0]}); agentctl observed {view.observed}")
+    else:
+        lines.append(f"evidence: observed by agentctl; reported by {view.reporter} ({view.sources[-1]})")
+    return lines
+
+
+def agent_report_line(agent: AgentState | None) -> str | None:
+    """Report level: whether the agent's own report of its servers is read, from where, or why none exists."""
+    if agent is None:
+        return None
+    if agent.report_source:
+        return (f"agent report: read from the agent's output ({agent.report_source}); a row says "
+                f"\"reported by\" when its state rests on it, every other state is agentctl's own observation")
+    if agent.report_note:
+        return f"agent report: none; {agent.report_note}"
+    return None
 
 
 def session_error_lines(error: ErrorSummary) -> tuple[str, str]:
@@ -299,6 +355,9 @@ def render_attempt(attempt: Attempt, color: bool, agent: AgentState | None = Non
     """The server rows of one attempt, plus its session-level error (a diagnostic, not a row failure)."""
     attempt = neutralize_data(attempt)
     lines = render_rows(attempt.servers, color, agent=agent)
+    report = agent_report_line(agent)
+    if report:
+        lines.extend(paint(line, GREY, color) for line in wrap(report, 2))
     if attempt.session_error:
         text, detail = session_error_lines(attempt.session_error)
         lines.extend(wrap(text, 2))

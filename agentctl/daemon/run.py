@@ -18,6 +18,7 @@ from agentctl.agent.outcome import AgentError
 from agentctl.daemon.app import Daemon
 from agentctl.daemon.run_terminal import HeldLines, attached_exit_status, run_attached
 from agentctl.evidence.contract import EvidenceEvent, PromptStreamItem, encode
+from agentctl.evidence.display import reporter_name
 from agentctl.evidence.reasons import meaning
 from agentctl.control.socket import cleanup_socket_path
 from agentctl.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SIGNAL_BASE
@@ -56,6 +57,11 @@ def progress_line(event: EvidenceEvent, passthrough: bool = False) -> str | None
         return f"  tools       {server}: {event.tool_count} tools loaded"
     if kind == "tool_call_observed":
         return f"  used        {server}: {event.tool_name} ({event.outcome})"
+    if kind == "agent_reported" and event.report_source:
+        # The agent's claim about the server, never agentctl's observation: said with its source.
+        count = f", {event.tool_count} tools" if event.tool_count is not None else ""
+        who = reporter_name(event.report_source)
+        return f"  reported    {server}: {event.reported_state}{count} · reported by {who}"
     if kind == "explicit_error":
         where = server or "session"
         detail = f"{event.reason_code}: {event.summary}" if event.summary else event.reason_code

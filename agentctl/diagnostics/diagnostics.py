@@ -28,6 +28,7 @@ from agentctl.evidence.contract import (
     UpstreamStatus,
 )
 from agentctl.evidence.sanitize import redact
+from agentctl.evidence.display import row_view
 
 if TYPE_CHECKING:  # pragma: no cover
     from agentctl.context import DaemonContext
@@ -99,6 +100,7 @@ def server_diagnostics(row: ServerRow, attempt: Attempt, secrets: Iterable[str])
         tool_errors=row.tool_errors,
         catalog_truncated=bool(catalog and (catalog.truncated or catalog.schemas_truncated)),
         endpoint_test=test,
+        view=row_view(row),
     )
 
 

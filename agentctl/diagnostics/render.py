@@ -18,11 +18,13 @@ from agentctl.control.render import (
     STATE_COLORS,
     WIDTH,
     agent_gone,
+    agent_report_line,
     code_detail,
     display_label,
     paint,
     plural,
     readiness_line,
+    report_details,
     row_explanation,
     session_error_lines,
     status_label,
@@ -142,6 +144,8 @@ def _server_block(server: ServerDiagnostics, color: bool, agent: AgentState | No
         lines += wrap(f"{gone}; no more evidence will come from it", 4)
     if server.status in ("failed", "filtered", "unavailable") and server.reason_code:
         lines += _lines(code_detail(server.reason_code, server.summary), 4, color, GREY)
+    for detail in report_details(server.view):
+        lines += _lines(detail, 4, color, GREY)
     third_party = server.source != "builtin"
     hidden: list[str] = []
     for step in server.steps:
@@ -209,7 +213,8 @@ def agent_lines(agent: AgentState | None) -> list[str]:
         text += f"; {agent.state}"
     if agent.stdout_skipped_lines:
         text += f"; {plural(agent.stdout_skipped_lines, 'non-frame stdout line')} skipped"
-    return wrap(text, 0)
+    report = agent_report_line(agent)
+    return wrap(text, 0) + (wrap(report, 0) if report else [])
 
 
 def upstream_lines(upstream: UpstreamStatus | None) -> list[str]:

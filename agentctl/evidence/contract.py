@@ -285,6 +285,10 @@ class AgentState(Base, kw_only=True):
     # The reason code when the agent never got through its start (spawn, ACP initialize, passthrough
     # configuration): e.g. `agent_exited_before_initialize`. It then declared nothing about MCP transports.
     start_failure: str | None = None
+    # A passthrough CLI's own report of its MCP servers: the provider contract its output is read for
+    # (`claude:stream-json-init`), or, when none is available, `report_note` says so plainly.
+    report_source: ReportSource | None = None
+    report_note: str | None = None
 
 
 class RefusalCount(Base, kw_only=True):
@@ -534,6 +538,7 @@ class RowView(Base, kw_only=True):
     sources: list[str] = []
     reporter: str | None = None  # the agent that reported, by name ("Claude Code")
     reported: ReportedState | None = None
+    reported_tool_count: int | None = None  # the server's tools in the agent's own list, when it gave one
     report: str | None = None
     disagreement: str | None = None
 
@@ -563,6 +568,8 @@ class ServerDiagnostics(Base, kw_only=True):
     tool_errors: int = 0
     catalog_truncated: bool = False
     endpoint_test: EndpointTestResult | None = None
+    # How the row reads (its label, whose evidence, the agent's report beside agentctl's observation).
+    view: RowView | None = None
 
 
 class AttemptDiagnostics(Base, kw_only=True):
@@ -717,12 +724,8 @@ class ProbePrompt(Base, kw_only=True):
     error: ErrorSummary | None = None
 
 
-class ProbeReport(Base, kw_only=True):
-    """`agentctl probe mcp --json`: the probe's findings, kept separate, each with its time.
-
-    No finding is a failure of the agent: `unobserved` says the sentinel was not contacted within the
-    window. `ran` false (with `error`) means the probe itself could not run.
-    """
+class ProbeFindings(Base, kw_only=True):
+    """What every probe reports: its window, whether it ran, the agent, and what its sentinel observed."""
 
     version: int
     started_at: datetime
@@ -731,18 +734,68 @@ class ProbeReport(Base, kw_only=True):
     ran: bool
     error: ErrorSummary | None = None
     agent: AgentState | None = None
-    advertised_at: datetime | None = None
-    advertised_elapsed_s: float | None = None
-    session: ProbeSession | None = None
-    prompt: ProbePrompt | None = None
     first_contact: ProbeContact | None = None
     initialize: ProbeContact | None = None
     tools_list: ProbeContact | None = None
     tool_call: ProbeContact | None = None
     contacts: list[ProbeContact] = []
     contacts_dropped: int = 0
+
+
+class ProbeReport(ProbeFindings, kw_only=True):
+    """`agentctl probe mcp --json`: the probe's findings, kept separate, each with its time.
+
+    No finding is a failure of the agent: `unobserved` says the sentinel was not contacted within the
+    window. `ran` false (with `error`) means the probe itself could not run.
+    """
+
+    advertised_at: datetime | None = None
+    advertised_elapsed_s: float | None = None
+    session: ProbeSession | None = None
+    prompt: ProbePrompt | None = None
     unobserved: str | None = None
     raw_frames_recorded: bool = False
+
+
+class ProbeConfiguration(Base, kw_only=True):
+    """What `probe passthrough`'s strategy wrote for the sentinel: never a value, only what and where.
+
+    `delivered` false (with `filtered`) says the strategy left the sentinel out, and why. `workspace_files`
+    are the merged workspace files, relative to the workdir; `restored` says each is back byte for byte (or
+    gone again, when the probe created it) after the CLI ended.
+    """
+
+    strategy: str
+    server_name: str
+    written_at: datetime | None = None
+    written_elapsed_s: float | None = None
+    delivered: bool = False
+    transport: Transport | None = None
+    filtered: ErrorSummary | None = None
+    temporary_files: int = 0
+    workspace_files: list[str] = []
+    restored: bool | None = None
+
+
+class ProbeAgentReport(Base, kw_only=True):
+    """What the CLI itself reported about the sentinel (`state` None: nothing), or why no report exists."""
+
+    source: ReportSource | None = None
+    note: str | None = None
+    state: ReportedState | None = None
+    raw_state: RawState | None = None
+    tool_count: int | None = None
+    at: datetime | None = None
+    elapsed_s: float | None = None
+
+
+class ProbePassthroughReport(ProbeFindings, kw_only=True):
+    """`agentctl probe passthrough --json`: configuration written, initialize, tools/list, tool use and the
+    agent's own report, kept separate, each with its time. `ran` false (with `error`): the probe could not run."""
+
+    configuration: ProbeConfiguration | None = None
+    agent_report: ProbeAgentReport | None = None
+    timed_out: bool = False  # the CLI was still running at the end of the window and was stopped
 
 
 class ProbeJsonlLine(Base, kw_only=True):

@@ -56,6 +56,7 @@ def row_view(row: ServerRow | Mapping[str, Any]) -> RowView:
         sources=sources,
         reporter=reporter,
         reported=report.state,
+        reported_tool_count=report.tool_count,
         report=_report_words(report, reporter),
         disagreement=_disagreement(row, observed, report, reporter),
     )

@@ -8,7 +8,8 @@ all reads "unobserved: the agent did not contact the sentinel within N s". Pure:
 from __future__ import annotations
 
 from agentctl.control.render import AMBER, GREEN, GREY, RED, RESET
-from agentctl.evidence.contract import ProbeContact, ProbeReport
+from agentctl.evidence.contract import ProbeContact, ProbePassthroughReport, ProbeReport
+from agentctl.evidence.display import reporter_name
 from agentctl.safetext import neutralize_data
 
 LABEL_WIDTH = 11
@@ -139,3 +140,70 @@ def render_report(report: ProbeReport, *, color: bool = False, jsonl_path: str |
     else:
         lines.append("  raw frames: not recorded (--jsonl FILE records them)")
     return "\n".join(lines) + "\n"
+
+
+def _painter(color: bool):
+    return lambda text, colour: f"{colour}{text}{RESET}" if color else text
+
+
+def render_passthrough(report: ProbePassthroughReport, *, color: bool = False) -> str:
+    """`probe passthrough`: configuration written, initialize, tools/list, tool use, the agent's own report,
+    the workspace restored; each on its own line, with its time."""
+    report = neutralize_data(report)
+    paint = _painter(color)
+    config = report.configuration
+    lines = [f"agentctl probe passthrough · strategy {config.strategy if config else '?'}"]
+
+    def row(elapsed: float | None, label: str, text: str) -> None:
+        lines.append(f"  {_time(elapsed):>7}  {label:<{LABEL_WIDTH}} {text}")
+
+    if config is not None:
+        if config.delivered:
+            where = [f"{config.temporary_files} temporary file{'s' if config.temporary_files != 1 else ''}"]
+            where += [f"merged into {path}" for path in config.workspace_files]
+            row(config.written_elapsed_s, "configured",
+                paint("written", GREEN) + f": {config.server_name} over {config.transport} ({', '.join(where)})")
+        else:
+            why = config.filtered.summary if config.filtered else "left out"
+            code = config.filtered.reason_code if config.filtered else "filtered"
+            row(config.written_elapsed_s, "configured", paint("not written", AMBER) + f": [{code}] {why}")
+    if not report.ran:
+        summary = report.error.summary if report.error else "unknown reason"
+        lines.append(f"  {paint('could not run', RED)}: {summary}")
+    else:
+        init = report.initialize
+        row(init.elapsed_s if init else None, "initialize",
+            paint("observed", GREEN) + f": {_client(init)}" if init else paint("not observed", GREY))
+        tools = report.tools_list
+        count = "" if tools is None or tools.tool_count is None else f": {tools.tool_count} tool{'s' if tools.tool_count != 1 else ''}"
+        row(tools.elapsed_s if tools else None, "tools/list", paint("observed", GREEN) + count if tools else paint("not observed", GREY))
+        call = report.tool_call
+        row(call.elapsed_s if call else None, "tool use",
+            paint("observed", GREEN) + f": {call.tool_name or 'unnamed tool'} ({call.outcome or 'unknown'})"
+            if call else paint("not observed", GREY))
+        lines.extend(_reported_lines(report, paint, row))
+    agent = report.agent
+    if agent is not None and agent.exit_reason:
+        by = " (stopped by the probe at the end of its window)" if report.timed_out else ""
+        lines.append(f"  agent: {agent.exit_reason}{by}")
+    if config is not None and config.restored is not None:
+        state = paint("restored", GREEN) if config.restored else paint("NOT restored", RED)
+        lines.append(f"  workspace: {state}" + ("" if config.workspace_files else " (nothing was merged into it)"))
+    return "\n".join(lines) + "\n"
+
+
+def _reported_lines(report: ProbePassthroughReport, paint, row) -> list[str]:
+    told = report.agent_report
+    if told is None:
+        return []
+    if told.state is not None and told.source is not None:
+        who = reporter_name(told.source)
+        colour = GREEN if told.state == "connected" else RED if told.state in ("failed", "needs_auth") else AMBER
+        count = "" if told.tool_count is None else f", {told.tool_count} tool{'s' if told.tool_count != 1 else ''}"
+        row(told.elapsed_s, "reported", paint(told.raw_state or told.state, colour) + f"{count} · reported by {who} "
+            f"({told.source})")
+    elif told.source is not None:
+        row(None, "reported", paint("nothing", GREY) + f": the CLI printed no {told.source} event about the sentinel")
+    else:
+        row(None, "reported", paint("not available", GREY) + f": {told.note}")
+    return []

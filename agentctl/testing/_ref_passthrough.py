@@ -14,7 +14,9 @@ Formats (what agentctl's passthrough strategies materialize):
   table. Codex has no SSE transport: `url` means streamable HTTP.
 
 The agent connects to every server, lists tools, calls one tool on the built-in server,
-prints one JSON line to stdout and stays alive until stdin closes or SIGTERM.
+prints one JSON line to stdout and stays alive until stdin closes or SIGTERM. As claude with
+`--output-format stream-json`, it first prints Claude Code's `system/init` event (the shape Claude Code
+2.1.332 prints: `mcp_servers` as `{name, status, source}`, MCP tools as `mcp__<server>__<tool>`).
 """
 
 from __future__ import annotations
@@ -143,3 +145,26 @@ def parse_codex_args(argv: list[str], environ: dict[str, str] | None = None) -> 
         entry = _entry_from_mapping(name, {**cfg, "headers": headers, "env": env, "type": kind})
         entries.append(entry)
     return entries
+
+
+def wants_stream_json(argv: list[str]) -> bool:
+    """Whether Claude Code's arguments ask for stream-json output (`--output-format stream-json` or `=`)."""
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            return False
+        if arg == "--output-format=stream-json" or (arg == "--output-format" and argv[i + 1 : i + 2] == ["stream-json"]):
+            return True
+    return False
+
+
+def claude_init_line(servers: list[dict[str, Any]]) -> str:
+    """Claude Code's init event for `servers` (`{name, connected, tools?}` as the reference agent found them)."""
+    tools = ["Task", "Bash", "Read"]
+    for server in servers:
+        name = "".join(c if c.isalnum() or c in "_-" else "_" for c in server["name"])
+        tools += [f"mcp__{name}__{tool}" for tool in server.get("tools", [])]
+    listed = [{"name": s["name"], "status": "connected" if s["connected"] else "failed", "source": "dynamic"}
+              for s in servers]
+    event = {"type": "system", "subtype": "init", "cwd": os.getcwd(), "tools": tools, "mcp_servers": listed,
+             "model": "reference", "claude_code_version": "reference"}
+    return json.dumps(event, separators=(",", ":"))

@@ -338,6 +338,9 @@ async def _run_passthrough(opts: Options) -> int:
             item["error"] = fail.reason
         servers.append(item)
     summary["servers"] = servers
+    if opts.passthrough == "claude" and P.wants_stream_json(argv):
+        sys.stdout.write(P.claude_init_line(servers) + "\n")  # Claude Code's first stream-json line
+        sys.stdout.flush()
     if conns:
         summary["call"] = await M.perform_turn(conns, opts.builtin_name, opts.prompt or "")
     else:

@@ -1,7 +1,7 @@
 """One smoke test per real CLI: the pinned version is installed, and it reads the MCP configuration
 agentctl's strategy materializes and reaches the real built-in endpoint with it, with no API key. (Codex:
-its app-server frames are pinned by real captured output in tests/agent/test_reported_codex.py; a live
-app-server run against the in-process endpoint is part 2.)
+its app-server frames are pinned by real captured output in tests/agent/test_reported_codex.py, and a live
+app-server run is tests/clis/test_codex_app_server_probe.py.)
 
 Each CLI runs with a throw-away HOME and nothing of the user's environment; the built-in endpoint is the
 real one, in process, and records what the CLI did on the attempt whose token the strategy wrote.
@@ -10,6 +10,7 @@ real one, in process, and records what the CLI did on the attempt whose token th
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 from pathlib import Path
 
@@ -34,7 +35,10 @@ async def _setup(make_harness, tmp_path: Path, strategy: str):
     for d in (workdir, tmpdir, home):
         d.mkdir(mode=0o700)
     builtin = BuiltinEndpoint(BUILTIN, harness.url, harness.sse_url, token)
-    mat = get_strategy(strategy).materialize(MaterializeRequest(spec_for(strategy, servers=""), builtin, workdir, tmpdir))
+    # Gemini CLI is run with GEMINI_CLI_TRUST_WORKSPACE=true: the strategy decides trust from the same variable.
+    environ = {**os.environ, "GEMINI_CLI_TRUST_WORKSPACE": "true"}
+    req = MaterializeRequest(spec_for(strategy, servers=""), builtin, workdir, tmpdir, environ=environ)
+    mat = get_strategy(strategy).materialize(req)
     assert [e.name for e in mat.delivered] == [BUILTIN]
     return harness, attempt, mat, workdir, home
 

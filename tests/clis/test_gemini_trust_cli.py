@@ -59,16 +59,21 @@ def _layout(base: Path, rules, user, system, env, via_link) -> tuple[Path, dict[
     return cwd, clean_env(home, GEMINI_CLI_SYSTEM_SETTINGS_PATH=str(base / "system.json"), **env)
 
 
-async def _gemini_trusts(gemini: Path, cwd: Path, env: dict[str, str], gate: asyncio.Semaphore) -> bool | None:
+async def _mcp_list(gemini: Path, cwd: Path, env: dict[str, str], gate: asyncio.Semaphore) -> tuple[int | None, str]:
+    """`gemini mcp list` run in `cwd`: its exit code and its output without colour codes."""
     async with gate:
         proc = await asyncio.create_subprocess_exec(
             str(gemini), "mcp", "list", cwd=cwd, env=env,
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
         out, _ = await asyncio.wait_for(proc.communicate(), timeout=120)
-    text = _ANSI.sub("", out.decode(errors="replace"))
-    if proc.returncode == 52 and "Please fix the configuration file" in text:
+    return proc.returncode, _ANSI.sub("", out.decode(errors="replace"))
+
+
+async def _gemini_trusts(gemini: Path, cwd: Path, env: dict[str, str], gate: asyncio.Semaphore) -> bool | None:
+    returncode, text = await _mcp_list(gemini, cwd, env, gate)
+    if returncode == 52 and "Please fix the configuration file" in text:
         return None
-    assert proc.returncode == 0 and "probe: http://127.0.0.1:9/mcp" in text, text
+    assert returncode == 0 and "probe: http://127.0.0.1:9/mcp" in text, text
     untrusted = UNTRUSTED_WARNING in text
     assert untrusted == ("probe: http://127.0.0.1:9/mcp (http) - Disabled" in text), text
     return not untrusted
@@ -84,3 +89,49 @@ async def test_our_decision_equals_gemini_clis_for_every_layout(real_cli, tmp_pa
     assert ours == theirs
     assert set(theirs.values()) == {True, False, None}, "the layouts cover every outcome"
 
+
+
+async def test_where_the_gemini_strategy_filters_for_trust_the_real_cli_disables_what_it_would_have_been_given(
+    real_cli, tmp_path: Path
+) -> None:
+    from agentctl.agent.passthrough import get_strategy
+    from agentctl.agent.passthrough.base import BuiltinEndpoint, MaterializeRequest
+    from agentctl.agent.passthrough.workspace import cleanup
+    from tests.passthrough.support import spec_for
+
+    gemini = real_cli("gemini")
+    home, ws = tmp_path / "home", tmp_path / "root" / "proj"
+    (home / ".gemini").mkdir(parents=True)
+    ws.mkdir(parents=True)
+    folders = home / ".gemini" / "trustedFolders.json"
+    folders.write_text(json.dumps({str(ws): "TRUST_FOLDER"}))
+    env = clean_env(home)
+    builtin = BuiltinEndpoint("kandev", "http://127.0.0.1:9/mcp", "http://127.0.0.1:9/sse", "TOKEN-CANARY-gem")
+    strategy = get_strategy("gemini")
+
+    def materialize():
+        tmp = tmp_path / f"private{len(list(tmp_path.iterdir()))}"
+        tmp.mkdir(mode=0o700)
+        return strategy.materialize(MaterializeRequest(spec_for("gemini", servers=""), builtin, ws, tmp, environ=env))
+
+    trusted = materialize()
+    assert [e.name for e in trusted.delivered] == ["kandev"]
+    gate = asyncio.Semaphore(1)
+    assert await _gemini_lists(gemini, ws, env, gate) is True
+    folders.write_text(json.dumps({str(ws): "DO_NOT_TRUST"}))  # the user distrusts the folder
+    # The settings the strategy wrote for the trusted folder, read by the real CLI in the distrusted one:
+    assert await _gemini_lists(gemini, ws, env, gate) is False, "Gemini CLI disables them"
+    cleanup(trusted)
+    distrusted = materialize()
+    assert distrusted.delivered == [] and [(o.name, o.reason_code) for o in distrusted.filtered] == [
+        ("kandev", "untrusted_folder")], "and there the strategy says filtered, never delivered"
+    assert not (ws / ".gemini").exists() and json.loads(folders.read_text()) == {str(ws): "DO_NOT_TRUST"}
+
+
+async def _gemini_lists(gemini: Path, cwd: Path, env: dict[str, str], gate: asyncio.Semaphore) -> bool:
+    """`gemini mcp list` in `cwd`: True when it tries the built-in server, False when it lists it disabled."""
+    returncode, text = await _mcp_list(gemini, cwd, env, gate)
+    assert returncode == 0 and "kandev: http://127.0.0.1:9/mcp" in text, text
+    disabled = "kandev: http://127.0.0.1:9/mcp (http) - Disabled" in text
+    assert disabled == (UNTRUSTED_WARNING in text), text
+    return not disabled

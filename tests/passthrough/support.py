@@ -48,6 +48,23 @@ env = {{ FS_TOKEN = "{ENV_CANARY}" }}
 
 
 SERVERS = servers_toml()
+STDIO_SERVER = Path(__file__).resolve().parents[1] / "diagnostics" / "fixtures" / "stdio_server.py"
+
+
+def reachable_and_closed_toml() -> str:
+    """A reachable third-party server (a real stdio MCP server with tools ping and add) and a refused one."""
+    return f"""
+[[mcp.servers]]
+name = "research"
+type = "stdio"
+command = "{sys.executable}"
+args = ["{STDIO_SERVER}"]
+
+[[mcp.servers]]
+name = "closed"
+type = "http"
+url = "http://127.0.0.1:1/mcp"
+"""
 
 # Stays alive until SIGTERM; stands in for a CLI whose own format the reference agent cannot read.
 SLEEPER = [sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); time.sleep(120)"]

@@ -9,6 +9,10 @@ https://code.claude.com/docs/en/cli-reference, "--mcp-config: load MCP servers f
 Claude Code speaks all three transports, so nothing is filtered for transport. The file is written 0600
 into the attempt's private temporary directory and removed at stop; `--mcp-config FILE` is appended to
 the agent's argv (before a `--`, if any). `--strict-mcp-config` is not added: the user's own servers stay.
+
+With `agent.report = "request"`, a print-mode run (`-p`) that chose no output format also gets
+`--output-format stream-json --verbose`, so Claude Code's init event reports each server's status (read by
+agentctl/agent/reported/feed.py). The output is agentctl's to drain either way: nothing downstream parses it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from agentctl.agent.passthrough.base import (
     plan_materialization,
 )
 from agentctl.agent.passthrough.workspace import write_private
+from agentctl.agent.reported.feed import claude_request_args
 
 FILE_NAME = "claude-mcp.json"
 
@@ -40,6 +45,9 @@ class ClaudeStrategy:
         path = write_private(req.tmpdir, FILE_NAME, dump_json({"mcpServers": servers}))
         plan.files.append(path)
         plan.argv = ["--mcp-config", str(path)]
+        agent = req.spec.agent
+        if agent is not None and agent.report == "request":
+            plan.argv += claude_request_args(agent.command)
         return plan
 
 

@@ -16,14 +16,21 @@ rather than claimed as delivered. Filters in the user's global settings are not 
 Merging and restoring work as for cursor: the user's entries and every other setting are kept, ours
 replace same-named entries for the run, the file is written 0600 atomically and never through a symlink,
 and at stop the original is restored byte for byte (or removed with a `.gemini` directory we created).
-Gemini CLI ignores workspace settings in a folder it does not trust (folder trust enabled): the servers
-then stay `delivered`, connection unverified, which is what the evidence can honestly say.
+Gemini CLI starts no MCP server at all (the workspace's or the user's) in a folder it does not trust.
+Before writing anything the strategy decides trust as the CLI would (agentctl/agent/gemini_trust.py: its
+environment, `--skip-trust`, settings and trusted-folders file); in an untrusted folder every server is
+`filtered` (`untrusted_folder`, with how to trust the folder the CLI's own way) and no file is written:
+nothing would read it. agentctl never writes the user's Gemini settings to change the answer. A trust
+file Gemini would refuse stops the CLI before any server starts; the servers are then delivered as usual
+and the CLI's exit is the report-level error.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from agentctl.agent import gemini_trust
 from agentctl.agent.delivery import drop
 from agentctl.agent.passthrough.base import (
     CliReceiver,
@@ -36,6 +43,29 @@ from agentctl.agent.passthrough.workspace import merge_workspace_json
 
 PARTS = (".gemini", "settings.json")
 EXCLUDED = "excluded_by_workspace_settings"
+UNTRUSTED = gemini_trust.REASON_UNTRUSTED
+_HOW_TO_TRUST = ("run `gemini` in the folder and choose \"Trust folder\", add a TRUST_FOLDER rule for it to "
+                 "Gemini's trusted-folders file, or add --skip-trust to the agent's command")
+
+
+def untrusted_summary(decision: gemini_trust.TrustDecision) -> str:
+    """Why Gemini will not trust the workdir, and how to trust it; never a path or a value."""
+    why = {
+        "env": "the environment distrusts it (GEMINI_RESTRICTED_MODE or GEMINI_CLI_TRUST_WORKSPACE=false)",
+        "file": "a DO_NOT_TRUST rule in the trusted-folders file covers it",
+    }.get(decision.source, "no rule in Gemini's trusted-folders file covers it")
+    return f"Gemini CLI does not trust the working directory ({why}): {_HOW_TO_TRUST}"
+
+
+def trust_of(req: MaterializeRequest) -> gemini_trust.TrustDecision:
+    """Gemini's own answer for this run: the inherited environment with the spec's env over it."""
+    agent = req.spec.agent
+    env = dict(os.environ if req.environ is None else req.environ)
+    argv: list[str] = []
+    if agent is not None:
+        env.update(agent.env)
+        argv = list(agent.command)
+    return gemini_trust.decide_for(req.workdir, env, argv)
 
 
 def _names(value: Any) -> list[str] | None:
@@ -48,6 +78,12 @@ class GeminiStrategy:
 
     def materialize(self, req: MaterializeRequest) -> Materialization:
         plan = plan_materialization(req, self.receiver)
+        decision = trust_of(req)
+        if decision.trusted is False:
+            summary = untrusted_summary(decision)
+            for entry in list(plan.delivered):
+                drop(plan, entry, UNTRUSTED, summary)
+            return plan
 
         def mutate(doc: dict[str, Any]) -> None:
             mcp = doc.get("mcp") if isinstance(doc.get("mcp"), dict) else {}

@@ -46,6 +46,7 @@ from agentctl.agent.passthrough.journal import Journal
 from agentctl.agent.passthrough.recovery import PrivateDir
 from agentctl.agent.passthrough.workspace import cleanup
 from agentctl.agent.pty_host import PtyHost, WindowSize
+from agentctl.agent.reported.feed import NULL_FEED, ReportFeed, open_feed, plan_report
 from agentctl.agent.supervisor import AgentProcess, AgentStartError, ExitInfo, Supervisor
 from agentctl.context import DaemonContext
 from agentctl.evidence.ledger import ServerSeed
@@ -71,6 +72,7 @@ class PassthroughManager:
         self._tmpdir: PrivateDir | None = None
         self._cleanups: set[asyncio.Task[None]] = set()
         self._drain: asyncio.Task[None] | None = None
+        self._feed: ReportFeed = NULL_FEED  # the current run's own report, read from its output
         self._linger: asyncio.TimerHandle | None = None
         self._stopping = False
         self._lock = asyncio.Lock()
@@ -141,9 +143,12 @@ class PassthroughManager:
                 return
             self._mat = mat
             self._record_filtered(attempt_id, mat.filtered)
+        argv = insert_args(argv, mat.argv)
+        report = plan_report(self.agent_spec.strategy, argv, self.agent_spec.report)
+        ledger.update_agent(report_source=report.source, report_note=report.note)
         try:
             await self.supervisor.start(
-                insert_args(argv, mat.argv), cwd=str(workdir), env=self.agent_spec.env,
+                argv, cwd=str(workdir), env=self.agent_spec.env,
                 extra_env={**self._terminal_env(), **mat.env},
                 terminal=WindowSize() if self.agent_spec.terminal else None,
             )
@@ -157,9 +162,10 @@ class PassthroughManager:
         for entry in mat.delivered:
             ledger.record("delivered", attempt_id, entry.name, transport=entry.transport, target=entry.target)
         ledger.record("session_accepted", attempt_id)
+        self._feed = open_feed(ledger, attempt_id, report, [entry.name for entry in mat.delivered])
         if process.terminal is not None:
             # On its terminal the CLI reads the keys of whoever is attached; its output reaches the window
-            # through the terminal. Agent-reported evidence parsers read that same stream: they are added here.
+            # through the terminal, and the report feed reads that same stream.
             self._tap_terminal(process.terminal)
         else:
             with contextlib.suppress(Exception):
@@ -224,15 +230,20 @@ class PassthroughManager:
         return {}
 
     def _tap_terminal(self, terminal: PtyHost) -> None:
-        """The one place the terminal's output stream is handed to output parsers (none are wired yet: the
-        agent-reported evidence feed joins here with `terminal.add_tap(feed)`)."""
+        """The one place the terminal's output stream is handed to output parsers: this run's report feed (a
+        later run has a terminal and a feed of its own). A terminal ends its lines with CR LF; the parsers take
+        a line's trailing white space as JSON does."""
+        terminal.add_tap(self._feed.feed)
 
     async def _drain_stdout(self, process: AgentProcess) -> None:
-        # Nothing reads a passthrough CLI's stdout; a full pipe would block it. Its output joins the
-        # bounded in-memory window (`agentctl stderr`), never a log or a file.
+        # Nothing else reads a passthrough CLI's stdout; a full pipe would block it. Its output joins the
+        # bounded in-memory window (`agentctl stderr`), never a log or a file, and passes the report feed.
+        feed = self._feed  # this run's: a later run's output never reaches this feed
         with contextlib.suppress(Exception):
             while chunk := await process.stdout.read(65536):
                 process.stderr_ring.feed(chunk)
+                feed.feed(chunk)
+        feed.close()
 
     # -- endings ------------------------------------------------------------------------------------
 
