@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from agentctl.control.client import ControlClient
 from tests.conftest import agentctl_cmd, poll, start_serve, write_spec
 from tests.passthrough.support import reachable_and_closed_toml
@@ -18,7 +20,7 @@ from tests.passthrough.support import reachable_and_closed_toml
 PROMPT_CANARY = "PROMPT-CANARY-2b7c91"
 
 
-def _spec(tmp_path: Path, workdir: Path) -> Path:
+def _spec(tmp_path: Path, workdir: Path, terminal: bool) -> Path:
     # `report = "request"`: agentctl adds --output-format stream-json --verbose to this print-mode run.
     command = ["agentctl-reference-agent", "--passthrough", "claude", "--connect-timeout", "20", "-p", PROMPT_CANARY]
     argv = ", ".join(json.dumps(a) for a in command)
@@ -28,17 +30,20 @@ command = [{argv}]
 protocol = "passthrough"
 strategy = "claude"
 report = "request"
+terminal = {str(terminal).lower()}
 workdir = "{workdir}"
 stop_grace = 0.2
 
 {reachable_and_closed_toml()}""")
 
 
-def test_the_cli_report_read_from_its_stdout_shows_beside_what_agentctl_observed(tmp_path, short_tmp):
+# On a terminal the same stream arrives through the PTY agentctl owns (lines end CR LF there).
+@pytest.mark.parametrize("terminal", [False, True], ids=["headless", "on a terminal"])
+def test_the_cli_report_read_from_its_stdout_shows_beside_what_agentctl_observed(tmp_path, short_tmp, terminal):
     workdir = tmp_path / "work"
     workdir.mkdir()
     sock = short_tmp / "r.sock"
-    serve = start_serve(_spec(tmp_path, workdir), sock)
+    serve = start_serve(_spec(tmp_path, workdir, terminal), sock)
     client = ControlClient(sock)
 
     def rows() -> dict:
