@@ -107,7 +107,7 @@ TABLE: tuple[Reason, ...] = tuple(Reason(*row) for row in (
     ("unreachable", "upstream", "the upstream socket could not be reached", "Check that the hub runs and that [upstream] socket names its socket; evidence is buffered meanwhile."),
     ("unsupported_version", "upstream", "a frame of another protocol version arrived", "Run daemon and hub from the same agentctl release."),
     # ---- refusals of the control API and of the hub page's API (the reason_code of an error answer) -----------
-    ("bad_message", "control", "a terminal viewer sent a message that is not one of the terminal route's", "Run `agentctl attach` from the same agentctl release as the daemon; the viewer stays attached."),
+    ("bad_message", "control", "a terminal viewer sent a message that is not one of the terminal route's", "Attach with the `attach` command of the same agentctl release as the daemon; the viewer stays attached."),
     ("bad_request_body", "control", "the request body could not be used: not JSON, or a field it does not take", "Send only the fields the route documents; the message names the field msgspec refused."),
     ("bad_token", "control", "the hub page's token is missing or wrong", "Open the page at the address the hub printed when it started (with its #token=), or read the token from the hub's --token-file."),
     ("body_too_large", "control", "the request body is over the route's size limit", "Send a smaller body (a prompt is at most 256 KiB)."),
@@ -130,7 +130,7 @@ TABLE: tuple[Reason, ...] = tuple(Reason(*row) for row in (
     ("unknown_route", "control", "no such route in this API", "Check the route and the agentctl version; the control API answers only on the control socket."),
     ("unknown_session", "control", "the hub has no session of this id", "Take a session id from the hub's status (the page's list, or its status command)."),
     ("unknown_tool", "control", "no tool of this name in the built-in server's catalog", "`agentctl tools` lists the names; a catalog past its bound keeps the first 128 by name."),
-    ("websocket_required", "control", "the terminal route is a WebSocket", "Use `agentctl attach`, or a WebSocket client over the control socket."),
+    ("websocket_required", "control", "the terminal route is a WebSocket", "Use agentctl's `attach` command, or a WebSocket client over the control socket."),
     ("wrong_host", "control", "the hub page answers only to a loopback host name", "Open the page at 127.0.0.1, [::1] or localhost, with the port it listens on."),
     ("wrong_method", "control", "the route does not take this HTTP method", "Use the method the route documents (GET to read, POST to act)."),
     # ---- tool catalog ------------------------------------------------------------------------------------------
