@@ -111,6 +111,14 @@ class EmbeddedBackend:
                 self._closed = True
                 self._conn.close()
 
+    def problem(self) -> str | None:
+        """Why the store cannot take ops now, None when it can: a local file always can (a database server
+        may be away: agentctl.hub.pg_tasks)."""
+        return None
+
+    def recover(self) -> None:
+        """Try to reach the store again if it is away (blocking: a worker thread). Nothing to do for a file."""
+
     # ---- Backend ------------------------------------------------------------------------------------
 
     async def call(self, op: str, identity: Identity, args: dict[str, Any], *, deadline: float) -> dict[str, Any]:

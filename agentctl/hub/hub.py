@@ -258,7 +258,8 @@ class Hub(StackedService):
         """None while the database takes the hub's writes (and, shared, its notifications); else why not."""
         if self._flush_failed:
             return "database unavailable: writes are retried; what daemons send is held until they succeed"
-        return self.shared.problem() if self.shared is not None else None
+        shared = self.shared.problem() if self.shared is not None else None
+        return shared or (self.backend.problem() if self.backend is not None else None)  # the task store's
 
     @property
     def session_count(self) -> int:
@@ -574,6 +575,8 @@ class Hub(StackedService):
     async def _sweep_loop(self) -> None:
         while True:
             await asyncio.sleep(SWEEP_INTERVAL)
+            if self.backend is not None and self.backend.problem() is not None:  # not waiting for a tool call
+                await asyncio.to_thread(self.backend.recover)
             now = time.monotonic()
             for conn in list(self._conns):
                 if now - conn.last_rx > conn.idle_limit and not conn.writer.transport.is_closing():

@@ -4,8 +4,9 @@ the SQLite store (agentctl.backend.embedded), so a task written through one hub 
 Its schema is a second migration family ("tasks") beside the hub's in the same database, applied at start.
 The ops are the embedded backend's own, run on a connection that speaks SQLite's dialect of the few
 statements they use (`?` placeholders, INSERT OR IGNORE, the new row's id): one implementation of the ops,
-two engines. Each op is one transaction. Tool arguments never reach a log line: a failure is logged by its
-type only, as in the SQLite store.
+two engines. Each op is one transaction; a connection the server dropped is replaced, with backoff while the
+server is away (PgTaskBackend). Tool arguments never reach a log line: a failure is logged by its type only,
+as in the SQLite store.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import asyncio
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,10 @@ from agentctl.migrations import Family, Migration, MigrationError
 from agentctl.postgres import PostgresUnavailable, connect, driver, migrate_postgres
 
 log = logging.getLogger("agentctl.hub")
+
+BACKOFF_INITIAL = 0.2  # seconds before the first reconnect attempt, doubled up to BACKOFF_MAX (the listener's)
+BACKOFF_MAX = 5.0
+UNAVAILABLE = "the hub's task store is unavailable; try again in a moment"
 
 _V1 = (
     """CREATE TABLE tasks (
@@ -134,11 +140,21 @@ class _Dialect:
 
 
 class PgTaskBackend(EmbeddedBackend):
-    """The embedded backend's ops on a PostgreSQL database shared by hubs. Thread-safe; one op at a time."""
+    """The embedded backend's ops on a PostgreSQL database shared by hubs. Thread-safe; one op at a time.
+
+    Its one connection is replaced when found dead (the server restarted since its last op) and the op run
+    again on the new one, unless the connection died during the COMMIT itself: then whether the op took is
+    unknown and the call fails saying so, since an op (a message, a question) is not safe to repeat. While the
+    server cannot be reached, connecting is retried with backoff (calls meanwhile are refused at once, without
+    waiting on a connect) and `problem()` says why for `/readyz`; the hub calls `recover()` once a second,
+    so the store comes back without waiting for a tool call."""
 
     def __init__(self, dsn: PostgresDsn, **kwargs: Any) -> None:
         self._dsn = dsn
         self._pg: Any = None
+        self._away: str | None = None  # why the server cannot be reached; None while it can
+        self._retry_at = 0.0  # monotonic: no connection attempt before this
+        self._backoff = BACKOFF_INITIAL
         super().__init__(Path(), **kwargs)  # no file: `path` names the database
 
     def _open(self) -> Any:
@@ -161,10 +177,67 @@ class PgTaskBackend(EmbeddedBackend):
                 if self._pg is not None:
                     self._pg.close()
 
+    def problem(self) -> str | None:
+        if self._away is None:
+            return None
+        return "database unavailable: the task store cannot reach it; tool calls are refused until it is back"
+
+    def recover(self) -> None:
+        """Reconnect now if the server was away and the backoff allows (blocking: a worker thread)."""
+        with self._lock:
+            if self._closed or self._away is None:
+                return
+            try:
+                self._connection()
+            except BackendError:
+                pass
+
     def _connection(self) -> Any:
-        if self._pg is None or self._pg.closed or self._pg.broken:
+        """The open connection, or a new one; raises BackendError(UNAVAILABLE) while the server is away."""
+        if self._pg is not None and not (self._pg.closed or self._pg.broken):
+            return self._pg
+        self._pg = None
+        now = time.monotonic()
+        if now < self._retry_at:
+            raise BackendError(UNAVAILABLE)
+        try:
             self._pg = connect(self._dsn)
+        except PostgresUnavailable as exc:
+            self._retry_at, self._backoff = now + self._backoff, min(self._backoff * 2, BACKOFF_MAX)
+            if self._away is None:
+                log.warning("task store: %s; reconnecting with backoff", exc)  # the DSN's secrets are masked
+            self._away = str(exc)
+            raise BackendError(UNAVAILABLE) from None
+        if self._away is not None:
+            log.info("task store: database reachable again")
+        self._away, self._retry_at, self._backoff = None, 0.0, BACKOFF_INITIAL
         return self._pg
+
+    def _op(self, work: Callable[[Any], Any]) -> Any:
+        """`work(connection)` in one transaction (the lock held), on a new connection once if the one held
+        turns out dead before the COMMIT: the server rolled that transaction back, so running it again is safe."""
+        for retry in (True, False):
+            conn = self._connection()
+            committing = False
+            try:
+                with conn.transaction():
+                    result = work(conn)
+                    committing = True
+                return result
+            except self._psycopg.Error as exc:
+                if not (conn.closed or conn.broken):
+                    log.warning("task store error: %s", type(exc).__name__)
+                    raise BackendError("the task store failed; the hub log has details") from None
+                conn.close()
+                self._pg = None
+                log.warning("task store connection lost (%s)%s", type(exc).__name__,
+                            "" if committing or not retry else "; running the op again on a new one")
+                if committing:
+                    raise BackendError("the task store's connection was lost during the commit, so whether this "
+                                       "call took is unknown; read the task (task.get) before repeating it") from None
+                if not retry:
+                    raise BackendError(UNAVAILABLE) from None
+        raise AssertionError("unreachable")
 
     def _run(self, handler: Callable[..., dict[str, Any]], identity: Identity, args: dict[str, Any],
              abandoned: threading.Event) -> dict[str, Any]:
@@ -173,15 +246,7 @@ class PgTaskBackend(EmbeddedBackend):
                 raise BackendError("the task backend is closed")
             if abandoned.is_set():
                 raise BackendError("abandoned")
-            try:
-                conn = self._connection()
-                with conn.transaction():
-                    return handler(self, _Dialect(conn), identity, args)
-            except PostgresUnavailable:
-                raise BackendError("the hub's task store is unavailable; try again in a moment") from None
-            except self._psycopg.Error as exc:
-                log.warning("task store error: %s", type(exc).__name__)
-                raise BackendError("the task store failed; the hub log has details") from None
+            return self._op(lambda conn: handler(self, _Dialect(conn), identity, args))
 
     async def answer_question(self, question_id: int, answer: str) -> None:
         """Record the user's answer; the agent sees it in task.get, through any hub."""
@@ -190,15 +255,9 @@ class PgTaskBackend(EmbeddedBackend):
             with self._lock:
                 if self._closed:
                     raise BackendError("the task backend is closed")
-                try:
-                    cur = self._connection().execute(
-                        "UPDATE questions SET status='answered', answer=%s, answered_at=%s WHERE id=%s",
-                        (answer, self._now(), question_id))
-                except PostgresUnavailable:
-                    raise BackendError("the hub's task store is unavailable; try again in a moment") from None
-                except self._psycopg.Error as exc:
-                    log.warning("task store error: %s", type(exc).__name__)
-                    raise BackendError("the task store failed; the hub log has details") from None
+                cur = self._op(lambda conn: conn.execute(
+                    "UPDATE questions SET status='answered', answer=%s, answered_at=%s WHERE id=%s",
+                    (answer, self._now(), question_id)))
                 if cur.rowcount == 0:
                     raise BackendError("no such question")
 
