@@ -29,10 +29,13 @@ def driver() -> Any:
     return psycopg
 
 
-def _connect_args(dsn: PostgresDsn) -> dict[str, Any]:
+def _connect_args(dsn: PostgresDsn, application_name: str | None) -> dict[str, Any]:
+    args: dict[str, Any] = {}
     if dsn.get("connect_timeout") is None and not os.environ.get("PGCONNECT_TIMEOUT"):
-        return {"connect_timeout": DEFAULT_CONNECT_TIMEOUT}
-    return {}
+        args["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT
+    if application_name is not None:  # a hub's name in pg_stat_activity (agentctl.hub.pg_store.hub_tag)
+        args["application_name"] = application_name
+    return args
 
 
 def describe_error(dsn: PostgresDsn, exc: BaseException) -> str:
@@ -41,20 +44,21 @@ def describe_error(dsn: PostgresDsn, exc: BaseException) -> str:
     return dsn.scrub(text)
 
 
-async def connect_async(dsn: PostgresDsn) -> Any:
+async def connect_async(dsn: PostgresDsn, *, application_name: str | None = None) -> Any:
     """A psycopg AsyncConnection in autocommit mode (a listener on the event loop). Raises PostgresUnavailable."""
     psycopg = driver()
     try:
-        return await psycopg.AsyncConnection.connect(dsn.conninfo, autocommit=True, **_connect_args(dsn))
+        return await psycopg.AsyncConnection.connect(dsn.conninfo, autocommit=True,
+                                                     **_connect_args(dsn, application_name))
     except psycopg.Error as exc:
         raise PostgresUnavailable(f"cannot connect to {dsn.display()}: {describe_error(dsn, exc)}") from None
 
 
-def connect(dsn: PostgresDsn, *, autocommit: bool = True) -> Any:
+def connect(dsn: PostgresDsn, *, autocommit: bool = True, application_name: str | None = None) -> Any:
     """A psycopg connection (blocking API). Raises PostgresUnavailable."""
     psycopg = driver()
     try:
-        return psycopg.connect(dsn.conninfo, autocommit=autocommit, **_connect_args(dsn))
+        return psycopg.connect(dsn.conninfo, autocommit=autocommit, **_connect_args(dsn, application_name))
     except psycopg.Error as exc:
         raise PostgresUnavailable(f"cannot connect to {dsn.display()}: {describe_error(dsn, exc)}") from None
 

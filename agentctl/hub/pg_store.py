@@ -14,12 +14,18 @@ the hub holding its daemon), and each `connected` flag belongs to the hub named 
 hub that restarts clears its own flags only.
 
 After every committed change the store sends NOTIFY on CHANNEL with the hub's id and the session's id: the
-other hubs reread that one session (agentctl.hub.shared). The driver is imported through agentctl.postgres
+other hubs reread that one session (agentctl.hub.shared).
+
+A hub's connections carry its tag (`hub_tag`) as their application_name, so every hub can see in
+pg_stat_activity which hubs are alive: the `connected` flags of a hub with no connection left (SIGKILLed,
+its host gone) are cleared by the others (`clear_departed`), since that hub cannot; it clears and rewrites
+its own when it returns. The driver is imported through agentctl.postgres
 only. Every error is a HubStoreError of one line with the DSN's secrets masked.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -46,6 +52,14 @@ from agentctl.migrations import MigrationError, PostgresDialect, require_latest
 from agentctl.postgres import PostgresUnavailable, connect, describe_error, driver, migrate_postgres
 
 CHANNEL = "agentctl_hub"
+TAG_PREFIX = "agentctl-hub "
+# The tag computed by the database from an execution's `hub` column, as hub_tag computes it from a hub's id.
+_TAG_OF_ROW = "'agentctl-hub ' || left(encode(sha256(convert_to(hub, 'UTF8')), 'hex'), 20)"
+
+
+def hub_tag(hub_id: str) -> str:
+    """A hub's application_name: a digest of its id, as application_name is cut at 63 bytes."""
+    return TAG_PREFIX + hashlib.sha256(hub_id.encode()).hexdigest()[:20]
 
 
 def notice_payload(hub_id: str, session_id: str) -> str:
@@ -99,7 +113,7 @@ class PgHubStore:
             for retry in (True, False):
                 try:
                     if self._conn is None or self._conn.closed or self._conn.broken:
-                        self._conn = connect(self.dsn)
+                        self._conn = connect(self.dsn, application_name=hub_tag(self.hub_id) if self.hub_id else None)
                     return work(self._conn)
                 except PostgresUnavailable as exc:
                     raise HubStoreError(str(exc)) from None
@@ -160,9 +174,43 @@ class PgHubStore:
         return decode_execution(row, self.path)
 
     def reset_connected(self) -> None:
-        """This hub just started: nobody is connected to it. Other hubs' flags stay."""
-        self._run("write", lambda conn: conn.execute(
-            "UPDATE executions SET connected=0 WHERE connected!=0 AND hub=%s", (self.hub_id,)))
+        """This hub just started: nobody is connected to it. Other hubs' flags stay; they are told."""
+
+        def work(conn: Any) -> None:
+            with conn.transaction():
+                rows = conn.execute("UPDATE executions SET connected=0 WHERE connected!=0 AND hub=%s "
+                                    "RETURNING session_id", (self.hub_id,)).fetchall()
+                self._notify(conn, sorted({sid for (sid,) in rows}))
+
+        self._run("write", work)
+
+    def live_hubs(self) -> set[str]:
+        """The tags of the hubs with a connection to this database now."""
+        rows = self._run("read", lambda conn: conn.execute(
+            "SELECT DISTINCT application_name FROM pg_stat_activity WHERE datname=current_database() "
+            "AND application_name LIKE %s", (TAG_PREFIX + "%",)).fetchall())
+        return {tag for (tag,) in rows}
+
+    def clear_departed(self, tags: Sequence[str]) -> list[str]:
+        """Clear the `connected` flags of the hubs with these tags that still have no connection (checked in the
+        same statement: a hub back meanwhile keeps its flags); the sessions changed, the other hubs told."""
+
+        def work(conn: Any) -> list[str]:
+            with conn.transaction():
+                rows = conn.execute(
+                    f"UPDATE executions SET connected=0 WHERE connected!=0 AND hub!=%s AND {_TAG_OF_ROW} = ANY(%s) "
+                    "AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datname=current_database() "
+                    f"AND a.application_name = {_TAG_OF_ROW}) RETURNING session_id",
+                    (self.hub_id, list(tags))).fetchall()
+                changed = sorted({sid for (sid,) in rows})
+                self._notify(conn, changed)
+                return changed
+
+        return self._run("write", work)
+
+    def _notify(self, conn: Any, session_ids: Sequence[str]) -> None:
+        for sid in session_ids:
+            conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, notice_payload(self.hub_id, sid)))
 
     def max_hello_order(self) -> int:
         return int(self._run("read", lambda conn: conn.execute(
@@ -198,8 +246,7 @@ class PgHubStore:
                 cur.execute(
                     "UPDATE sessions s SET stale_rejected=COALESCE((SELECT SUM(e.rejected_frames) FROM executions e "
                     "WHERE e.session_id=s.session_id), 0) WHERE s.session_id = ANY(%s)", (touched,))
-                for sid in touched:
-                    cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, notice_payload(self.hub_id, sid)))
+                self._notify(conn, touched)
 
         self._run("write", work)
 
@@ -234,7 +281,7 @@ class PgHubStore:
                     conn.execute("UPDATE sessions SET current_execution_id=%s, "
                                  "last_contact_at=GREATEST(last_contact_at, %s) WHERE session_id=%s",
                                  (eid, ts(now), sid))
-                    conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, notice_payload(self.hub_id, sid)))
+                    self._notify(conn, [sid])
                 session = self._session_of(conn, sid)
             if session is None:  # the row names an execution it does not hold: not ours to repair
                 raise HubStoreError(f"hub database {self.path}: session {sid} has no row for its current execution")

@@ -3,7 +3,14 @@
 and has the hub reread exactly those (no scan of the table), and checks every FENCE_INTERVAL that each
 session with a daemon here is still current in the database, so a fence reaches this hub within that bound
 even when a notification is lost. The listening connection reconnects with backoff; after a gap every
-session is reread once, since notifications sent meanwhile are gone.
+session is reread once, since notifications sent meanwhile are gone, and this hub's daemons' `connected`
+flags are written again (another hub may have taken this one for gone meanwhile).
+
+Every FENCE_INTERVAL it also looks which hubs have a connection to the database (pg_stat_activity, by the
+tag of agentctl.hub.pg_store.hub_tag): a hub seen before and missing at two checks in a row is gone (killed,
+or its host lost), and its daemons' flags are cleared, so no page shows a daemon connected to a dead hub.
+A hub whose database connections all dropped for more than a check while it lived is taken for gone too;
+its daemons' next frames (a heartbeat at the latest) and its own rewrite after the gap set the flags back.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from agentctl.hub.hub_store import HubStoreError
 from agentctl.hub.state import SessionState
 from agentctl.hub.views import session_listing
 from agentctl.upstream import protocol as P
-from agentctl.hub.pg_store import CHANNEL, parse_notice
+from agentctl.hub.pg_store import CHANNEL, hub_tag, parse_notice
 from agentctl.postgres import PostgresUnavailable, connect_async, describe_error, driver
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,6 +50,8 @@ class SharedView:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._first: Any = None  # the listening connection start() opened, for the loop's first round
+        self._seen: set[str] = set()  # other hubs' tags seen connected to the database
+        self._missing: set[str] = set()  # of those, the ones missing at the last check
 
     async def start(self) -> None:
         """Listening before the hub serves (so it is ready at once); raises HubStoreError when it cannot."""
@@ -163,6 +172,39 @@ class SharedView:
             if followed.get(sid) != current:
                 await self.refresh(sid)
 
+    async def check_departed(self) -> None:
+        """Clear the flags of hubs gone from the database (seen before, missing at two checks in a row)."""
+        hub = self.hub
+        if hub._reader is None or hub.store is None:
+            return
+        try:
+            live = await asyncio.to_thread(hub._reader.live_hubs)  # type: ignore[attr-defined]
+        except HubStoreError:
+            return
+        live.discard(hub_tag(hub.hub_id))
+        missing = self._seen - live
+        departed = missing & self._missing
+        self._missing, self._seen = missing - departed, (self._seen - departed) | live
+        if not departed:
+            return
+        try:
+            changed = await asyncio.to_thread(hub.store.clear_departed, sorted(departed))  # type: ignore[attr-defined]
+        except HubStoreError as exc:
+            log.warning("clearing the flags of a departed hub failed: %s", exc)
+            return
+        if changed:
+            log.info("a hub left the database without a goodbye: its daemons in %d sessions marked not connected",
+                     len(changed))
+        for session_id in changed:
+            await self.refresh(session_id)
+
+    def _rewrite_own_flags(self) -> None:
+        """This hub's daemons' rows written again at the next flush (their `connected` flags included)."""
+        hub = self.hub
+        for conn in list(hub._conns):
+            if conn.session is not None and conn.execution is not None:
+                hub._mark(conn.session, conn.execution, history=False)
+
     async def _listen_loop(self) -> None:
         psycopg = driver()
         backoff = BACKOFF_INITIAL
@@ -173,6 +215,7 @@ class SharedView:
                 async with conn:
                     if gap:
                         log.info("hub database notifications resumed; rereading every session")
+                        self._rewrite_own_flags()
                         await self.resync()
                     self.listening, backoff, gap = True, BACKOFF_INITIAL, False
                     async for notice in conn.notifies():
@@ -189,7 +232,7 @@ class SharedView:
             backoff = min(backoff * 2, BACKOFF_MAX)
 
     async def _listening_connection(self) -> Any:
-        conn = await connect_async(self.dsn)
+        conn = await connect_async(self.dsn, application_name=hub_tag(self.hub.hub_id))
         try:
             await conn.execute(f"LISTEN {CHANNEL}")
         except BaseException:
@@ -214,3 +257,4 @@ class SharedView:
         while True:
             await asyncio.sleep(FENCE_INTERVAL)
             await self.check_fences()
+            await self.check_departed()

@@ -2,7 +2,8 @@
 a session's execution 1 on hub A, execution 2 (a real `agentctl serve` daemon) on hub B. The database fences
 execution 1; hub A tells its daemon and rejects its late frames; both hubs' pages and `hub status` show
 execution 2 current, with every count what the daemons sent; a change through B reaches A's page live; and
-hub A SIGKILLed leaves hub B's view right."""
+hub A SIGKILLed leaves hub B's view right (A's daemon shown not connected), and when A returns on its socket
+its daemon resyncs through its snapshot, to the same view on both hubs."""
 
 from __future__ import annotations
 
@@ -162,6 +163,61 @@ async def test_execution_2_on_hub_b_fences_execution_1_on_hub_a_and_both_hubs_sh
     finally:
         if client is not None:
             await client.close()
+        if daemon is not None:
+            daemon.kill()
+        for hub in (hub_a, hub_b):
+            hub.kill()
+
+
+def _views(hub: Proc) -> tuple[list[dict], dict]:
+    """The hub's page: its sessions (without the last contact, which heartbeats move) and session-1's history."""
+    sessions = [{k: v for k, v in s.items() if k != "last_contact"} for s in _page(hub)["sessions"]]
+    history = _page(hub, "/api/sessions/session-1/history")
+    history["session"].pop("last_contact")
+    for execution in history["executions"]:
+        execution.pop("last_contact")
+    return sessions, history
+
+
+async def test_a_hub_sigkilled_leaves_the_other_hubs_view_right_and_its_daemon_resyncs_through_the_snapshot_on_return(
+        pg_db: PgDatabase, short_dir: Path):
+    d = short_dir
+    dsn = _dsn_file(d, pg_db)
+    hub_a, hub_b = _start_hub(d, "a", dsn), _start_hub(d, "b", dsn)
+    daemon = None
+    try:
+        daemon = start_daemon(d, write_spec(d, execution="exec-1", upstream=str(d / "a.sock")), name="daemon-a")
+        status, opened = control(daemon).post("/v1/session/new")
+        assert status == 200
+
+        def listed(hub: Proc, attempt: str, connected: bool) -> bool:
+            sessions = _page(hub)["sessions"]
+            return (len(sessions) == 1 and sessions[0]["execution_id"] == "exec-1"
+                    and (sessions[0]["attempt"] or {}).get("attempt_id") == attempt
+                    and sessions[0]["connected"] is connected)
+
+        await eventually(lambda: listed(hub_b, opened["attempt_id"], True), timeout=20, what="A's daemon on B's page")
+
+        # Hub A SIGKILLed: no goodbye, no flag cleared by A. Hub B sees it gone from the database and shows A's
+        # daemon not connected, its session otherwise as A last wrote it.
+        hub_a.popen.kill()
+        hub_a.popen.wait(timeout=10)
+        await eventually(lambda: listed(hub_b, opened["attempt_id"], False), timeout=FENCE_BOUND,
+                         what="B to show the dead hub's daemon not connected")
+
+        # The daemon goes on meanwhile (its publisher buffers); hub A returns on the same socket.
+        status, reset = control(daemon).post("/v1/session/reset")
+        assert status == 200
+        hub_a = _start_hub(d, "a", dsn)
+        await eventually(lambda: listed(hub_a, reset["attempt_id"], True) and listed(hub_b, reset["attempt_id"], True),
+                         timeout=20, what="the daemon's snapshot through the returned hub on both pages")
+        # Both views are the same, and the history is the daemon's own.
+        await eventually(lambda: _views(hub_a) == _views(hub_b), timeout=10, what="both hubs' views equal")
+        _, history = _views(hub_b)
+        assert history["current"]["attempt_id"] == daemon_report(daemon)["current"]["attempt_id"] == reset["attempt_id"]
+        assert [e["flags"] for e in history["executions"]] == ["current, connected"]
+        assert [p["attempt_id"] for p in history["previous"]] == [opened["attempt_id"]]
+    finally:
         if daemon is not None:
             daemon.kill()
         for hub in (hub_a, hub_b):
