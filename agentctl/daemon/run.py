@@ -138,7 +138,7 @@ async def _run_main_job(
     async def start() -> None:
         try:
             if hub_dir is not None:
-                from agentctl.hub.hub import embedded_hub
+                from agentctl.hub.embedded import embedded_hub
 
                 state_dir = daemon.ctx.state_dir
                 hub = embedded_hub(hub_dir, db_path=state_dir / "hub.sqlite3", tasks_db=state_dir / "tasks.sqlite3")

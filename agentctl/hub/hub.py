@@ -24,8 +24,7 @@ import os
 import socket
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
@@ -72,7 +71,7 @@ from agentctl.hub.hub_store import (
 from agentctl.hub.stores import label, open_store, open_task_store
 from agentctl.hub.shared import SharedView
 from agentctl.hub.state import ExecutionState, SessionState
-from agentctl.hub.views import evict, report_view, status_view
+from agentctl.hub.views import evict, report_view, session_listing, status_view
 from agentctl.lifecycle import StackedService, StopStack
 from agentctl.upstream import protocol as P
 from agentctl.upstream.frames_io import STREAM_LIMIT, read_frame_line
@@ -116,7 +115,7 @@ class Hub(StackedService):
         self.sessions: dict[str, SessionState] = {}  # the hot ones; see hub_store.HOT_SESSIONS
         self.hot_sessions = hot_sessions
         self._cold: dict[str, HubSession] = {}  # every other session's listing; the rest is in the database
-        self._reader: SessionStore | None = None  # read-only: cold sessions on the loop, never blocked by a flush
+        self._reader: SessionStore | None = None  # read-only: cold sessions, never blocked by a flush
         self.store: SessionStore | None = None
         self.backend: EmbeddedBackend | None = None
         self._server: asyncio.AbstractServer | None = None
@@ -278,8 +277,19 @@ class Hub(StackedService):
         session = self.sessions.get(session_id) or self._read_cold(session_id)
         return report_view(session, execution_id) if session is not None else None
 
+    async def read_report(self, session_id: str, execution_id: str | None = None) -> HubSessionReport | None:
+        """report(), a cold session read in a worker thread: a slow query never stalls the loop (the page, the
+        daemons' frames, /readyz)."""
+        session = self.sessions.get(session_id) or await asyncio.to_thread(self._read_cold, session_id)
+        return report_view(session, execution_id) if session is not None else None
+
+    def listing(self, session_id: str) -> HubSession | None:
+        """The session's listing from memory, hot or cold."""
+        session = self.sessions.get(session_id)
+        return session_listing(session) if session is not None else self._cold.get(session_id)
+
     def _read_cold(self, session_id: str) -> SessionState | None:
-        """A session that left memory, read whole from the database (one indexed query, on the loop)."""
+        """A session that left memory, read whole from the database (one indexed query)."""
         if session_id not in self._cold or self._reader is None:
             return None
         try:
@@ -581,20 +591,3 @@ class Hub(StackedService):
             for conn in list(self._conns):
                 if now - conn.last_rx > conn.idle_limit and not conn.writer.transport.is_closing():
                     self._refuse(conn, "idle_timeout", "nothing received for three heartbeats")
-
-
-@asynccontextmanager
-async def embedded_hub(
-    directory: str | os.PathLike[str],
-    *,
-    db_path: str | os.PathLike[str] | None = None,
-    tasks_db: str | os.PathLike[str] | None = None,
-) -> AsyncIterator[str]:
-    """An in-process hub for `agentctl run`: yields the socket path to put in `[upstream] socket`.
-
-    `directory` must be private (0700) and short enough for an AF_UNIX path; the database defaults to
-    `directory/hub.sqlite3`, the task store to the database's name with `.tasks.sqlite3`.
-    """
-    directory = Path(directory)
-    async with Hub(directory / "hub.sock", db_path or directory / "hub.sqlite3", tasks_db=tasks_db) as hub:
-        yield str(hub.socket_path)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import os
 import sqlite3
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -169,11 +170,13 @@ def decode_execution(row: tuple[Any, ...], where: str) -> ExecutionState:
 
 
 class HubStore:
-    """The SQLite file. Writable (the hub) or read-only (the CLI). Not thread-safe: one user at a time."""
+    """The SQLite file. Writable (the hub) or read-only (the CLI). One user at a time, except load_session,
+    which takes a lock: the hub reads cold sessions both on its loop and in worker threads."""
 
     def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False) -> None:
         self.path = Path(path)
         self.readonly = readonly
+        self._lock = threading.Lock()
         self.migration: MigrationResult | None = None  # what opening it did to its schema (writable only)
         try:
             self._conn = self._open()
@@ -224,10 +227,12 @@ class HubStore:
         """One session whole (a cold session the live hub reads on demand); None when the file has none."""
         try:
             one = (session_id,)
-            row = self._conn.execute(f"SELECT {SESSION_COLS} FROM sessions WHERE session_id=?", one).fetchone()
-            if row is None:
-                return None
-            rows = self._conn.execute(f"SELECT {EXECUTION_COLS} FROM executions WHERE session_id=?", one).fetchall()
+            with self._lock:
+                row = self._conn.execute(f"SELECT {SESSION_COLS} FROM sessions WHERE session_id=?", one).fetchone()
+                if row is None:
+                    return None
+                rows = self._conn.execute(f"SELECT {EXECUTION_COLS} FROM executions WHERE session_id=?",
+                                          one).fetchall()
         except sqlite3.Error as exc:
             raise HubStoreError(f"cannot read hub database {self.path}: {exc}") from None
         session = session_of_row(row)

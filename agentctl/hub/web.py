@@ -299,8 +299,8 @@ class HubWeb(StackedService):
     def _now(self) -> datetime:
         return datetime.now(UTC)
 
-    def _report(self, request: web.Request) -> Any:
-        report = self.hub.report(request.match_info["sid"])
+    async def _report(self, request: web.Request) -> Any:
+        report = await self.hub.read_report(request.match_info["sid"])
         if report is None:
             raise Refusal(404, "unknown_session", "the hub has no such session")
         return report
@@ -316,19 +316,19 @@ class HubWeb(StackedService):
         return _json(status_page(self.hub.status().sessions, self._now()))
 
     async def _history(self, request: web.Request) -> web.Response:
-        return _json(history_view(self._report(request)))
+        return _json(history_view((await self._report(request))))
 
     async def _tools(self, request: web.Request) -> web.Response:
-        return _json(tools_view(self._report(request)))
+        return _json(tools_view((await self._report(request))))
 
     async def _tool(self, request: web.Request) -> web.Response:
-        view = tool_view(self._report(request), request.match_info["name"])
+        view = tool_view((await self._report(request)), request.match_info["name"])
         if view is None:
             return error_response(404, "unknown_tool", "no tool of that name in the built-in server's current catalog")
         return _json(view)
 
     async def _diagnostics(self, request: web.Request) -> web.Response:
-        text = diagnostics_text(self._report(request), self._now())
+        text = diagnostics_text((await self._report(request)), self._now())
         if text is None:
             return error_response(404, "no_snapshot", "no snapshot from this session's current execution yet")
         return _json({"text": text})
@@ -336,7 +336,7 @@ class HubWeb(StackedService):
     # -- actions --------------------------------------------------------------------------------------
 
     async def _test_endpoint(self, request: web.Request) -> web.Response:
-        report = self._report(request)
+        report = (await self._report(request))
         try:
             body = msgspec.json.decode(await request.read() or b"{}", type=_TestBody)
         except msgspec.ValidationError as exc:
@@ -359,7 +359,7 @@ class HubWeb(StackedService):
         return _json({"server": body.server, "result": result, "view": endpoint_test_view(result)})
 
     async def _agent_output(self, request: web.Request) -> web.Response:
-        session_id = self._report(request).session.session_id
+        session_id = (await self._report(request)).session.session_id
         try:
             view = await self.hub.read_stderr(session_id)
         except HubRequestError as exc:
@@ -397,9 +397,9 @@ class HubWeb(StackedService):
                 stream.wake.clear()
                 pending, stream.pending = stream.pending, set()
                 for sid in sorted(pending):
-                    report = self.hub.report(sid)
-                    if report is not None:
-                        await self._send(response, "session", session_view(report.session))
+                    listing = self.hub.listing(sid)  # from memory: a cold session is not read from the database
+                    if listing is not None:
+                        await self._send(response, "session", session_view(listing))
         except ConnectionError:
             pass  # the page went away
         finally:

@@ -8,7 +8,7 @@ import subprocess
 from agentctl.cli import main
 from agentctl.daemon.app import Daemon
 from agentctl.spec import parse_spec
-from agentctl.hub.hub import embedded_hub
+from agentctl.hub.embedded import embedded_hub
 from tests.conftest import REPO, agentctl_cmd, spec_toml
 from tests.upstream.procs import start_hub
 from tests.upstream.support import eventually

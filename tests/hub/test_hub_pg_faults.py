@@ -1,16 +1,21 @@
 """Faults of a shared PostgreSQL, with real parts: the server restarted by `pg_ctl` mid-ingest (hubs reconnect
 with backoff, `/readyz` says the database is unavailable meanwhile, nothing sent is lost), and a hello while it
-is down (refused as `unavailable`; the real publisher keeps buffering and gets in once the server is back)."""
+is down (refused as `unavailable`; the real publisher keeps buffering and gets in once the server is back), and a
+slow read of a session the hub holds cold (a table lock), which runs off the event loop: `/readyz` answers."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from pathlib import Path
 
 import aiohttp
+import psycopg
 
 from agentctl.dsn import parse_location
 from agentctl.evidence.contract import encode
+from agentctl.hub.pg_store import hub_tag
 from agentctl.hub.stores import open_store
 from agentctl.hub.web import HubWeb
 from agentctl.upstream.publisher import Publisher
@@ -75,3 +80,43 @@ async def test_postgresql_restarted_mid_ingest_loses_nothing_and_readyz_says_una
     finally:
         await one.stop()
         await late.stop()
+
+
+async def test_a_slow_read_of_a_cold_session_does_not_stall_the_hub_and_its_readyz(
+        pg_hubs, pg_server: PgServer, pg_db: PgDatabase, tmp_path: Path):
+    a, b, page = pg_hubs
+    ctx = make_ctx(tmp_path / "nine", identity(session="session-9", execution="exec-9"))
+    publisher = Publisher(ctx, b.socket_path, backoff_initial=0.05, backoff_max=0.5)
+    publisher.start()
+    locker = psycopg.connect(pg_db.url)  # not autocommit: the lock lasts until the rollback
+    # A safety net for a hub that does block its loop: then nothing else runs until the lock is gone.
+    release = threading.Timer(10, locker.rollback)
+    try:
+        await eventually(lambda: publisher.connected, what="the publisher connected to hub B")
+        attempt, _ = ctx.ledger.begin_attempt("session_new", SEEDS)
+        # Hub A holds no daemon of this session: it lists it cold and reads it from the database on demand.
+        await eventually(lambda: (cold := a._cold.get("session-9")) is not None and cold.current_attempt is not None
+                         and cold.current_attempt.attempt_id == attempt, timeout=20,
+                         what="hub A to list hub B's session, with its attempt, cold")
+
+        locker.execute("LOCK TABLE executions IN ACCESS EXCLUSIVE MODE")  # the reads of hub A wait on it
+        release.start()
+        async with aiohttp.ClientSession(headers={"Authorization": "Bearer " + "t" * 32}) as http:
+            history = asyncio.ensure_future(http.get(page.url + "api/sessions/session-9/history"))
+            waiting = ("SELECT count(*) FROM pg_stat_activity WHERE application_name=%s AND wait_event_type='Lock'",
+                       (hub_tag(a.hub_id),))
+            await eventually(lambda: pg_server.admin().execute(*waiting).fetchone()[0] > 0, timeout=5,
+                             what="hub A's read of the cold session waiting on the lock")
+            started = time.monotonic()
+            async with http.get(page.url + "readyz") as resp:
+                assert resp.status == 200
+            assert time.monotonic() - started < 2.0, "readyz waited for the slow read"
+            assert not history.done()
+            locker.rollback()
+            async with await history as resp:
+                assert resp.status == 200
+                assert (await resp.json())["current"]["attempt_id"] == attempt
+    finally:
+        release.cancel()
+        locker.close()
+        await publisher.stop()
