@@ -127,6 +127,7 @@ class Hub(StackedService):
         self._dirty_executions: dict[tuple[str, str], bool] = {}  # -> history changed
         self._order = 0
         self._tasks: list[asyncio.Task[None]] = []
+        self._recovery: asyncio.Future[None] | None = None  # the task store's reconnect (_sweep_loop)
         self._listeners: list[Callable[[str], None]] = []
         self._flush_lock = asyncio.Lock()
         self._flush_failed = False
@@ -585,8 +586,10 @@ class Hub(StackedService):
     async def _sweep_loop(self) -> None:
         while True:
             await asyncio.sleep(SWEEP_INTERVAL)
-            if self.backend is not None and self.backend.problem() is not None:  # not waiting for a tool call
-                await asyncio.to_thread(self.backend.recover)
+            backend, recovery = self.backend, self._recovery  # a task store away comes back without a tool call
+            if backend is not None and backend.problem() is not None and (recovery is None or recovery.done()):
+                # Not awaited: a connect may take its whole timeout, and the sweep must go on meanwhile.
+                self._recovery = asyncio.ensure_future(asyncio.to_thread(backend.recover))
             now = time.monotonic()
             for conn in list(self._conns):
                 if now - conn.last_rx > conn.idle_limit and not conn.writer.transport.is_closing():
