@@ -202,8 +202,8 @@ async def test_a_hub_sigkilled_leaves_the_other_hubs_view_right_and_its_daemon_r
         # daemon not connected, its session otherwise as A last wrote it.
         hub_a.popen.kill()
         hub_a.popen.wait(timeout=10)
-        await eventually(lambda: listed(hub_b, opened["attempt_id"], False), timeout=FENCE_BOUND,
-                         what="B to show the dead hub's daemon not connected")
+        await eventually(lambda: listed(hub_b, opened["attempt_id"], False), timeout=FENCE_BOUND + 10,
+                         what="B to show the dead hub's daemon not connected")  # ~2 s: two checks, then a reread
 
         # The daemon goes on meanwhile (its publisher buffers); hub A returns on the same socket.
         status, reset = control(daemon).post("/v1/session/reset")
