@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests.web.conftest import NO_DRIVER, REQUIRE, desktop
+from tests.web.conftest import NO_DRIVER, REQUIRE, desktop, watched_page
 from tests.web.world import TERMINAL_CANARY, TOKEN, terminal_world
 
 try:
@@ -22,12 +22,9 @@ except ImportError:
 async def test_the_terminal_button_fetches_the_screen_on_click_and_xterm_shows_it_read_only(short_dir, browser, artifacts):
     async with terminal_world(short_dir) as (hub, web, daemon):
         context = await desktop(browser)
-        page = await context.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page = await watched_page(context, web.url + "#token=" + TOKEN)
         fetches: list[str] = []
         page.on("request", lambda r: fetches.append(r.method) if r.url.endswith("/agent-terminal") else None)
-        await page.goto(web.url + "#token=" + TOKEN)
         row = page.locator("li.session[data-sid='session-t']")
         panel = row.locator(".panel")
         await row.locator(".mcp-trigger").click()
@@ -63,5 +60,5 @@ async def test_the_terminal_button_fetches_the_screen_on_click_and_xterm_shows_i
         await page.keyboard.press("Escape")
         await expect(page.locator(".xterm")).to_have_count(0)
         assert TERMINAL_CANARY not in await page.content()
-        assert errors == []
+        assert page.errors == []
         await context.close()
