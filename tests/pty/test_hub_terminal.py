@@ -1,6 +1,6 @@
 """The hub page's view of a terminal agent's screen, end to end: a real daemon whose agent runs on a PTY, a real
 hub asking it over the upstream socket (`terminal_read`), the page's route answering the recent screen, read-only
-and on request; the screen reaches neither the hub's database nor any log line."""
+and on request (a closed terminal's last screen too, marked so); the screen reaches no file and no log line."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import logging
 
 import aiohttp
 
-from tests.pty.conftest import screen_text
+from tests.conftest import eventually
+from tests.pty.conftest import Collector, screen_text
 from tests.web.world import TERMINAL_CANARY, TOKEN, terminal_world
 
 
-async def test_the_hub_route_returns_the_terminal_agents_recent_screen_and_keeps_it_nowhere(short_dir, caplog):
+async def test_the_hub_route_returns_the_terminal_agents_recent_screen_then_its_last_and_keeps_it_nowhere(short_dir, caplog):
     caplog.set_level(logging.DEBUG)
     async with terminal_world(short_dir) as (hub, web, daemon):
         async with aiohttp.ClientSession(headers={"Authorization": "Bearer " + TOKEN}) as http:
@@ -33,6 +34,21 @@ async def test_the_hub_route_returns_the_terminal_agents_recent_screen_and_keeps
         shown = screen_text(screen, view["rows"], view["cols"])
         assert "tty=True ctty=True fg=True size=24x80" in shown and f"echo {TERMINAL_CANARY}" in shown
         assert body["notes"] == ["24 rows x 80 columns, read-only"]
+
+        # The agent exits (it is told `quit`): its terminal closes, and its last screen is still shown, marked so.
+        host = daemon.agent.supervisor.process.terminal
+        typist = Collector()
+        host.attach(typist)
+        assert host.claim(typist) and host.write(typist, b"quit\r")
+        await eventually(lambda: not host.open, what="the agent's terminal closed")
+        await eventually(lambda: hub.report("session-t").session.agent.state == "exited", what="the exit at the hub")
+        async with aiohttp.ClientSession(headers={"Authorization": "Bearer " + TOKEN}) as http:
+            async with http.post(web.url + "api/sessions/session-t/agent-terminal") as resp:
+                assert resp.status == 200
+                last = await resp.json()
+        assert last["view"]["open"] is False and last["view"]["agent_state"] == "exited"
+        assert "echo quit" in screen_text(base64.b64decode(last["view"]["screen"]))
+        assert "(the agent's terminal is closed: the agent is not running; this is its last screen)" in last["notes"]
         await hub.flush()
     # Shown on request only: the hub kept it in no file and no log line (at debug level, every logger).
     files = [path for path in short_dir.rglob("*") if path.is_file()]
