@@ -99,6 +99,7 @@ class PtyHost:
         self._holder: Viewer | None = None
         self._replay: deque[bytes] = deque()
         self._replay_bytes = 0
+        self._seen = 0
         self._pending_input = bytearray()
         self._paused = 0
         self._reading = False
@@ -130,6 +131,11 @@ class PtyHost:
     def replay(self) -> bytes:
         """The tail of what the agent printed (at most REPLAY_BYTES), for a viewer that attaches now."""
         return b"".join(self._replay)
+
+    @property
+    def bytes_seen(self) -> int:
+        """Everything the agent has printed on this terminal, in bytes (the replay keeps only its tail)."""
+        return self._seen
 
     # -- output ---------------------------------------------------------------------------------------
 
@@ -184,6 +190,7 @@ class PtyHost:
             self._finish()
 
     def _deliver(self, data: bytes) -> None:
+        self._seen += len(data)
         self._ring.feed(data)
         for tap in list(self._taps):
             try:

@@ -289,6 +289,9 @@ class AgentState(Base, kw_only=True):
     # (`claude:stream-json-init`), or, when none is available, `report_note` says so plainly.
     report_source: ReportSource | None = None
     report_note: str | None = None
+    # A passthrough CLI on a pseudo-terminal the daemon owns (`[agent] terminal = true`): its screen can be
+    # attached to, and an upstream may ask for its recent screen (`terminal_read`).
+    terminal: bool = False
 
 
 class RefusalCount(Base, kw_only=True):
@@ -397,6 +400,27 @@ class StderrView(msgspec.Struct, kw_only=True):
     truncated: bool
     total_bytes_seen: int
     empty: bool
+
+
+class TerminalView(msgspec.Struct, kw_only=True):
+    """The on-demand recent screen of the agent's terminal (an upstream's `terminal_read`). May contain
+    sensitive data (it is what the agent's screen showed); never stored, logged or cached.
+
+    `screen` is the tail of what the agent printed, bytes as the terminal got them (escape sequences
+    included; base64 in JSON), at most MAX_TERMINAL_BYTES; replaying it on a `rows` x `cols` terminal shows
+    the recent screen. `terminal` says whether the agent runs on a terminal at all, `open` whether that
+    terminal is still open (a closed one's last screen is still shown). `truncated`: older output was cut.
+    """
+
+    warning: str
+    agent_state: str | None
+    terminal: bool
+    open: bool
+    rows: int
+    cols: int
+    screen: bytes
+    truncated: bool
+    total_bytes_seen: int
 
 
 class EndpointTestResponse(msgspec.Struct, kw_only=True):

@@ -38,17 +38,12 @@ from agentctl.evidence.contract import (
     HubStatus,
     Identity,
     StderrView,
+    TerminalView,
     encode,
 )
 from agentctl.evidence.ledger import utcnow
-from agentctl.listener_guard import (
-    ListenerGuard,
-    RateLimitedLog,
-    forget_listener,
-    hold,
-    install_accept_error_log,
-    name_listener,
-)
+from agentctl.listener_guard import (ListenerGuard, RateLimitedLog, forget_listener, hold, install_accept_error_log,
+                                     name_listener)
 from agentctl.hub import rules
 from agentctl.hub.hub_conn import (  # noqa: F401 - the caps are the hub's, re-exported for its page and units
     DAEMON_CONNECTIONS,
@@ -309,13 +304,19 @@ class Hub(StackedService):
 
     async def read_stderr(self, session_id: str, *, timeout: float = 10.0) -> StderrView:
         """Recent agent output of the session's current daemon, on demand. Never stored or logged here."""
-        answer = await self._request(session_id, P.StderrReadFrame, timeout)
-        return answer.view
+        return (await self._request(session_id, P.StderrReadFrame, timeout)).view
+
+    async def read_terminal(self, session_id: str, *, timeout: float = 10.0) -> TerminalView:
+        """The session's agent terminal's recent screen, on demand (asked only of a daemon whose agent is on one:
+        another does not know the frame). Never stored, logged or cached here."""
+        conn = self._live_conn(session_id)
+        if conn is not None and not conn.on_terminal:
+            raise HubRequestError("not_supported", "the session's agent does not run on a terminal")
+        return (await self._request(session_id, P.TerminalReadFrame, timeout)).view
 
     async def test_endpoint(self, session_id: str, server: str, *, timeout: float = 65.0) -> EndpointTestResult:
         """Ask the session's current daemon to test one stored server by name."""
-        answer = await self._request(session_id, P.EndpointTestFrame, timeout, server=server)
-        return answer.result
+        return (await self._request(session_id, P.EndpointTestFrame, timeout, server=server)).result
 
     async def _request(self, session_id: str, kind: type, timeout: float, **fields: Any) -> Any:
         conn = self._live_conn(session_id)
@@ -458,7 +459,7 @@ class Hub(StackedService):
             task.add_done_callback(conn.tasks.discard)
             self._tool_tasks.add(task)
             task.add_done_callback(self._tool_tasks.discard)
-        elif isinstance(received, (P.StderrResultFrame, P.EndpointTestResultFrame)):
+        elif isinstance(received, (P.StderrResultFrame, P.TerminalResultFrame, P.EndpointTestResultFrame)):
             future = conn.pending.get(received.id)
             if future is not None and not future.done():
                 future.set_result(received)

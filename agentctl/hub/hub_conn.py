@@ -89,6 +89,12 @@ class HubConnection:
         standing = self.standing
         return standing is not None and standing != "current"
 
+    @property
+    def on_terminal(self) -> bool:
+        """The daemon's agent runs on a terminal (only such a daemon knows `terminal_read`)."""
+        history = self.execution.history if self.execution is not None else None
+        return bool(history and history.agent and history.agent.terminal)
+
     def send(self, line: bytes) -> None:
         transport = self.writer.transport
         if transport.is_closing():

@@ -10,7 +10,7 @@ needed for it: nothing here is a secret.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -25,11 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
 METRICS_PATH = "/metrics"
 
 # The frames a daemon sends, by their type tag (the decoder accepts no other).
-FRAME_KINDS: tuple[str, ...] = tuple(
-    t.__struct_config__.tag for t in (P.HelloFrame, P.SnapshotFrame, P.EvidenceFrame, P.AgentFrame,
-                                      P.ToolCallFrame, P.StderrResultFrame, P.EndpointTestResultFrame,
-                                      P.HeartbeatFrame, P.ErrorFrame)
-)
+FRAME_KINDS: tuple[str, ...] = tuple(t.__struct_config__.tag for t in get_args(P.DaemonFrame))
 
 
 def gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

@@ -13,8 +13,9 @@ Safety:
   sessionStorage. A URL with a token in its query is refused, so a token never lands in a log or history;
 - actions take stored names only: a server name of the session's current attempt for the endpoint test
   (the daemon tests its own stored configuration), nothing at all for agent output;
-- recent agent output is fetched only on an explicit POST and answered `Cache-Control: no-store`, like
-  every /api answer; it is never logged, stored or part of the copied diagnostics.
+- recent agent output and the agent terminal's recent screen are fetched only on an explicit POST and answered
+  `Cache-Control: no-store`, like every /api answer; they are never logged, stored or part of the copied
+  diagnostics. The page renders the screen in a read-only xterm.js (static/vendor/xterm: vendored, no CDN).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from agentctl.hub.web_view import (
     output_notes,
     session_view,
     status_page,
+    terminal_notes,
     tool_view,
     tools_view,
 )
@@ -66,7 +68,9 @@ log = logging.getLogger("agentctl.hub.web")
 
 STATIC = Path(__file__).parent / "static"
 ASSETS = {"/": ("index.html", "text/html"), "/app.js": ("app.js", "text/javascript"),
-          "/views.js": ("views.js", "text/javascript"), "/app.css": ("app.css", "text/css")}
+          "/views.js": ("views.js", "text/javascript"), "/app.css": ("app.css", "text/css"),
+          "/vendor/xterm/xterm.js": ("vendor/xterm/xterm.js", "text/javascript"),
+          "/vendor/xterm/xterm.css": ("vendor/xterm/xterm.css", "text/css")}
 TOKEN_BYTES = 32
 MIN_TOKEN_CHARS = 16
 MAX_STREAMS = 32
@@ -206,6 +210,7 @@ class HubWeb(StackedService):
         app.router.add_get("/api/sessions/{sid}/diagnostics", self._diagnostics, allow_head=False)
         app.router.add_post("/api/sessions/{sid}/test-endpoint", self._test_endpoint)
         app.router.add_post("/api/sessions/{sid}/agent-output", self._agent_output)
+        app.router.add_post("/api/sessions/{sid}/agent-terminal", self._agent_terminal)
         app.router.add_get(METRICS_PATH, metrics_handler(hub_registry(self.hub)), allow_head=False)
         app.on_shutdown.append(self._on_shutdown)
         runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0, **runner_logging)
@@ -365,6 +370,24 @@ class HubWeb(StackedService):
         except HubRequestError as exc:
             return error_response(503 if exc.code == "unavailable" else 502, exc.code, str(exc))
         return _json({"view": view, "notes": output_notes(view)})
+
+    async def _agent_terminal(self, request: web.Request) -> web.Response:
+        session = self._report(request).session
+        no_terminal = error_response(409, "no_terminal", "the session's agent does not run on a terminal (a "
+                                     "passthrough agent with [agent] terminal = true does)")
+        if session.agent is None or not session.agent.terminal:
+            return no_terminal  # never asked: a daemon without terminals does not know the request
+        try:
+            view = await self.hub.read_terminal(session.session_id)
+        except HubRequestError as exc:
+            if exc.code == "not_supported":
+                return no_terminal
+            return error_response(503 if exc.code == "unavailable" else 502, exc.code, str(exc))
+        if not view.terminal:
+            return no_terminal
+        if not view.open and not view.screen:
+            return error_response(409, "terminal_closed", "the agent's terminal is closed (the agent is not running)")
+        return _json({"view": view, "notes": terminal_notes(view)})
 
     # -- live updates ---------------------------------------------------------------------------------
 

@@ -3,7 +3,8 @@
 The page renders text only; every label, colour name, plain-language line, checklist step and note comes
 from here, and here it comes from the same functions `agentctl status`, `diagnostics` and `tools` use
 (control/render.py, diagnostics/render.py, diagnostics/diagnostics.py), so the page and the terminal say the
-same things. Only sanitized contract data goes in: no agent output (that has its own route, on request).
+same things. Only sanitized contract data goes in: no agent output (that, and the agent terminal's screen,
+have their own routes, on request).
 """
 
 from __future__ import annotations
@@ -52,6 +53,14 @@ from agentctl.evidence.contract import (
     HubSessionReport,
     ServerRow,
     StderrView,
+    TerminalView,
+)
+from agentctl.upstream.protocol import MAX_TERMINAL_BYTES
+
+# Shown before the terminal view is fetched (the daemon's answer carries its own warning too).
+TERMINAL_WARNING = (
+    "the agent's terminal screen may contain sensitive data (prompts, file contents, tokens); it is fetched "
+    "from the daemon only when you ask, shown read-only, and never persisted"
 )
 
 # The terminal's colour for a display state, as a name the stylesheet knows; `configured` stays plain.
@@ -165,13 +174,14 @@ def session_view(session: HubSession) -> dict[str, Any]:
         "stale": f"rejected {plural(session.stale_rejected, 'frame')} from superseded executions or instances"
         if session.stale_rejected else None,
         "agent": _agent_text(session),
+        "terminal": bool(session.agent and session.agent.terminal),
         "attempt": attempt_view(session.current_attempt, session.agent),
     }
 
 
 def status_page(sessions: list[HubSession], now: datetime) -> dict[str, Any]:
     return {"version": CONTRACT_VERSION, "generated_at": now, "output_warning": STDERR_WARNING,
-            "sessions": [session_view(s) for s in sessions]}
+            "terminal_warning": TERMINAL_WARNING, "sessions": [session_view(s) for s in sessions]}
 
 
 def output_notes(view: StderrView) -> list[str]:
@@ -184,6 +194,16 @@ def output_notes(view: StderrView) -> list[str]:
         notes.append("(the agent has exited; this is its last output)")
     if view.truncated:
         notes.append("(older output dropped: at most 50 lines and 16 KiB are kept)")
+    return notes
+
+
+def terminal_notes(view: TerminalView) -> list[str]:
+    """What the page says around the agent terminal's screen (its warning is the view's own)."""
+    notes = [f"{view.rows} rows x {view.cols} columns, read-only"] if view.rows else []
+    if not view.open:
+        notes.append("(the agent's terminal is closed: the agent is not running; this is its last screen)")
+    if view.truncated:
+        notes.append(f"(older output dropped: the last {MAX_TERMINAL_BYTES // 1024} KiB the agent printed are kept)")
     return notes
 
 

@@ -25,6 +25,7 @@ from agentctl.evidence.contract import (
     EvidenceEvent,
     Identity,
     StderrView,
+    TerminalView,
 )
 from agentctl.evidence.decode_errors import describe_decode_error
 
@@ -34,6 +35,9 @@ MAX_FRAME_BYTES = 1024 * 1024  # JSON bytes of one frame, not counting the newli
 # 16 KiB, never persisted.
 MAX_STDERR_LINES = 50
 MAX_STDERR_BYTES = 16 * 1024
+# The on-demand recent screen of the agent's terminal: the tail of what it printed (the daemon keeps 32 KiB
+# for a viewer that attaches), never persisted.
+MAX_TERMINAL_BYTES = 32 * 1024
 
 # Stable error codes (error frames, ProtocolError.code). Documented in docs/upstream-protocol.md.
 ERROR_CODES: tuple[str, ...] = (
@@ -125,10 +129,20 @@ class ToolCallFrame(_Frame, tag="tool_call"):
 
 
 class StderrResultFrame(_Frame, tag="stderr_result"):
-    """Answer to stderr_read: the bounded window of recent agent output. The only frame carrying agent output."""
+    """Answer to stderr_read: the bounded window of recent agent output. With terminal_result, the only frames
+    carrying agent output."""
 
     id: str
     view: StderrView
+
+
+class TerminalResultFrame(_Frame, tag="terminal_result"):
+    """Answer to terminal_read: the agent terminal's recent screen (at most MAX_TERMINAL_BYTES as printed),
+    its size, and whether the agent is on a terminal at all. With stderr_result, the only frames carrying
+    agent output."""
+
+    id: str
+    view: TerminalView
 
 
 class EndpointTestResultFrame(_Frame, tag="endpoint_test_result"):
@@ -157,6 +171,16 @@ class StderrReadFrame(_Frame, tag="stderr_read"):
     id: str
     max_lines: int = MAX_STDERR_LINES
     max_bytes: int = MAX_STDERR_BYTES
+
+
+class TerminalReadFrame(_Frame, tag="terminal_read"):
+    """Ask for the agent terminal's recent screen; the daemon answers at most MAX_TERMINAL_BYTES (32 KiB).
+
+    Sent only to a daemon whose agent state says `terminal`: a daemon without terminals does not know this
+    frame (and would close the connection as malformed)."""
+
+    id: str
+    max_bytes: int = MAX_TERMINAL_BYTES
 
 
 class EndpointTestFrame(_Frame, tag="endpoint_test"):
@@ -189,6 +213,7 @@ DaemonFrame = Union[  # noqa: UP007 - msgspec needs a Union object for the decod
     AgentFrame,
     ToolCallFrame,
     StderrResultFrame,
+    TerminalResultFrame,
     EndpointTestResultFrame,
     HeartbeatFrame,
     ErrorFrame,
@@ -196,6 +221,7 @@ DaemonFrame = Union[  # noqa: UP007 - msgspec needs a Union object for the decod
 UpstreamFrame = Union[  # noqa: UP007
     ToolResultFrame,
     StderrReadFrame,
+    TerminalReadFrame,
     EndpointTestFrame,
     HeartbeatFrame,
     ErrorFrame,

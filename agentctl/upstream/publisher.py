@@ -12,7 +12,7 @@ it to a bounded queue (frames and bytes). When the queue is full, or while disco
 queued: the queue is dropped, the drop counted, and the next snapshot resynchronises the upstream (the
 history is the source of truth, so a snapshot repairs any gap). Reconnects use capped exponential backoff
 with jitter. The connection also carries the tool tunnel (agentctl.upstream.tunnel) and answers the
-upstream's on-demand requests (`stderr_read`, `endpoint_test`); those requests and answers wait in a
+upstream's on-demand requests (`stderr_read`, `terminal_read`, `endpoint_test`); those requests and answers wait in a
 second bounded queue, and an upstream that lets it fill (it keeps asking but stops reading) is
 disconnected as slow: the reconnect and its snapshot repair the state.
 
@@ -45,7 +45,7 @@ from agentctl.evidence.ledger import utcnow
 from agentctl.upstream import protocol as P
 from agentctl.upstream.frames_io import STREAM_LIMIT, read_frame_line
 from agentctl.upstream.outbox import Outbox
-from agentctl.upstream.requests import endpoint_test_answer, stderr_answer
+from agentctl.upstream.requests import endpoint_test_answer, stderr_answer, terminal_answer
 
 if TYPE_CHECKING:  # pragma: no cover
     from agentctl.context import DaemonContext
@@ -532,6 +532,8 @@ class Publisher:
                 self.tunnel.on_result(received)
         elif isinstance(received, P.StderrReadFrame):
             self.send_control(stderr_answer(self.ctx, received))
+        elif isinstance(received, P.TerminalReadFrame):
+            self.send_control(terminal_answer(self.ctx, received))
         elif isinstance(received, P.EndpointTestFrame):
             task = asyncio.create_task(self._answer_endpoint_test(received))
             self._side_tasks.add(task)

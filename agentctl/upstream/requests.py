@@ -1,8 +1,10 @@
-"""The daemon's answers to the upstream's on-demand requests: recent agent output and endpoint tests.
+"""The daemon's answers to the upstream's on-demand requests: recent agent output, the agent terminal's recent
+screen, and endpoint tests.
 
 Each function takes the DaemonContext and the request frame and returns the encoded answer line (a
 result frame, or an `error` frame with the request's id). Agent output is bounded here to the smaller of
-50 lines and 16 KiB, whatever the request asked for; endpoint tests take a stored server name only.
+50 lines and 16 KiB, the terminal's screen to its last 32 KiB, whatever the request asked for; endpoint
+tests take a stored server name only. Nothing answered here is logged.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from agentctl.evidence.contract import StderrView
+from agentctl.control.attach_routes import current_terminal
+from agentctl.evidence.contract import StderrView, TerminalView
 from agentctl.upstream import protocol as P
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -22,6 +25,10 @@ log = logging.getLogger("agentctl.upstream")
 ENDPOINT_TEST_TIMEOUT = 60.0
 STDERR_UPSTREAM_WARNING = (
     "recent agent output may contain sensitive data (prompts, file contents, tokens); it was sent only "
+    "because the upstream asked, and must not be persisted or logged"
+)
+TERMINAL_UPSTREAM_WARNING = (
+    "the agent's terminal screen may contain sensitive data (prompts, file contents, tokens); it was sent only "
     "because the upstream asked, and must not be persisted or logged"
 )
 
@@ -56,6 +63,36 @@ def stderr_view(ctx: DaemonContext, request: P.StderrReadFrame) -> StderrView:
 
 def stderr_answer(ctx: DaemonContext, request: P.StderrReadFrame) -> bytes:
     return P.encode_frame(P.frame(P.StderrResultFrame, id=request.id, view=stderr_view(ctx, request)))
+
+
+def terminal_view(ctx: DaemonContext, request: P.TerminalReadFrame) -> TerminalView:
+    """The tail of the agent terminal's replay, at most MAX_TERMINAL_BYTES; a closed terminal's last screen."""
+    history = ctx.ledger.history
+    state = history.agent.state if history.agent else None
+    agent = ctx.agent
+    on_terminal = agent is not None and agent.kind == "passthrough" and bool(ctx.spec.agent and ctx.spec.agent.terminal)
+    host = current_terminal(ctx) if on_terminal else None
+    if host is None:
+        return TerminalView(warning=TERMINAL_UPSTREAM_WARNING, agent_state=state, terminal=on_terminal, open=False,
+                            rows=0, cols=0, screen=b"", truncated=False, total_bytes_seen=0)
+    budget = max(0, min(request.max_bytes, P.MAX_TERMINAL_BYTES))
+    replay = host.replay()
+    screen = replay[-budget:] if budget else b""
+    return TerminalView(
+        warning=TERMINAL_UPSTREAM_WARNING,
+        agent_state=state,
+        terminal=True,
+        open=host.open,
+        rows=host.size.rows,
+        cols=host.size.cols,
+        screen=screen,
+        truncated=len(screen) < host.bytes_seen,
+        total_bytes_seen=host.bytes_seen,
+    )
+
+
+def terminal_answer(ctx: DaemonContext, request: P.TerminalReadFrame) -> bytes:
+    return P.encode_frame(P.frame(P.TerminalResultFrame, id=request.id, view=terminal_view(ctx, request)))
 
 
 def _stored_server_names(ctx: DaemonContext) -> set[str]:

@@ -86,6 +86,8 @@ def test_wheel_carries_both_console_scripts_and_the_reference_agent(dist):
         entry_points = archive.read(f"agentctl-{__version__}.dist-info/entry_points.txt").decode()
     assert {"agentctl/cli.py", "agentctl/bundled.py", "agentctl/testing/reference_agent.py", "agentctl/py.typed"} <= names
     assert "agentctl/hub/static/index.html" in names, "the hub's page ships in the wheel"
+    assert {"agentctl/hub/static/vendor/xterm/xterm.js", "agentctl/hub/static/vendor/xterm/xterm.css",
+            "agentctl/hub/static/vendor/xterm/LICENSE"} <= names, "the page's terminal widget ships with its license"
     assert ENCODING in names, "token estimates need no network: the encoding ships in the wheel"
     assert not any("__pycache__" in name or name.startswith("tests/") for name in names)
     assert "agentctl = agentctl.cli:main" in entry_points

@@ -78,3 +78,17 @@ def test_the_wheel_builds_without_a_setuptools_warning_and_carries_the_license(t
         assert "License-Expression: Apache-2.0" in metadata and "License-File: LICENSE" in metadata
         assert not [line for line in metadata if line.startswith("License:")], "no legacy free-text License field"
         assert archive.read(f"{info}/licenses/LICENSE") == (REPO / "LICENSE").read_bytes()
+        # The page's vendored terminal widget is package data too, with its own license beside it.
+        vendored = {name.rpartition("/")[2] for name in archive.namelist()
+                    if name.startswith("agentctl/hub/static/vendor/xterm/")}
+        assert vendored == {"xterm.js", "xterm.css", "LICENSE", "README.md"}
+
+
+def test_the_vendored_xterm_is_the_recorded_release_unmodified_with_its_license():
+    vendor = REPO / "agentctl" / "hub" / "static" / "vendor" / "xterm"
+    readme = (vendor / "README.md").read_text()
+    assert "`@xterm/xterm` 6.0.0" in readme, "the version is recorded"
+    for name in ("xterm.js", "xterm.css", "LICENSE"):
+        digest = hashlib.sha256((vendor / name).read_bytes()).hexdigest()
+        assert f"`{name}`" in readme and digest in readme, f"{name}: its sha256 is not the one recorded"
+    assert "Permission is hereby granted, free of charge" in (vendor / "LICENSE").read_text()  # MIT

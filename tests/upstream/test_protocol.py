@@ -15,6 +15,7 @@ from agentctl.evidence.contract import (
     EndpointTestResult,
     EvidenceEvent,
     StderrView,
+    TerminalView,
 )
 from agentctl.upstream import protocol as P
 from agentctl.upstream.frames_io import STREAM_LIMIT, read_frame_line
@@ -36,6 +37,9 @@ def _daemon_frames():
         P.frame(P.ToolCallFrame, id="tc_1", op="task.get", identity=ident, args={"a": [1, "x"]}, deadline_ms=5000, sent_at=NOW),
         P.frame(P.StderrResultFrame, id="rq_1", view=StderrView(warning="w", agent_state="running", lines=["l"],
                                                                 truncated=False, total_bytes_seen=2, empty=False)),
+        P.frame(P.TerminalResultFrame, id="rq_4", view=TerminalView(
+            warning="w", agent_state="running", terminal=True, open=True, rows=24, cols=80,
+            screen=b"\x1b[1mbold\x1b[0m \xe2\x94\x80 \r\n\x00\xff", truncated=False, total_bytes_seen=20)),
         P.frame(P.EndpointTestResultFrame, id="rq_2", server="kandev", result=EndpointTestResult(succeeded=True, tested_at=NOW)),
         P.frame(P.HeartbeatFrame),
         P.frame(P.ErrorFrame, code="not_supported", message="m", id="rq_3"),
@@ -47,6 +51,7 @@ def _upstream_frames():
         P.frame(P.ToolResultFrame, id="tc_1", ok=True, result={"task": {}}),
         P.frame(P.ToolResultFrame, id="tc_2", ok=False, error="nope"),
         P.frame(P.StderrReadFrame, id="rq_1"),
+        P.frame(P.TerminalReadFrame, id="rq_4"),
         P.frame(P.EndpointTestFrame, id="rq_2", server="kandev"),
         P.frame(P.HeartbeatFrame),
         P.frame(P.ErrorFrame, code="stale_execution", message="m"),

@@ -10,6 +10,7 @@ import pytest
 
 from agentctl.spec import parse_spec
 from agentctl.hub.hub import Hub, HubRequestError
+from agentctl.upstream import protocol as P
 from agentctl.upstream.protocol import MAX_STDERR_BYTES, MAX_STDERR_LINES
 from tests.conftest import spec_toml
 from tests.upstream.support import eventually
@@ -44,6 +45,18 @@ async def test_the_hub_reads_bounded_agent_output_and_tests_endpoints_through_th
         with pytest.raises(HubRequestError) as info:
             await hub.read_stderr("no-such-session")
         assert info.value.code == "unavailable"
+
+        # The agent terminal's screen: the hub does not ask a daemon whose agent is not on a terminal; asked
+        # anyway, the daemon answers plainly that there is none, and stays connected.
+        with pytest.raises(HubRequestError) as info:
+            await hub.read_terminal("session-1")
+        assert info.value.code == "not_supported"
+        conn = hub._live_conn("session-1")
+        answer = await conn.ask(P.TerminalReadFrame, 10.0)
+        assert isinstance(answer, P.TerminalResultFrame)
+        assert not answer.view.terminal and not answer.view.open and answer.view.screen == b""
+        assert "sensitive" in answer.view.warning
+        assert hub._live_conn("session-1") is conn
     finally:
         await daemon.stop()
         await hub.stop()

@@ -29,7 +29,7 @@ def test_the_doc_names_every_frame_type_error_code_and_limit():
     text = DOC.read_text()
     schema = P.frames_schema()["$defs"]
     tags = {d["properties"]["type"]["enum"][0] for name, d in schema.items() if name.endswith("Frame") and "properties" in d}
-    assert len(tags) == 12
+    assert len(tags) == 14
     for tag in tags:
         assert f"`{tag}`" in text, tag
     for code in P.ERROR_CODES:

@@ -122,12 +122,18 @@ async def phone(browser: Any, **extra: Any) -> Any:
                                      device_scale_factor=2, **extra)
 
 
-async def open_page(context: Any, w: World) -> Any:
+async def watched_page(context: Any, url: str) -> Any:
+    """A new page opened at `url`; `page.errors` collects its uncaught exceptions."""
     page = await context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.errors = errors  # type: ignore[attr-defined]
-    await page.goto(w.page_url)
+    await page.goto(url)
+    return page
+
+
+async def open_page(context: Any, w: World) -> Any:
+    page = await watched_page(context, w.page_url)
     await page.wait_for_selector("li.session[data-sid='session-a']")
     await page.wait_for_selector("li.session[data-sid='session-b']")
     return page

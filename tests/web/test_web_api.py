@@ -150,6 +150,10 @@ async def test_actions_take_stored_server_names_only_and_agent_output_is_never_c
         assert any("reference-agent: INFO" in line for line in body["view"]["lines"])
         async with http.get(base + "session-a/agent-output") as resp:
             assert resp.status == 405  # only on an explicit POST: no prefetch, no cache
+        # An agent not on a terminal: refused plainly, the daemon never asked (it would not know the frame).
+        status, body, headers = await call("POST", "session-a/agent-terminal")
+        assert status == 409 and body["reason_code"] == "no_terminal" and headers["Cache-Control"] == "no-store"
+        assert running.hub._live_conn("session-a") is not None, "the daemon is still connected"
 
         status, body, _ = await call("GET", "session-a/diagnostics")
         assert status == 200 and leaks(body["text"]) == [] and "reference-agent: INFO" not in body["text"]
@@ -195,11 +199,19 @@ async def test_the_page_says_what_the_cli_says(running):
 
 
 def test_the_bundled_page_loads_nothing_external_and_never_renders_data_as_html():
-    files = {p.name: p.read_text() for p in STATIC.iterdir()}
+    files = {p.name: p.read_text() for p in STATIC.iterdir() if p.is_file()}
     assert set(files) == {"index.html", "app.js", "views.js", "app.css"}
+    assert {p.name for p in STATIC.iterdir() if p.is_dir()} == {"vendor"}
+    vendor = STATIC / "vendor" / "xterm"
+    assert {p.name for p in vendor.iterdir()} == {"xterm.js", "xterm.css", "LICENSE", "README.md"}
     for name, text in files.items():
         assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]{2,}", text, re.I), name  # no CDN, font or image
         assert "@import" not in text, name
+    # The vendored widget fetches nothing either: its only addresses are XML namespaces and a doc link in an error message.
+    widget = (vendor / "xterm.js").read_text()
+    assert set(re.findall(r"(?:https?:)?//[a-z0-9.-]+\.[a-z]{2,}", widget, re.I)) == {
+        "http://www.w3.org", "https://developer.mozilla.org"}
+    assert "@import" not in (vendor / "xterm.css").read_text() and "url(" not in (vendor / "xterm.css").read_text()
     for name in ("app.js", "views.js"):
         for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
             assert sink not in files[name], (name, sink)

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agentctl.control.render import display_label, row_explanation
-from agentctl.evidence.contract import Attempt, EndpointTestResult, ServerRow
-from agentctl.hub.web_view import attempt_view, server_view
+from agentctl.evidence.contract import Attempt, EndpointTestResult, ServerRow, TerminalView
+from agentctl.hub.web_view import attempt_view, server_view, terminal_notes
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -69,3 +69,16 @@ def test_an_endpoint_test_is_reachability_beside_the_row_and_never_its_status():
         "note": "reachability from the daemon, not attachment: the row's status is unchanged",
     }
     assert "endpoint test: reachable from the daemon, 3 tools (reachability, not attachment)" in view["details"]
+
+
+def test_the_terminal_view_says_its_size_and_when_it_is_a_closed_terminals_cut_last_screen():
+    def view(**fields):
+        return TerminalView(**{"warning": "w", "agent_state": "running", "terminal": True, "open": True, "rows": 30,
+                               "cols": 100, "screen": b"x", "truncated": False, "total_bytes_seen": 1, **fields})
+
+    assert terminal_notes(view()) == ["30 rows x 100 columns, read-only"]
+    assert terminal_notes(view(open=False, truncated=True, agent_state="exited")) == [
+        "30 rows x 100 columns, read-only",
+        "(the agent's terminal is closed: the agent is not running; this is its last screen)",
+        "(older output dropped: the last 32 KiB the agent printed are kept)",
+    ]

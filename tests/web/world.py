@@ -118,3 +118,31 @@ async def world(d: Path) -> AsyncIterator[World]:
         async with Daemon(parse_spec(spec_a(d)), socket_path=d / "a.sock") as a, \
                 Daemon(parse_spec(spec_b(d)), socket_path=d / "b.sock") as b:
             yield World(dir=d, hub=hub, web=web, a=a, b=b)
+
+
+# ---- a session whose agent runs on a terminal (the TUI stand-in of tests/pty) -----------------------------
+
+TERMINAL_CANARY = "cnry-term-3e9d17"  # typed into the agent's terminal: its screen shows it, nothing else may
+
+
+@contextlib.asynccontextmanager
+async def terminal_world(d: Path) -> AsyncIterator[tuple[Hub, HubWeb, Daemon]]:
+    """A hub with its page and one daemon (session-t) whose passthrough agent runs on a terminal; the agent has
+    echoed TERMINAL_CANARY, typed on its keyboard, and the hub follows the daemon."""
+    from tests.conftest import eventually
+    from tests.pty.conftest import TUI_CMD, Collector
+
+    spec = _spec(d, "session-t", "exec-t", servers=[], agent={
+        "command": TUI_CMD, "protocol": "passthrough", "strategy": "none", "terminal": True, "stop_grace": 0.5})
+    async with hub_with_page(d) as (hub, web):
+        async with Daemon(parse_spec(spec), socket_path=d / "t.sock") as daemon:
+            host = daemon.agent.supervisor.process.terminal
+            await eventually(lambda: b"tty=True" in host.replay(), what="the agent's first line")
+            typist = Collector()
+            host.attach(typist)
+            assert host.claim(typist) and host.write(typist, TERMINAL_CANARY.encode() + b"\r")
+            await eventually(lambda: b"echo " + TERMINAL_CANARY.encode() in host.replay(), what="the echo")
+            host.detach(typist)
+            await eventually(lambda: hub._live_conn("session-t") is not None and hub._live_conn("session-t").on_terminal,
+                             what="the hub following a daemon whose agent is on a terminal")
+            yield hub, web, daemon

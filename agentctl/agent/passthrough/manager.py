@@ -82,7 +82,8 @@ class PassthroughManager:
     async def start(self) -> None:
         """Materialize and spawn. A failure is evidence, not a daemon failure: the daemon stays up."""
         ledger = self.ctx.ledger
-        ledger.update_agent(protocol="passthrough", state="starting", started_at=ledger.now())
+        ledger.update_agent(protocol="passthrough", state="starting", started_at=ledger.now(),
+                            terminal=self.agent_spec.terminal)
         async with self._lock:
             await self._launch()
 

@@ -3,7 +3,7 @@
 // server-sent events read with fetch (so the token stays in a header). Text only: see views.js.
 import {
   FILTERS, GRACE_TEXT, attention, attentionText, compareKeys, el, historyView, instant, matches, outputLines, outputView,
-  serverDetail, serverList, sortKey, toolDetail, toolList,
+  serverDetail, serverList, sortKey, terminalScreen, terminalView, toolDetail, toolList,
 } from "/views.js";
 
 const TOKEN_KEY = "agentctl-hub-token";
@@ -15,6 +15,7 @@ const state = {
   rows: new Map(), // session_id -> {li, trigger, panel, wrap, nav}
   open: null, // {sid, pinned, drawer}
   outputWarning: "",
+  terminalWarning: "",
   closeTimer: null,
   noFocusOpen: null, // a trigger that must not reopen on focus (after Escape or a closing click)
   gen: 0, // one sign-in: a new token ends the previous one's update stream
@@ -129,6 +130,7 @@ function applyStatus(status) {
   const hubNow = instant(status.generated_at);
   if (hubNow !== null) state.skew = hubNow - Date.now();
   state.outputWarning = status.output_warning;
+  state.terminalWarning = status.terminal_warning;
   for (const session of status.sessions) upsert(session, { arrange: false });
   arrange();
 }
@@ -281,6 +283,7 @@ function close({ focus }) {
   state.open = null;
   clearTimeout(state.closeTimer);
   row.panel.hidden = true;
+  dropTerminal(row);
   row.panel.replaceChildren(); // nothing fetched (agent output above all) stays in the page
   row.trigger.setAttribute("aria-expanded", "false");
   if (wasDrawer) { $("backdrop").hidden = true; document.body.classList.remove("drawer-open"); }
@@ -362,7 +365,7 @@ coarse.addEventListener("change", () => { if (state.open) close({ focus: false }
 // ---- panel views -----------------------------------------------------------------------------------
 
 const TITLES = { servers: "MCP servers", server: "Server", tools: "Tool catalog", tool: "Tool",
-  history: "Attempt history", output: "Recent agent output" };
+  history: "Attempt history", output: "Recent agent output", terminal: "Agent terminal" };
 
 function navigate(sid, entry) {
   const row = state.rows.get(sid);
@@ -388,6 +391,7 @@ function renderPanel(sid, { live = false, restore = false } = {}) {
   if (live && !["servers", "server"].includes(entry.view)) return;
   const keep = live ? document.activeElement?.dataset?.key : null;
   const scroll = row.panel.scrollTop;
+  dropTerminal(row);
   const body = el("div", { class: "panel-body" });
   const title = el("h2", { class: "panel-title", tabindex: "-1",
     text: entry.view === "server" ? entry.name : entry.view === "tool" ? entry.name : TITLES[entry.view] });
@@ -440,6 +444,8 @@ function viewContent(sid, session, entry) {
       return fetched(entry, `/api/sessions/${sid$(sid)}/history`, historyView);
     case "output":
       return outputView(state.outputWarning, (out, button) => showOutput(sid, out, button));
+    case "terminal":
+      return terminalView(state.terminalWarning, (out, button) => showTerminal(sid, out, button));
     default:
       return [];
   }
@@ -452,7 +458,9 @@ function footer(sid) {
     el("button", { type: "button", class: "action", text: "Copy diagnostics", data: { key: "copy" },
       onclick: () => copyDiagnostics(sid) }),
     el("button", { type: "button", class: "action", text: "View recent agent output", data: { key: "output" },
-      onclick: () => navigate(sid, { view: "output" }) }));
+      onclick: () => navigate(sid, { view: "output" }) }),
+    state.sessions.get(sid)?.terminal ? el("button", { type: "button", class: "action", text: "View agent terminal",
+      data: { key: "terminal" }, onclick: () => navigate(sid, { view: "terminal" }) }) : null);
 }
 
 // ---- actions ---------------------------------------------------------------------------------------
@@ -475,6 +483,68 @@ async function showOutput(sid, out, button) {
   button.disabled = true;
   try {
     outputLines(out, await api(`/api/sessions/${sid$(sid)}/agent-output`, { method: "POST" }));
+  } catch (err) {
+    out.replaceChildren(el("p", { class: "warn", text: err.message }));
+  } finally {
+    button.disabled = false;
+  }
+}
+
+// The agent's terminal, read-only in xterm.js (vendored; loaded the first time a terminal is shown). Each click
+// fetches the screen again; nothing of it outlives the panel (the terminal is disposed when the panel changes).
+let xtermLoading = null;
+function loadXterm() {
+  xtermLoading ??= new Promise((resolve, reject) => {
+    document.head.append(el("link", { rel: "stylesheet", href: "/vendor/xterm/xterm.css" }));
+    const script = el("script", { src: "/vendor/xterm/xterm.js" });
+    script.addEventListener("load", () => resolve(window.Terminal));
+    script.addEventListener("error", () => { xtermLoading = null; reject(new Error("the terminal widget did not load")); });
+    document.head.append(script);
+  });
+  return xtermLoading;
+}
+
+// xterm.js styles its screen with <style> elements and style attributes, both of which the page's CSP
+// (style-src 'self') refuses. The same rules go in through CSSOM instead (a constructed stylesheet, and
+// element.style for a cell's own colours), which the CSP allows: the page keeps its strict policy.
+const termSheet = new CSSStyleSheet();
+function restyle(host) {
+  termSheet.replaceSync([...host.querySelectorAll("style")].map((node) => node.textContent).join("\n"));
+  if (!document.adoptedStyleSheets.includes(termSheet)) document.adoptedStyleSheets = [...document.adoptedStyleSheets, termSheet];
+  for (const node of host.querySelectorAll(".xterm-rows [style]")) node.style.cssText = node.getAttribute("style");
+}
+
+function dropTerminal(row) {
+  row.term?.dispose();
+  row.term = null;
+  termSheet.replaceSync("");
+}
+
+function bytesOf(base64) {
+  const text = atob(base64);
+  const out = new Uint8Array(text.length);
+  for (let i = 0; i < text.length; i++) out[i] = text.charCodeAt(i);
+  return out;
+}
+
+async function showTerminal(sid, out, button) {
+  const row = state.rows.get(sid);
+  button.disabled = true;
+  try {
+    const [Terminal, data] = await Promise.all([loadXterm(),
+      api(`/api/sessions/${sid$(sid)}/agent-terminal`, { method: "POST" })]);
+    if (!out.isConnected) return;
+    dropTerminal(row);
+    row.term = terminalScreen(out, data, (host, view) => {
+      const term = new Terminal({ disableStdin: true, cursorBlink: false, rows: view.rows || 24, cols: view.cols || 80,
+        scrollback: 1000, fontSize: 12 });
+      term.onRender(() => restyle(host));
+      term.open(host);
+      term.write(bytesOf(view.screen));
+      restyle(host);
+      return term;
+    });
+    button.textContent = "Refresh";
   } catch (err) {
     out.replaceChildren(el("p", { class: "warn", text: err.message }));
   } finally {

@@ -174,6 +174,24 @@ export function outputLines(body, data) {
     data.view.empty ? null : el("pre", { class: "stderr", text: data.view.lines.join("\n") }));
 }
 
+// The agent's terminal: a warning first; its recent screen only after an explicit click (and on Refresh),
+// fetched fresh every time and rendered by `render(host, view)` (a read-only xterm.js).
+export function terminalView(warning, onShow) {
+  const body = el("div", { class: "terminal" });
+  const show = el("button", { type: "button", class: "action danger", text: "Show agent terminal",
+    data: { key: "show-terminal" }, onclick: () => onShow(body, show) });
+  return [el("p", { class: "warn", text: `Warning: ${warning}` }), show, body];
+}
+
+export function terminalScreen(body, data, render) {
+  const host = el("div", { class: "terminal-screen", ariaLabel: "the agent's terminal (read-only)" });
+  body.replaceChildren(
+    el("p", { class: "warn", text: `Warning: ${data.view.warning}` }),
+    ...data.notes.map((n) => note(n)),
+    host);
+  return render(host, data.view);
+}
+
 // ---- at a glance: which servers need attention, the filter and the order (pure: the clock is passed in) ----
 
 // agentctl's own endpoint sees the agent connect, so "delivered" that lasts is a sign of trouble; third-party
