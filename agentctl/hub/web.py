@@ -321,19 +321,19 @@ class HubWeb(StackedService):
         return _json(status_page(self.hub.status().sessions, self._now()))
 
     async def _history(self, request: web.Request) -> web.Response:
-        return _json(history_view((await self._report(request))))
+        return _json(history_view(await self._report(request)))
 
     async def _tools(self, request: web.Request) -> web.Response:
-        return _json(tools_view((await self._report(request))))
+        return _json(tools_view(await self._report(request)))
 
     async def _tool(self, request: web.Request) -> web.Response:
-        view = tool_view((await self._report(request)), request.match_info["name"])
+        view = tool_view(await self._report(request), request.match_info["name"])
         if view is None:
             return error_response(404, "unknown_tool", "no tool of that name in the built-in server's current catalog")
         return _json(view)
 
     async def _diagnostics(self, request: web.Request) -> web.Response:
-        text = diagnostics_text((await self._report(request)), self._now())
+        text = diagnostics_text(await self._report(request), self._now())
         if text is None:
             return error_response(404, "no_snapshot", "no snapshot from this session's current execution yet")
         return _json({"text": text})
@@ -341,7 +341,7 @@ class HubWeb(StackedService):
     # -- actions --------------------------------------------------------------------------------------
 
     async def _test_endpoint(self, request: web.Request) -> web.Response:
-        report = (await self._report(request))
+        report = await self._report(request)
         try:
             body = msgspec.json.decode(await request.read() or b"{}", type=_TestBody)
         except msgspec.ValidationError as exc:
@@ -372,7 +372,7 @@ class HubWeb(StackedService):
         return _json({"view": view, "notes": output_notes(view)})
 
     async def _agent_terminal(self, request: web.Request) -> web.Response:
-        session = self._report(request).session
+        session = (await self._report(request)).session
         no_terminal = error_response(409, "no_terminal", "the session's agent does not run on a terminal (a "
                                      "passthrough agent with [agent] terminal = true does)")
         if session.agent is None or not session.agent.terminal:
