@@ -7,6 +7,11 @@ sse-starlette without its uvicorn hook. Two guards, nothing stood in for, no SDK
   package's path is set), and the first read of an attribute the package itself defines (`mcp.Client`,
   `from mcp import ClientSession`, `mcp.__all__`) runs that `__init__`, once, in the same module object. After
   that the package is exactly what `import mcp` makes.
+- httpx2 (the HTTP client) is imported by the server side only for `HttpResource.read()`
+  (`mcp.server.mcpserver.resources.types` does `import httpx2` and uses it in that method alone), which the
+  daemon's built-in server never serves. It is registered the same way as `mcp`: its `__init__` (the whole
+  client, ~2 MB) runs at the first attribute read, i.e. when the MCP client is first used (an endpoint test)
+  or a resource is fetched over HTTP.
 - sse-starlette, imported by the SDK's HTTP transports, tries `import uvicorn` (which brings click and
   multiprocessing) only to hook uvicorn's signal handler for a graceful drain; it treats an ImportError as
   "not running under uvicorn", and it catches that ImportError itself. The daemon serves through aiohttp, never
@@ -19,7 +24,7 @@ sse-starlette without its uvicorn hook. Two guards, nothing stood in for, no SDK
   constructor runs with rich reported missing (`missing("rich")`): it falls back to a plain handler, removed
   the same way, and rich's console stack is never loaded.
 
-The first two happen once, before the SDK is first imported (this package's `__init__`), in the importing thread; when
+The first three happen once, before the SDK is first imported (this package's `__init__`), in the importing thread; when
 the SDK is already loaded (a process that imported it first) they change nothing.
 """
 
@@ -34,13 +39,17 @@ from contextlib import contextmanager
 from typing import Any
 
 # The heavy top-level modules these guards keep out of an idle daemon (tests pin the whole set).
-KEPT_OUT = ("uvicorn", "click", "mcp.client", "rich")
+KEPT_OUT = ("uvicorn", "click", "mcp.client", "rich", "httpx2")
+# Packages whose `__init__` runs at the first read of one of its own attributes, not at import.
+DEFERRED_INITS = ("mcp", "httpx2")
 
 
 def import_sdk_lean() -> None:
-    """Register `mcp` with its `__init__` deferred and import sse-starlette without uvicorn (see above)."""
-    if "mcp" not in sys.modules:
-        _defer_package_init("mcp")
+    """Register `mcp` and httpx2 with their `__init__` deferred and import sse-starlette without uvicorn (see
+    above)."""
+    for name in DEFERRED_INITS:
+        if name not in sys.modules:
+            _defer_package_init(name)
     if "sse_starlette" not in sys.modules and "uvicorn" not in sys.modules:
         with missing("uvicorn"):
             try:

@@ -25,12 +25,27 @@ _PROBE = textwrap.dedent(
         frozen = gc.get_freeze_count()
         third_party = sorted({m.split(".")[0] for m in sys.modules} - set(sys.stdlib_module_names))
         with open(sys.argv[3], "w") as out:
-            out.write(" ".join([*third_party, *(m for m in sys.modules if m.startswith("mcp.client"))]))
-        await daemon.stop()
-        return before, frozen
+            out.write(" ".join([*third_party, *(m for m in sys.modules if m.startswith(("mcp.client", "httpx2.")))]))
+        if before:
+            await daemon.stop()
+            return before, frozen, ""
+        # What was kept out still comes when used, in this lean process: the MCP client and httpx2 (as an
+        # endpoint test uses them) list the daemon's own tools; the first scrape imports the exposition.
+        import httpx2
+        from mcp.client import Client
+        from mcp.client.streamable_http import streamable_http_client
 
-    before, frozen = asyncio.run(go())
-    print(f"frozen={frozen}", "acp-before" if before else "no-acp", "acp-after" if "acp" in sys.modules else "")
+        _, token = daemon.open_attempt("manual")
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+            async with Client(streamable_http_client(daemon.ctx.mcp_url, http_client=http), mode="legacy") as c:
+                tools = (await c.list_tools()).tools
+            scraped = await http.get(f"{daemon.ctx.mcp_base}/metrics")
+        await daemon.stop()
+        used = f"tools={len(tools)}" if tools else "no-tools"
+        return before, frozen, used + (" metrics" if "agentctl_attempts_total" in scraped.text else "")
+
+    before, frozen, used = asyncio.run(go())
+    print(f"frozen={frozen}", "acp-before" if before else "no-acp", "acp-after" if "acp" in sys.modules else "", used)
     """
 )
 
@@ -56,9 +71,10 @@ IDLE_MCP_ONLY = {
     # ModuleNotFoundError: reporting it missing would take forms away from the SDK's own routes
     "cryptography", "_cffi_backend", "_openssl",  # mcp.server.request_state: the sealed request-state codec
     "opentelemetry",  # mcp.server._otel, imported by the low-level server unconditionally
-    "httpx2",  # mcp.server.mcpserver.resources.types (HTTP resources)
+    # python_multipart stays: 0.24 MB, and taking it away would take forms away from the SDK's own routes.
+    "httpx2",  # registered by `import httpx2` in mcp.server.mcpserver.resources.types; its __init__ is deferred
+    # (agentctl.mcp_endpoint.sdk_imports), so none of its submodules is loaded (checked below)
     "msgspec", "psutil", "platformdirs",  # agentctl's own
-    "prometheus_client",  # the /metrics route's collectors (agentctl.daemon.metrics), about 1 MB at start
 }
 # Build and run-time artefacts that are modules by name only.
 _NOT_DEPENDENCIES = ("__main__", "_distutils_hack", "_sysconfigdata_", "__editable__", "_cython_", "cython_runtime",
@@ -66,17 +82,19 @@ _NOT_DEPENDENCIES = ("__main__", "_distutils_hack", "_sysconfigdata_", "__editab
 
 
 def test_an_idle_mcp_only_daemon_loads_only_the_pinned_dependencies_and_not_the_mcp_client(tmp_path, short_tmp):
-    assert _run(write_spec(tmp_path), short_tmp / "c.sock") == ["no-acp"]
+    no_acp, used, metrics = _run(write_spec(tmp_path), short_tmp / "c.sock")
+    assert no_acp == "no-acp" and used.startswith("tools=") and metrics == "metrics", (no_acp, used, metrics)
     loaded = (short_tmp / "modules").read_text().split()
-    clients = [m for m in loaded if m.startswith("mcp.client")]
-    assert not clients, f"the MCP client is loaded before any endpoint test: {clients}"
-    found = {m for m in loaded if not m.startswith(_NOT_DEPENDENCIES) and not m.startswith("mcp.client")}
+    clients = [m for m in loaded if m.startswith(("mcp.client", "httpx2."))]
+    assert not clients, f"the MCP client or httpx2 is loaded before any endpoint test: {clients}"
+    found = {m for m in loaded if not m.startswith(_NOT_DEPENDENCIES)}
     new, gone = sorted(found - IDLE_MCP_ONLY), sorted(IDLE_MCP_ONLY - found)
     assert not new and not gone, (
         f"an idle MCP-only daemon now loads {new or 'nothing new'} and no longer {gone or 'lacks nothing'}: "
         "a dependency changed what it imports; keep heavy modules out (agentctl.mcp_endpoint.sdk_imports) "
         "or pin the new set here with the reason")
-    for kept_out in ("uvicorn", "click", "rich", "multiprocessing"):
+    # prometheus_client: imported at the first /metrics scrape (agentctl.daemon.metrics).
+    for kept_out in ("uvicorn", "click", "rich", "multiprocessing", "prometheus_client"):
         assert kept_out not in found and kept_out not in loaded, kept_out
 
 
