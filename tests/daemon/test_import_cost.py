@@ -1,5 +1,6 @@
-"""What a daemon loads and keeps: the ACP SDK (~8 MB, ~0.4 s of pydantic schema) only once an ACP agent starts;
-the MCP SDK without its client, uvicorn or rich (agentctl.mcp_endpoint.sdk_imports) and nothing else new from
+"""What a daemon loads and keeps: the ACP SDK (~8 MB, ~0.4 s of pydantic schema) and the agent supervisor (psutil)
+only once an agent starts; the MCP SDK without its client, httpx2, uvicorn or rich, and aiohttp without its
+client (agentctl.mcp_endpoint.sdk_imports), prometheus_client only at the first scrape, and nothing else new from
 its dependencies; the start-up heap frozen out of the garbage collector once started."""
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ _PROBE = textwrap.dedent(
         frozen = gc.get_freeze_count()
         third_party = sorted({m.split(".")[0] for m in sys.modules} - set(sys.stdlib_module_names))
         with open(sys.argv[3], "w") as out:
-            out.write(" ".join([*third_party, *(m for m in sys.modules if m.startswith(("mcp.client", "httpx2.")))]))
+            out.write(" ".join([*third_party, *(m for m in sys.modules if m.startswith(("mcp.client", "httpx2."))),
+                                *(["aiohttp-init"] if "ClientSession" in vars(sys.modules["aiohttp"]) else [])]))
         if before:
             await daemon.stop()
             return before, frozen, ""
@@ -63,18 +65,17 @@ def _run(spec, sock) -> list[str]:
 # Every top-level module outside the standard library that an idle MCP-only daemon has loaded once started. An SDK
 # upgrade that changes it fails here: look at what came (python -X importtime) before adding it.
 IDLE_MCP_ONLY = {
-    "aiohappyeyeballs", "aiohttp", "aiosignal", "annotated_types", "anyio", "attr", "frozenlist", "idna",
-    "multidict", "propcache", "yarl",  # aiohttp
+    "aiohttp", "aiosignal", "annotated_types", "anyio", "attr", "frozenlist", "idna", "multidict", "propcache",
+    "yarl",  # aiohttp's server (aiohttp.web); its client (aiohappyeyeballs, the connector) is deferred
     "mcp", "mcp_types", "pydantic", "pydantic_core", "typing_extensions", "typing_inspection", "starlette",
     "sse_starlette",  # the MCP server and its two eras' models
-    "python_multipart",  # starlette's form parser, imported by starlette.requests and guarded there only by
-    # ModuleNotFoundError: reporting it missing would take forms away from the SDK's own routes
+    "python_multipart",  # starlette's form parser (0.24 MB), imported by starlette.requests and guarded there
+    # only by ModuleNotFoundError: reporting it missing would take forms away from the SDK's own routes
     "cryptography", "_cffi_backend", "_openssl",  # mcp.server.request_state: the sealed request-state codec
     "opentelemetry",  # mcp.server._otel, imported by the low-level server unconditionally
-    # python_multipart stays: 0.24 MB, and taking it away would take forms away from the SDK's own routes.
     "httpx2",  # registered by `import httpx2` in mcp.server.mcpserver.resources.types; its __init__ is deferred
     # (agentctl.mcp_endpoint.sdk_imports), so none of its submodules is loaded (checked below)
-    "msgspec", "psutil", "platformdirs",  # agentctl's own
+    "msgspec", "platformdirs",  # agentctl's own (psutil comes with an agent's supervisor)
 }
 # Build and run-time artefacts that are modules by name only.
 _NOT_DEPENDENCIES = ("__main__", "_distutils_hack", "_sysconfigdata_", "__editable__", "_cython_", "cython_runtime",
@@ -85,8 +86,8 @@ def test_an_idle_mcp_only_daemon_loads_only_the_pinned_dependencies_and_not_the_
     no_acp, used, metrics = _run(write_spec(tmp_path), short_tmp / "c.sock")
     assert no_acp == "no-acp" and used.startswith("tools=") and metrics == "metrics", (no_acp, used, metrics)
     loaded = (short_tmp / "modules").read_text().split()
-    clients = [m for m in loaded if m.startswith(("mcp.client", "httpx2."))]
-    assert not clients, f"the MCP client or httpx2 is loaded before any endpoint test: {clients}"
+    clients = [m for m in loaded if m.startswith(("mcp.client", "httpx2.")) or m == "aiohttp-init"]
+    assert not clients, f"an HTTP client (the MCP SDK's, httpx2, aiohttp's) is loaded at idle: {clients}"
     found = {m for m in loaded if not m.startswith(_NOT_DEPENDENCIES)}
     new, gone = sorted(found - IDLE_MCP_ONLY), sorted(IDLE_MCP_ONLY - found)
     assert not new and not gone, (
@@ -94,7 +95,8 @@ def test_an_idle_mcp_only_daemon_loads_only_the_pinned_dependencies_and_not_the_
         "a dependency changed what it imports; keep heavy modules out (agentctl.mcp_endpoint.sdk_imports) "
         "or pin the new set here with the reason")
     # prometheus_client: imported at the first /metrics scrape (agentctl.daemon.metrics).
-    for kept_out in ("uvicorn", "click", "rich", "multiprocessing", "prometheus_client"):
+    for kept_out in ("uvicorn", "click", "rich", "multiprocessing", "prometheus_client", "aiohappyeyeballs",
+                     "psutil"):
         assert kept_out not in found and kept_out not in loaded, kept_out
 
 
