@@ -48,8 +48,11 @@ def installed_wheel(work: Path) -> Path:
     wheel = build.build_wheel(work / "dist", work)
     env_dir = work / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
-    subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "--quiet", "-c",
-                    str(c.REPO / "constraints.txt"), str(wheel)], check=True, cwd=work)
+    # pip's output (index warnings included) only when it fails: the table is what this prints.
+    installed = subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "--quiet", "-c",
+                                str(c.REPO / "constraints.txt"), str(wheel)], cwd=work, capture_output=True, text=True)
+    if installed.returncode != 0:
+        raise SystemExit(f"installing the wheel failed:\n{installed.stdout}{installed.stderr}")
     return env_dir
 
 
