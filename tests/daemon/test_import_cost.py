@@ -103,3 +103,37 @@ def test_an_idle_mcp_only_daemon_loads_only_the_pinned_dependencies_and_not_the_
 def test_a_daemon_with_an_acp_agent_imports_the_sdk_when_it_starts_the_agent(tmp_path, short_tmp):
     spec = write_spec(tmp_path, '[agent]\ncommand = ["agentctl-reference-agent"]\nprotocol = "acp"\n')
     assert _run(spec, short_tmp / "c.sock") == ["acp-before", "acp-after"]
+
+
+def _package(root, name: str, init: str) -> None:
+    pkg = root / name
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(init)
+    (pkg / "hdrs.py").write_text("X = 1\n")
+    # Like aiohttp.http: reads a submodule and a name of the package's own __init__ while it is imported.
+    (pkg / "http.py").write_text("from . import __version__, hdrs\nVERSION = __version__\n")
+
+
+def test_a_deferred_package_runs_its_init_at_first_use_and_one_that_does_not_declare_its_version_is_left_alone(
+        tmp_path, monkeypatch):
+    from agentctl.mcp_endpoint import sdk_imports
+
+    _package(tmp_path, "agentctl_lean_a", '__version__ = "1.2"\nfrom .http import VERSION\nFULL = True\n')
+    _package(tmp_path, "agentctl_lean_b", '__version__ = ".".join(["1", "2"])\nFULL = True\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sdk_imports, "_SEEDS", {"agentctl_lean_a": ("__version__",),
+                                               "agentctl_lean_b": ("__version__",)})
+    for name in ("agentctl_lean_a", "agentctl_lean_b"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+        monkeypatch.delitem(sys.modules, f"{name}.http", raising=False)
+        monkeypatch.delitem(sys.modules, f"{name}.hdrs", raising=False)
+        sdk_imports._defer_package_init(name)
+
+    import agentctl_lean_a.http  # type: ignore[import-not-found]
+
+    package = sys.modules["agentctl_lean_a"]
+    assert agentctl_lean_a.http.VERSION == "1.2" and "FULL" not in vars(package), "the submodule alone, no __init__"
+    assert package.FULL is True and package.VERSION == "1.2", "the first read of the package's own name ran it"
+    assert "agentctl_lean_b" not in sys.modules, "no plain declaration: not deferred, imported as usual later"
+    for name in [m for m in sys.modules if m.startswith("agentctl_lean_")]:
+        del sys.modules[name]
