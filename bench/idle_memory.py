@@ -5,8 +5,10 @@ Run:  .venv/bin/python bench/idle_memory.py [--rounds 3] [--importtime] [--json 
 The daemon is a real `agentctl serve` whose [agent] is agentctl-reference-agent (ACP, initialized, no
 session); beside it, the same daemon without an agent (MCP-only). After the ready line, RSS is sampled until it holds still for a second; then RSS, USS (pages
 only it maps) and PSS (shared pages split among their users) of the daemon and, separately, of the agent
-(psutil memory_full_info). The reference is the floor interpreter that only imports mcp.server and
-aiohttp.web, in the same run.
+(psutil memory_full_info). The references, in the same run, are floor interpreters: the SDKs as the daemon
+imports them (agentctl.mcp_endpoint's guards, then mcp.server and aiohttp.web; with acp.schema, the ACP
+SDK's models, for the daemon with an agent), and the same imports without the guards (what the SDKs cost
+as they ship).
 
 The breakdown: fresh interpreters, each importing one more layer than the last (cumulative), report
 their own VmRSS (read from /proc, so no measuring library is loaded); medians of --rounds. The last row,
@@ -47,8 +49,16 @@ def stage_rss(upto: int) -> int:
     return int(out.stdout.split()[-1]) * 1024
 
 
-def floor_rss() -> int:
-    code = "import mcp.server, aiohttp.web" + RSS_OF_SELF
+# The floors: what no change in agentctl can go under without changing an SDK.
+FLOORS = {
+    "lean": "import agentctl.mcp_endpoint, mcp.server, aiohttp.web",
+    "lean+acp": "import agentctl.mcp_endpoint, mcp.server, aiohttp.web, acp.schema",
+    "as shipped": "import mcp.server, aiohttp.web",
+}
+
+
+def floor_rss(kind: str = "as shipped") -> int:
+    code = FLOORS[kind] + RSS_OF_SELF
     out = subprocess.run([c.PYTHON, "-c", code], check=True, capture_output=True, text=True, cwd=c.REPO)
     return int(out.stdout.split()[-1]) * 1024
 
@@ -92,12 +102,13 @@ def main() -> None:
     args = parser.parse_args()
     idle: list[dict] = []
     mcp_only: list[dict] = []
-    floors: list[int] = []
+    floors: dict[str, list[int]] = {kind: [] for kind in FLOORS}
     stages: list[list[int]] = [[] for _ in STAGES]
     for r in range(args.rounds):
         idle.append(idle_daemon())
         mcp_only.append(idle_daemon(agent=False)["daemon"])
-        floors.append(floor_rss())
+        for kind in FLOORS:
+            floors[kind].append(floor_rss(kind))
         for i in range(len(STAGES)):
             stages[i].append(stage_rss(i))
     med = {who: {k: c.median(x[who][k] for x in idle) for k in ("rss", "uss", "pss")} for who in ("daemon", "agent")}
@@ -114,20 +125,25 @@ def main() -> None:
         prev = rss
     result = {"bench": "idle_memory", "params": {"rounds": args.rounds}, "idle": idle, "mcp_only": mcp_only,
               "medians": med,
-              "floor_rss_bytes": c.median(floors), "breakdown": [{"stage": n, "rss_bytes": v} for n, v in breakdown]}
+              "floor_rss_bytes": c.median(floors["as shipped"]),
+              "floors_rss_bytes": {kind: c.median(v) for kind, v in floors.items()},
+              "breakdown": [{"stage": n, "rss_bytes": v} for n, v in breakdown]}
     if args.importtime:
         rows = importtime()
         result["importtime"] = [{"package": pkg, "us": us} for pkg, us in rows]
         print("# import time by package (python -X importtime, self times added up per top-level package):")
         for pkg, us in rows:
             print(f"#   {pkg:<32} {us / 1000:7.1f} ms")
-    floor = c.median(floors)
+    floor = {kind: c.median(v) for kind, v in floors.items()}
     result["figures"] = [
-        c.figure("idle daemon RSS (idle ACP agent)", med["daemon"]["rss"], floor, unit="B",
-                 reference_name="import mcp.server, aiohttp.web", target=("value", "<=", 80 * c.MB)),
+        c.figure("idle daemon RSS (idle ACP agent)", med["daemon"]["rss"], floor["lean+acp"], unit="B",
+                 reference_name="floor: " + FLOORS["lean+acp"], target=("value", "<=", 80 * c.MB)),
         c.figure("idle daemon PSS", med["daemon"]["pss"], unit="B"),
-        c.figure("idle daemon RSS, MCP-only (no agent)", c.median(m["rss"] for m in mcp_only), floor, unit="B",
-                 reference_name="import mcp.server, aiohttp.web"),
+        c.figure("idle daemon RSS, MCP-only (no agent)", c.median(m["rss"] for m in mcp_only), floor["lean"],
+                 unit="B", reference_name="floor: " + FLOORS["lean"]),
+        c.figure("idle daemon PSS, MCP-only (no agent)", c.median(m["pss"] for m in mcp_only), unit="B"),
+        c.figure("  the SDKs' floor against the same imports as they ship", floor["lean"], floor["as shipped"],
+                 unit="B", reference_name=FLOORS["as shipped"]),
         c.figure("idle daemon USS", med["daemon"]["uss"], unit="B"),
         c.figure("idle reference agent RSS", med["agent"]["rss"], unit="B"),
     ]

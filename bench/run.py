@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 # name -> (full arguments, --quick arguments)
 BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "startup": ([], ["--rounds", "3"]),
-    "probe_cost": ([], ["--rounds", "3"]),
+    "probe_cost": ([], ["--rounds", "3", "--no-wheel"]),
     "shim": ([], ["--rounds", "3", "--idle", "2"]),
     "idle_memory": (["--importtime"], ["--rounds", "1", "--importtime"]),
     "estimates_memory": ([], ["--rounds", "1"]),

@@ -1,22 +1,4 @@
-"""The agent side of the daemon: process supervision (spawn, stop the whole tree, exit evidence) and the bounded stderr window."""
+"""The agent side of the daemon: process supervision (spawn, stop the whole tree, exit evidence) and the bounded
+stderr window (agentctl.agent.supervisor, agentctl.agent.stderr_ring), the ACP client and the passthrough CLIs.
 
-from agentctl.agent.stderr_ring import StderrRing, StderrWindow
-from agentctl.agent.supervisor import (
-    AgentProcess,
-    AgentStartError,
-    ExitInfo,
-    Supervisor,
-    become_subreaper,
-    build_agent_env,
-)
-
-__all__ = [
-    "AgentProcess",
-    "AgentStartError",
-    "ExitInfo",
-    "StderrRing",
-    "StderrWindow",
-    "Supervisor",
-    "become_subreaper",
-    "build_agent_env",
-]
+Nothing is imported here: a daemon without an agent never loads the supervision stack (psutil, ctypes, PTYs)."""

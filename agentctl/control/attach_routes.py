@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import msgspec
-from aiohttp import WSMsgType, web
+from aiohttp import web
+from aiohttp.http import WSMsgType  # not from the package: its __init__ is deferred (sdk_imports)
 
 from agentctl.agent.pty_host import PtyHost, Viewer, WindowSize
 from agentctl.control.attach_protocol import (

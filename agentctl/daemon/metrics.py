@@ -1,60 +1,52 @@
-"""Owns the daemon's Prometheus `/metrics` on its loopback port: a per-daemon registry whose one collector
-reads the daemon's own state at scrape time (attempts, rows by display state, evidence by kind, HTTP
-refusals, the upstream's queue, agent restarts).
+"""Owns the daemon's Prometheus `/metrics` route on its loopback port and what it counts from the start: the
+route is mounted and the counts listen to the ledger when the daemon starts; the exposition (prometheus_client,
+~1 MB, agentctl.daemon.metrics_collector) is imported at the first scrape, so a daemon nobody scrapes never
+loads it.
 
-Every label value comes from a closed set the daemon itself defines (an evidence kind, a display state, a
-route the daemon names, a method, a status code, an upstream state): never a server name, a session or
-attempt id, a token or anything a client sent. No token is needed: nothing here is a secret.
+No token is needed: nothing exposed is a secret (agentctl.daemon.metrics_collector says why).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from aiohttp import web
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector, CollectorRegistry
 
-from agentctl.evidence.contract import EVIDENCE_KINDS, EvidenceEvent, Status
-from agentctl.hub.metrics import METRICS_PATH, by_label, gauge, metrics_handler
-from agentctl.mcp_endpoint.server import MCP_PATH, MESSAGES_PATH, SSE_PATH
+from agentctl.evidence.contract import EVIDENCE_KINDS, EvidenceEvent
+from agentctl.evidence.ledger import Ledger
 
 if TYPE_CHECKING:  # pragma: no cover
     from agentctl.context import DaemonContext
 
-STATES: tuple[str, ...] = Status.__args__  # type: ignore[attr-defined]
-UPSTREAM_STATES = ("connected", "buffering", "superseded")
-# Routes the daemon counts refusals under (the MCP endpoint's and the control socket's); anything else
-# would be a bug, and is shown as "other" rather than trusted as a label.
-REFUSAL_ROUTES = frozenset({MCP_PATH, SSE_PATH, MESSAGES_PATH, "control"})
-_METHODS = frozenset({"GET", "POST", "DELETE", "PUT", "HEAD", "OPTIONS", "PATCH", "OTHER"})
+# The hub serves its own at the same path (agentctl.hub.metrics.METRICS_PATH, which imports the exposition).
+METRICS_PATH = "/metrics"
 
 
-class DaemonCollector(Collector):
-    """Reads the daemon's state on each scrape; counts only what the state does not keep (every evidence
-    event by kind, every attempt and agent start), from one ledger listener."""
+class DaemonCounts:
+    """What the daemon's state does not keep, counted by one ledger listener from the daemon's start: every
+    evidence event by kind, every attempt and every agent start."""
 
-    def __init__(self, ctx: DaemonContext) -> None:
-        self.ctx = ctx
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
         self.events: Counter[str] = Counter()
-        history = ctx.ledger.history
+        history = ledger.history
         self._attempt = history.current.attempt_id if history.current else None
         self._started: datetime | None = history.agent.started_at if history.agent else None
         self.attempts = 1 if self._attempt else 0
         self.agent_starts = 1 if self._started else 0
-        ctx.ledger.subscribe(self._on_change)
+        ledger.subscribe(self._on_change)
 
     def close(self) -> None:
-        self.ctx.ledger.unsubscribe(self._on_change)
+        self.ledger.unsubscribe(self._on_change)
 
     def _on_change(self, event: EvidenceEvent | None) -> None:
         if event is not None:
             self.events[event.kind if event.kind in EVIDENCE_KINDS else "other"] += 1
             return
-        history = self.ctx.ledger.history
+        history = self.ledger.history
         attempt = history.current.attempt_id if history.current else None
         if attempt is not None and attempt != self._attempt:
             self.attempts += 1
@@ -64,69 +56,23 @@ class DaemonCollector(Collector):
             self.agent_starts += 1
         self._started = started
 
-    def collect(self) -> Iterator[Metric]:
-        history = self.ctx.ledger.history
-        yield CounterMetricFamily("agentctl_attempts", "Attachment attempts opened since the daemon started",
-                                  value=self.attempts)
-        yield gauge("agentctl_attempts_kept", "Attempts the report keeps (current and previous)",
-                    (1 if history.current else 0) + len(history.previous))
-        by_state = Counter(row.status for row in history.current.servers) if history.current else Counter()
-        yield by_label(GaugeMetricFamily("agentctl_servers", "Server rows of the current attempt by display state",
-                                         labels=["state"]), STATES, by_state)
-        yield by_label(CounterMetricFamily("agentctl_evidence_events", "Evidence events recorded, by kind",
-                                           labels=["kind"]), EVIDENCE_KINDS, self.events)
-        refusals = CounterMetricFamily("agentctl_http_refusals",
-                                       "HTTP requests refused before any handler, by route, method and status",
-                                       labels=["route", "method", "status"])
-        merged: Counter[tuple[str, str, str]] = Counter()
-        for r in history.http_refusals:
-            route = r.route if r.route in REFUSAL_ROUTES else "other"
-            method = r.method if r.method in _METHODS else "OTHER"
-            status = str(r.status) if 100 <= r.status <= 599 else "other"
-            merged[(route, method, status)] += r.count
-        for labels, count in sorted(merged.items()):
-            refusals.add_metric(list(labels), count)
-        yield refusals
-        yield CounterMetricFamily("agentctl_rejected_events", "Evidence naming an attempt no longer kept, or a "
-                                  "foreign execution", value=history.rejected_events)
-        yield from self._agent()
-        yield from self._upstream()
 
-    def _agent(self) -> Iterator[Metric]:
-        agent = self.ctx.ledger.history.agent
-        yield CounterMetricFamily("agentctl_agent_restarts", "Agent process starts after the first",
-                                  value=max(0, self.agent_starts - 1))
-        yield gauge("agentctl_agent_running", "1 while the supervised agent's process runs",
-                    1 if agent is not None and agent.state == "running" else 0)
+def install_metrics_route(app: web.Application, ctx: DaemonContext) -> DaemonCounts:
+    """Mount GET /metrics on `app`; its registry (one per daemon) is built at the first scrape."""
+    counts = DaemonCounts(ctx.ledger)
+    handler: list[Callable[[web.Request], Awaitable[web.Response]]] = []
 
-    def _upstream(self) -> Iterator[Metric]:
-        publisher = self.ctx.upstream
-        if publisher is None:
-            return
-        status = publisher.status()
-        yield by_label(GaugeMetricFamily("agentctl_upstream_state", "1 for the upstream link's current state",
-                                         labels=["state"]), UPSTREAM_STATES, {status.state: 1})
-        yield gauge("agentctl_upstream_buffered_bytes", "Bytes held for the upstream: queued frames plus the "
-                    "socket's send buffer", status.buffered_bytes)
-        yield gauge("agentctl_upstream_lag_frames", "Evidence frames recorded but not yet written to the upstream",
-                    publisher.queued_evidence)
-        yield CounterMetricFamily("agentctl_upstream_connects", "Upstream connections made", value=status.connects)
-        yield CounterMetricFamily("agentctl_upstream_dropped_events", "Evidence frames dropped on overflow "
-                                  "(a resync snapshot repaired each gap)", value=status.dropped_events)
-        yield CounterMetricFamily("agentctl_upstream_resyncs", "Snapshots sent because frames were dropped",
-                                  value=status.resyncs)
+    async def metrics(request: web.Request) -> web.StreamResponse:
+        if not handler:
+            # Once, on the event loop: the import takes tens of milliseconds, paid by the first scrape only.
+            from agentctl.daemon.metrics_collector import daemon_metrics_handler
 
+            handler.append(daemon_metrics_handler(ctx, counts))
+        return await handler[0](request)
 
-def install_metrics_route(app: web.Application, ctx: DaemonContext) -> DaemonCollector:
-    """Mount GET /metrics on `app`, with a registry of its own (two daemons in a process share nothing)."""
-    registry = CollectorRegistry(auto_describe=False)
-    collector = DaemonCollector(ctx)
-    registry.register(collector)
+    async def close(_app: web.Application) -> None:
+        counts.close()
 
-    app.router.add_get(METRICS_PATH, metrics_handler(registry), allow_head=False)
-    app.on_cleanup.append(lambda _app: _close(collector))
-    return collector
-
-
-async def _close(collector: DaemonCollector) -> None:
-    collector.close()
+    app.router.add_get(METRICS_PATH, metrics, allow_head=False)
+    app.on_cleanup.append(close)
+    return counts

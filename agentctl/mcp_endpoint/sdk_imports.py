@@ -1,5 +1,6 @@
-"""How the MCP SDK enters the daemon: its submodules without the `mcp` package's eager re-exports, and
-sse-starlette without its uvicorn hook. Two guards, nothing stood in for, no SDK file changed.
+"""How the MCP SDK and aiohttp enter the daemon: their submodules without the eager re-exports of the `mcp`,
+httpx2 and aiohttp packages, and sse-starlette without its uvicorn hook. Nothing stood in for, no SDK file
+changed.
 
 - `mcp/__init__.py` re-exports the whole client (`mcp.Client`, `stdio_client`, sessions) and so imports it and
   its HTTP stack, which a daemon only needs once it tests an endpoint. The `mcp` package is registered from its
@@ -7,6 +8,18 @@ sse-starlette without its uvicorn hook. Two guards, nothing stood in for, no SDK
   package's path is set), and the first read of an attribute the package itself defines (`mcp.Client`,
   `from mcp import ClientSession`, `mcp.__all__`) runs that `__init__`, once, in the same module object. After
   that the package is exactly what `import mcp` makes.
+- httpx2 (the HTTP client) is imported by the server side only for `HttpResource.read()`
+  (`mcp.server.mcpserver.resources.types` does `import httpx2` and uses it in that method alone), which the
+  daemon's built-in server never serves. It is registered the same way as `mcp`: its `__init__` (the whole
+  client, 0.7 MB) runs at the first attribute read, i.e. when the MCP client is first used (an endpoint test)
+  or a resource is fetched over HTTP.
+- aiohttp's `__init__` re-exports its client (sessions, connector, resolver, cookie jar, tracing: 4.2 MB
+  measured), which the daemon never uses: it serves (`aiohttp.web`) and dials nothing over HTTP. aiohttp is
+  registered the same way, with two differences its own submodules need: `from . import hdrs` (a submodule)
+  imports that submodule alone, and `__version__`, which `aiohttp.http` reads from the package while it is
+  imported, is set beforehand from the line of `__init__.py` that declares it (when there is no such line,
+  aiohttp is imported as usual). `aiohttp.ClientSession` or `from aiohttp import WSMsgType` runs the
+  `__init__`; agentctl's daemon modules import such names from their submodules (`aiohttp.web`).
 - sse-starlette, imported by the SDK's HTTP transports, tries `import uvicorn` (which brings click and
   multiprocessing) only to hook uvicorn's signal handler for a graceful drain; it treats an ImportError as
   "not running under uvicorn", and it catches that ImportError itself. The daemon serves through aiohttp, never
@@ -19,14 +32,16 @@ sse-starlette without its uvicorn hook. Two guards, nothing stood in for, no SDK
   constructor runs with rich reported missing (`missing("rich")`): it falls back to a plain handler, removed
   the same way, and rich's console stack is never loaded.
 
-The first two happen once, before the SDK is first imported (this package's `__init__`), in the importing thread; when
-the SDK is already loaded (a process that imported it first) they change nothing.
+These happen once, before the SDK or aiohttp is first imported (this package's `__init__`, which
+agentctl.daemon imports first), in the importing thread; a package already loaded (a process that imported it
+first) is left as it is.
 """
 
 from __future__ import annotations
 
 import importlib.abc
 import importlib.util
+import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -34,13 +49,20 @@ from contextlib import contextmanager
 from typing import Any
 
 # The heavy top-level modules these guards keep out of an idle daemon (tests pin the whole set).
-KEPT_OUT = ("uvicorn", "click", "mcp.client", "rich")
+KEPT_OUT = ("uvicorn", "click", "mcp.client", "rich", "httpx2", "aiohttp.client")
+# Packages whose `__init__` runs at the first read of one of its own attributes, not at import.
+DEFERRED_INITS = ("mcp", "httpx2", "aiohttp")
+# What a package's own submodules read from it while they are imported (aiohttp.http: `from . import
+# __version__`), set from the line of its `__init__` that declares it.
+_SEEDS = {"aiohttp": ("__version__",)}
 
 
 def import_sdk_lean() -> None:
-    """Register `mcp` with its `__init__` deferred and import sse-starlette without uvicorn (see above)."""
-    if "mcp" not in sys.modules:
-        _defer_package_init("mcp")
+    """Register `mcp`, httpx2 and aiohttp with their `__init__` deferred and import sse-starlette without
+    uvicorn (see above)."""
+    for name in DEFERRED_INITS:
+        if name not in sys.modules:
+            _defer_package_init(name)
     if "sse_starlette" not in sys.modules and "uvicorn" not in sys.modules:
         with missing("uvicorn"):
             try:
@@ -54,11 +76,20 @@ def _defer_package_init(name: str) -> None:
     if spec is None or spec.loader is None or spec.submodule_search_locations is None:
         return
     package = importlib.util.module_from_spec(spec)
+    for attribute in _SEEDS.get(name, ()):
+        value = _declared(spec.origin, attribute)
+        if value is None:
+            return  # a release that no longer declares it plainly: imported as usual (the pin test says so)
+        setattr(package, attribute, value)
     lock = threading.RLock()
     ran: list[bool] = []
 
     def __getattr__(attribute: str) -> Any:
         # Called only for a name the package does not have yet; once its __init__ ran, a miss is a real miss.
+        if not ran and importlib.util.find_spec(f"{name}.{attribute}") is not None:
+            # A submodule (`from . import hdrs` inside the package): imported alone, as the import system
+            # would, so a submodule's own imports never run the __init__ half-way through a chain.
+            return importlib.import_module(f"{name}.{attribute}")
         with lock:
             if not ran:
                 ran.append(True)
@@ -70,6 +101,19 @@ def _defer_package_init(name: str) -> None:
 
     package.__getattr__ = __getattr__  # type: ignore[method-assign]
     sys.modules[name] = package
+
+
+def _declared(origin: str | None, attribute: str) -> str | None:
+    """The string the package's `__init__` assigns to `attribute` on a line of its own, or None."""
+    if origin is None:
+        return None
+    try:
+        with open(origin, encoding="utf-8") as source:
+            text = source.read()
+    except OSError:
+        return None
+    found = re.search(rf'^{re.escape(attribute)} = "([^"\\]*)"$', text, re.MULTILINE)
+    return found.group(1) if found else None
 
 
 class _Missing(importlib.abc.MetaPathFinder):

@@ -138,16 +138,17 @@ def test_attempts_agent_restarts_and_evidence_kinds_are_counted_from_the_ledger_
     from prometheus_client import generate_latest
     from prometheus_client.registry import CollectorRegistry
 
-    from agentctl.daemon.metrics import DaemonCollector
+    from agentctl.daemon.metrics import DaemonCounts
+    from agentctl.daemon.metrics_collector import DaemonCollector
     from agentctl.evidence.contract import Identity
     from agentctl.evidence.ledger import Ledger, ServerSeed
 
     ident = Identity(task_id="t", session_id="s", execution_id="e", instance_id="i", agent_id="a",
                      agent_profile_id="p")
     ledger = Ledger(ident)
-    collector = DaemonCollector(SimpleNamespace(ledger=ledger, upstream=None))
+    counts = DaemonCounts(ledger)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
+    registry.register(DaemonCollector(SimpleNamespace(ledger=ledger, upstream=None), counts))
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     ledger.update_agent(protocol="passthrough", state="starting", started_at=t0)
     seeds = [ServerSeed(name=HOSTILE, source="profile", transport="http", target="http://127.0.0.1:1")]
@@ -167,4 +168,4 @@ def test_attempts_agent_restarts_and_evidence_kinds_are_counted_from_the_ledger_
     assert samples[("agentctl_servers", (("state", "delivered"),))] == 1
     assert not any(name.startswith("agentctl_upstream") for name, _ in samples), "no [upstream]: no upstream metrics"
     assert HOSTILE not in generate_latest(registry).decode()
-    collector.close()
+    counts.close()

@@ -1,0 +1,105 @@
+"""Owns what the daemon's Prometheus `/metrics` exposes: a per-daemon registry whose one collector reads the
+daemon's own state at scrape time (attempts, rows by display state, evidence by kind, HTTP refusals, the
+upstream's queue, agent restarts). Imported at the first scrape (agentctl.daemon.metrics mounts the route and
+counts from the start), so prometheus_client is no part of a daemon that is never scraped.
+
+Every label value comes from a closed set the daemon itself defines (an evidence kind, a display state, a
+route the daemon names, a method, a status code, an upstream state): never a server name, a session or
+attempt id, a token or anything a client sent. No token is needed: nothing here is a secret.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from agentctl.evidence.contract import EVIDENCE_KINDS, Status
+from agentctl.hub.metrics import by_label, gauge, metrics_handler
+from agentctl.mcp_endpoint.server import MCP_PATH, MESSAGES_PATH, SSE_PATH
+
+if TYPE_CHECKING:  # pragma: no cover
+    from aiohttp import web
+
+    from agentctl.context import DaemonContext
+    from agentctl.daemon.metrics import DaemonCounts
+
+STATES: tuple[str, ...] = Status.__args__  # type: ignore[attr-defined]
+UPSTREAM_STATES = ("connected", "buffering", "superseded")
+# Routes the daemon counts refusals under (the MCP endpoint's and the control socket's); anything else
+# would be a bug, and is shown as "other" rather than trusted as a label.
+REFUSAL_ROUTES = frozenset({MCP_PATH, SSE_PATH, MESSAGES_PATH, "control"})
+_METHODS = frozenset({"GET", "POST", "DELETE", "PUT", "HEAD", "OPTIONS", "PATCH", "OTHER"})
+
+
+class DaemonCollector(Collector):
+    """Reads the daemon's state on each scrape, and the counts of what the state does not keep (`counts`,
+    listening to the ledger since the daemon started)."""
+
+    def __init__(self, ctx: DaemonContext, counts: DaemonCounts) -> None:
+        self.ctx = ctx
+        self.counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        history = self.ctx.ledger.history
+        yield CounterMetricFamily("agentctl_attempts", "Attachment attempts opened since the daemon started",
+                                  value=self.counts.attempts)
+        yield gauge("agentctl_attempts_kept", "Attempts the report keeps (current and previous)",
+                    (1 if history.current else 0) + len(history.previous))
+        by_state = Counter(row.status for row in history.current.servers) if history.current else Counter()
+        yield by_label(GaugeMetricFamily("agentctl_servers", "Server rows of the current attempt by display state",
+                                         labels=["state"]), STATES, by_state)
+        yield by_label(CounterMetricFamily("agentctl_evidence_events", "Evidence events recorded, by kind",
+                                           labels=["kind"]), EVIDENCE_KINDS, self.counts.events)
+        refusals = CounterMetricFamily("agentctl_http_refusals",
+                                       "HTTP requests refused before any handler, by route, method and status",
+                                       labels=["route", "method", "status"])
+        merged: Counter[tuple[str, str, str]] = Counter()
+        for r in history.http_refusals:
+            route = r.route if r.route in REFUSAL_ROUTES else "other"
+            method = r.method if r.method in _METHODS else "OTHER"
+            status = str(r.status) if 100 <= r.status <= 599 else "other"
+            merged[(route, method, status)] += r.count
+        for labels, count in sorted(merged.items()):
+            refusals.add_metric(list(labels), count)
+        yield refusals
+        yield CounterMetricFamily("agentctl_rejected_events", "Evidence naming an attempt no longer kept, or a "
+                                  "foreign execution", value=history.rejected_events)
+        yield from self._agent()
+        yield from self._upstream()
+
+    def _agent(self) -> Iterator[Metric]:
+        agent = self.ctx.ledger.history.agent
+        yield CounterMetricFamily("agentctl_agent_restarts", "Agent process starts after the first",
+                                  value=max(0, self.counts.agent_starts - 1))
+        yield gauge("agentctl_agent_running", "1 while the supervised agent's process runs",
+                    1 if agent is not None and agent.state == "running" else 0)
+
+    def _upstream(self) -> Iterator[Metric]:
+        publisher = self.ctx.upstream
+        if publisher is None:
+            return
+        status = publisher.status()
+        yield by_label(GaugeMetricFamily("agentctl_upstream_state", "1 for the upstream link's current state",
+                                         labels=["state"]), UPSTREAM_STATES, {status.state: 1})
+        yield gauge("agentctl_upstream_buffered_bytes", "Bytes held for the upstream: queued frames plus the "
+                    "socket's send buffer", status.buffered_bytes)
+        yield gauge("agentctl_upstream_lag_frames", "Evidence frames recorded but not yet written to the upstream",
+                    publisher.queued_evidence)
+        yield CounterMetricFamily("agentctl_upstream_connects", "Upstream connections made", value=status.connects)
+        yield CounterMetricFamily("agentctl_upstream_dropped_events", "Evidence frames dropped on overflow "
+                                  "(a resync snapshot repaired each gap)", value=status.dropped_events)
+        yield CounterMetricFamily("agentctl_upstream_resyncs", "Snapshots sent because frames were dropped",
+                                  value=status.resyncs)
+
+
+def daemon_metrics_handler(ctx: DaemonContext,
+                           counts: DaemonCounts) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """The GET /metrics handler of one daemon, with a registry of its own (two daemons in a process share
+    nothing)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DaemonCollector(ctx, counts))
+    return metrics_handler(registry)
