@@ -144,6 +144,8 @@ class AcpRuntime:
         self._opening: tuple[str, str | None] | None = None
         self._session_attempt: str | None = None
         self.agent_name: str | None = None  # as the agent declared it in initialize (raw: for matching only)
+        # Gemini CLI's folder trust, decided once when it has started: it reads its trusted-folders file once.
+        self._gemini_trust: Any = None
         install_sdk_log_scrubber()
 
     # -- connection ------------------------------------------------------------------------------
@@ -184,6 +186,8 @@ class AcpRuntime:
         self.close_supported = bool(session_caps is not None and getattr(session_caps, "close", None))
         info = resp.agent_info
         self.agent_name = info.name if info is not None and isinstance(info.name, str) else None
+        if gemini_acp.is_gemini(self.agent_name, self.agent_spec.command):
+            self._gemini_trust = gemini_acp.trust_for(self._cwd(), self.agent_spec.env, self.agent_spec.command)
         self.ledger.update_agent(
             state="running",
             name=bounded_text(info.name, secrets=self._known()) if info is not None else None,
@@ -262,9 +266,8 @@ class AcpRuntime:
             return SessionOutcome(attempt_id, False, reason_code="agent_not_running", summary=summary)
         plan = plan_delivery(self.spec, self.caps, builtin_base=self._builtin_base(), token=token)
         cwd = self._cwd()
-        if gemini_acp.is_gemini(self.agent_name, self.agent_spec.command):
-            decision = gemini_acp.trust_for(cwd, self.agent_spec.env, self.agent_spec.command)
-            gemini_acp.filter_untrusted(plan, decision)
+        if self._gemini_trust is not None:
+            gemini_acp.filter_untrusted(plan, self._gemini_trust)
         for omitted in plan.filtered:
             ledger.record("filtered", attempt_id, omitted.name, reason_code=omitted.reason_code, summary=omitted.summary)
         sent: list[Planned] = []

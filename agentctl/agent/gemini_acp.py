@@ -8,7 +8,9 @@ workspace's, the user's and the client's). docs/agents.md has the measurement wi
 agent is Gemini CLI and agentctl/agent/gemini_trust.py decides (with the agent's environment and command, as
 Gemini would) that the session's working directory is untrusted, no server is sent and each is `filtered`
 (`untrusted_folder`) with how to trust the folder. A trust file Gemini would refuse (`trusted=None`) leaves the
-plan as it is: the agent's own error then says why. Nothing here writes a file.
+plan as it is: the agent's own error then says why. Nothing here writes a file. Gemini CLI reads its
+trusted-folders file once per process (and caches it), so agentctl decides once too, when the agent has
+answered initialize: a folder trusted while the agent runs takes effect at its next start, for both.
 
 Gemini CLI is recognized by the name it gives in ACP initialize (`agentInfo.name` = `gemini-cli`); only when
 an agent gives no name, by its command's program name (`gemini`). A wrapper script that starts Gemini CLI is
