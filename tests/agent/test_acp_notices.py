@@ -112,3 +112,21 @@ headers = {{ Authorization = "Bearer headerCANARY26" }}
 
 def _status(daemon, name: str) -> str:
     return next(r.status for r in daemon.ledger.history.current.servers if r.name == name)
+
+
+def test_every_surface_shows_the_notices_as_report_lines_and_says_how_many_were_not_kept() -> None:
+    from agentctl.control.render import render_attempt
+    from agentctl.hub.web_view import attempt_view
+
+    ledger = Ledger(IDENT)
+    attempt_id, _ = ledger.begin_attempt("session_new")
+    ledger.record("delivered", attempt_id, "docs", transport="http", target="http://h")
+    for i in range(MAX_NOTICES_PER_ATTEMPT + 2):
+        ledger.add_notice(attempt_id, AgentNotice(severity="warning", title=f"MCP server 'docs' unavailable {i}",
+                                                  description="retrying", occurred_at=NOW, server="docs"))
+    attempt = ledger.history.current
+    text = "\n".join(render_attempt(attempt, color=False))
+    assert text.count("agent notice (warning; the agent's words") == MAX_NOTICES_PER_ATTEMPT
+    assert "unavailable 0: retrying" in text and "2 more agent notices not kept" in text
+    view = attempt_view(attempt)
+    assert len(view["notices"]) == MAX_NOTICES_PER_ATTEMPT + 1 and view["servers"][0]["status"] == "delivered"
