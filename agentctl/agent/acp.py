@@ -2,7 +2,9 @@
 
 Each session operation creates the new attempt *before* delivery, records configured / filtered /
 delivered, then the agent's answer: session_accepted, or an explicit error that is server-specific only
-when it names a server. Prompts stream the agent's updates to the caller and are never recorded.
+when it names a server. Prompts stream the agent's updates to the caller and are never recorded. A session
+notice the agent sends (agentctl/agent/acp_notices.py) is kept on its session's attempt as a report-level
+line; Gemini CLI in a folder it does not trust gets no server (agentctl/agent/gemini_acp.py).
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ from acp.schema import (
 )
 
 from agentctl import __version__
+from agentctl.agent import acp_notices, gemini_acp
 from agentctl.agent.attribution import attribute, error_text
 from agentctl.agent.delivery import Planned, plan_delivery
 from agentctl.agent.outcome import AgentError, SessionOutcome
 from agentctl.agent.transports import AgentStdioTransport
 from agentctl.evidence.contract import AttemptOrigin, McpCapabilities, PromptStreamItem
 from agentctl.evidence.ledger import Ledger, ServerSeed
+from agentctl.evidence.reducer import find_attempt
 from agentctl.evidence.sanitize import bounded_text, opaque_id, summarize
 from agentctl.evidence.secret_registry import SecretRegistry
 from agentctl.spec import Spec
@@ -135,13 +139,23 @@ class AcpRuntime:
         # The delivery whose session/new or session/load frame is on its way: recorded as `delivered`
         # only once the frame was written to the agent's stdin (see _on_sent).
         self._pending_delivery: tuple[str, list[Planned], list[Planned]] | None = None
+        # The attempt of the session/new or session/load in flight (and the id it loads), and the attempt of
+        # the accepted session: where a session notice is kept.
+        self._opening: tuple[str, str | None] | None = None
+        self._session_attempt: str | None = None
+        self.agent_name: str | None = None  # as the agent declared it in initialize (raw: for matching only)
+        # Gemini CLI's folder trust, decided once when it has started: it reads its trusted-folders file once.
+        self._gemini_trust: Any = None
         install_sdk_log_scrubber()
 
     # -- connection ------------------------------------------------------------------------------
 
     async def connect(self, stdin: asyncio.StreamWriter, stdout: asyncio.StreamReader) -> None:
         """ACP initialize over the agent's pipes; records what the agent declared about itself."""
-        self._transport = AgentStdioTransport(stdout, stdin, on_sent=self._on_sent, on_eof=self._on_eof)
+        self._transport = AgentStdioTransport(
+            stdout, stdin, on_sent=self._on_sent, on_eof=self._on_eof,
+            outgoing=acp_notices.advertise, intercept=acp_notices.NoticeTap(self._on_notice).take,
+        )
         self._conn = acp.connect_to_agent(_DaemonClient(self), self._transport, use_unstable_protocol=True)
         try:
             resp = await asyncio.wait_for(
@@ -171,6 +185,9 @@ class AcpRuntime:
         session_caps = getattr(caps, "session_capabilities", None) if caps is not None else None
         self.close_supported = bool(session_caps is not None and getattr(session_caps, "close", None))
         info = resp.agent_info
+        self.agent_name = info.name if info is not None and isinstance(info.name, str) else None
+        if gemini_acp.is_gemini(self.agent_name, self.agent_spec.command):
+            self._gemini_trust = gemini_acp.trust_for(self._cwd(), self.agent_spec.env, self.agent_spec.command)
         self.ledger.update_agent(
             state="running",
             name=bounded_text(info.name, secrets=self._known()) if info is not None else None,
@@ -248,11 +265,14 @@ class AcpRuntime:
             ledger.record("explicit_error", attempt_id, reason_code="agent_not_running", summary=summary)
             return SessionOutcome(attempt_id, False, reason_code="agent_not_running", summary=summary)
         plan = plan_delivery(self.spec, self.caps, builtin_base=self._builtin_base(), token=token)
+        cwd = self._cwd()
+        if self._gemini_trust is not None:
+            gemini_acp.filter_untrusted(plan, self._gemini_trust)
         for omitted in plan.filtered:
             ledger.record("filtered", attempt_id, omitted.name, reason_code=omitted.reason_code, summary=omitted.summary)
-        cwd = self._cwd()
         sent: list[Planned] = []
         self._pending_delivery = (attempt_id, sent, plan.delivered)
+        self._opening = (attempt_id, load_id)
         try:
             servers = [_to_model(p) for p in plan.delivered]
             if load_id is None:
@@ -270,10 +290,29 @@ class AcpRuntime:
             return self._session_failed(attempt_id, sent, "session_error", f"unusable answer ({type(exc).__name__})")
         finally:
             self._pending_delivery = None
+            self._opening = None
         session_id = load_id if load_id is not None else getattr(resp, "session_id", None)
         self.acp_session_id = session_id
+        self._session_attempt = attempt_id
         ledger.record("session_accepted", attempt_id, acp_session_id=opaque_id(session_id, secrets=self._known()))
         return SessionOutcome(attempt_id, True, acp_session_id=session_id)
+
+    def _on_notice(self, session_id: str | None, update: dict[str, Any]) -> None:
+        """A session notice: kept on the attempt of its session (the one being opened, while session/new or
+        session/load is in flight and the id is not the accepted session's); any other is not kept."""
+        attempt_id = None
+        opening = self._opening
+        if opening is not None and (session_id == opening[1] or (opening[1] is None and session_id != self.acp_session_id)):
+            attempt_id = opening[0]
+        elif session_id is not None and session_id == self.acp_session_id:
+            attempt_id = self._session_attempt
+        attempt = find_attempt(self.ledger.history, attempt_id) if attempt_id else None
+        if attempt is None:
+            log.debug("a session notice for no kept session was not recorded")
+            return
+        names = [row.name for row in attempt.servers]
+        notice = acp_notices.parse_notice(update, names, self.ledger.now(), self._known())
+        self.ledger.add_notice(attempt.attempt_id, notice)
 
     def _on_sent(self, message: dict[str, Any]) -> None:
         """The session request reached the agent's stdin: now, and only now, its servers are delivered."""

@@ -35,6 +35,8 @@ from typing import Any, Literal
 TRUST_LEVELS = ("TRUST_FOLDER", "TRUST_PARENT", "DO_NOT_TRUST")
 REASON_UNTRUSTED = "untrusted_folder"  # the reason the gemini strategy filters every server with
 Source = Literal["env", "flag", "setting", "file", "default", "error"]
+_HOW_TO_TRUST = ("run `gemini` in the folder and choose \"Trust folder\", add a TRUST_FOLDER rule for it to "
+                 "Gemini's trusted-folders file, or add --skip-trust to the agent's command")
 
 # Strings first so a `//` inside one is kept: what strip-json-comments removes, and nothing more (a trailing
 # comma stays an error, as it is for Gemini; a JSON5 reader would accept files the CLI refuses).
@@ -61,6 +63,15 @@ class TrustDecision:
     source: Source
     rule: str | None = None  # the trusted-folders path that decided, when the file did
     error: str | None = None
+
+
+def untrusted_summary(decision: TrustDecision) -> str:
+    """Why Gemini will not trust the workdir, and how to trust it; never a path or a value."""
+    why = {
+        "env": "the environment distrusts it (GEMINI_RESTRICTED_MODE or GEMINI_CLI_TRUST_WORKSPACE=false)",
+        "file": "a DO_NOT_TRUST rule in the trusted-folders file covers it",
+    }.get(decision.source, "no rule in Gemini's trusted-folders file covers it")
+    return f"Gemini CLI does not trust the working directory ({why}): {_HOW_TO_TRUST}"
 
 
 def parse_jsonc(text: str) -> Any:

@@ -3,7 +3,9 @@
 The SDK's own NdjsonTransport accumulates over-long lines without limit, logs every non-JSON line with a
 traceback (the line may be sensitive), and dies on a JSON value that is not an object. An agent's stdout
 is untrusted input, so this transport bounds and counts instead. It also tells its owner when a frame
-was really written (delivery evidence means "sent", not "about to be sent") and when stdout ended.
+was really written (delivery evidence means "sent", not "about to be sent") and when stdout ended, and lets
+its owner amend an outgoing frame (`outgoing`) and take an incoming one before the SDK sees it (`intercept`):
+agentctl/agent/acp_notices.py does both for the session notices the SDK does not know.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ class AgentStdioTransport:
         max_frame: int = MAX_FRAME_BYTES,
         on_sent: Callable[[dict[str, Any]], None] | None = None,
         on_eof: Callable[[], None] | None = None,
+        outgoing: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        intercept: Callable[[dict[str, Any]], bool] | None = None,
     ) -> None:
         self._reader = reader
         self._writer = writer
@@ -34,6 +38,8 @@ class AgentStdioTransport:
         self._write_lock = asyncio.Lock()
         self._on_sent = on_sent
         self._on_eof = on_eof
+        self._outgoing = outgoing
+        self._intercept = intercept  # True: the frame was consumed, the SDK never sees it
         self.skipped_lines = 0  # non-JSON, non-object or oversized lines: counted, never logged
         self.closed = False
         self.eof = False  # the agent's stdout ended: nothing more will ever arrive
@@ -41,6 +47,8 @@ class AgentStdioTransport:
     async def send(self, message: dict[str, Any]) -> None:
         if self.closed or self._writer.is_closing():
             raise ConnectionError("agent stdin is closed")
+        if self._outgoing is not None:
+            message = self._outgoing(message)
         data = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
         async with self._write_lock:
             self._writer.write(data)
@@ -64,6 +72,8 @@ class AgentStdioTransport:
                 continue
             if not isinstance(message, dict) or not _valid_envelope(message):
                 self.skipped_lines += 1
+                continue
+            if self._intercept is not None and self._intercept(message):
                 continue
             return message
 

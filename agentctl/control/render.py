@@ -18,6 +18,8 @@ from datetime import datetime
 from typing import TextIO
 
 from agentctl.evidence.contract import (
+    MAX_NOTICES_PER_ATTEMPT,
+    AgentNotice,
     AgentState,
     Attempt,
     AttachmentHistory,
@@ -259,6 +261,19 @@ def agent_report_line(agent: AgentState | None) -> str | None:
     return None
 
 
+def notice_lines(notices: list[AgentNotice], count: int) -> list[str]:
+    """Report level: the agent's session notices in its own (redacted) words. Weak: they change no row."""
+    lines = []
+    for notice in notices:
+        text = notice.title + (f": {notice.description}" if notice.description else "")
+        lines.append(f"agent notice ({notice.severity}; the agent's words, not agentctl's observation; "
+                     f"no server's state changes): {text}")
+    if count > len(notices):
+        lines.append(f"{plural(count - len(notices), 'more agent notice')} not kept (the first "
+                     f"{MAX_NOTICES_PER_ATTEMPT} are)")
+    return lines
+
+
 def session_error_lines(error: ErrorSummary) -> tuple[str, str]:
     """A report-level session error: the plain line (it fails no row) and its code detail."""
     code = error.reason_code or "session_error"
@@ -358,6 +373,8 @@ def render_attempt(attempt: Attempt, color: bool, agent: AgentState | None = Non
     report = agent_report_line(agent)
     if report:
         lines.extend(paint(line, GREY, color) for line in wrap(report, 2))
+    for notice in notice_lines(attempt.notices, attempt.notice_count):
+        lines.extend(paint(line, GREY, color) for line in wrap(notice, 2))
     if attempt.session_error:
         text, detail = session_error_lines(attempt.session_error)
         lines.extend(wrap(text, 2))

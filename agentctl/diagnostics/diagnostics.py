@@ -118,6 +118,9 @@ def attempt_diagnostics(attempt: Attempt, secrets: Iterable[str]) -> AttemptDiag
         session_error=error,
         dropped_events=attempt.dropped_events,
         servers=[server_diagnostics(row, attempt, secrets) for row in attempt.servers],
+        notices=[msgspec.structs.replace(n, title=_scrub(n.title, secrets) or "",
+                                         description=_scrub(n.description, secrets)) for n in attempt.notices],
+        notice_count=attempt.notice_count,
     )
 
 

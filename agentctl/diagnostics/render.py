@@ -26,6 +26,7 @@ from agentctl.control.render import (
     readiness_line,
     report_details,
     row_explanation,
+    notice_lines,
     session_error_lines,
     status_label,
     upstream_text,
@@ -180,6 +181,8 @@ def _attempt_block(attempt: AttemptDiagnostics, title: str, color: bool, agent: 
         text, detail = session_error_lines(attempt.session_error)
         lines += wrap(text, 2)
         lines += _lines(detail, 4, color, GREY)
+    for notice in notice_lines(attempt.notices, attempt.notice_count):
+        lines += _lines(notice, 2, color, GREY)
     if attempt.dropped_events:
         lines += wrap(f"{plural(attempt.dropped_events, 'older event')} dropped (64 are kept)", 2)
     if not attempt.servers:

@@ -12,8 +12,9 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-# 2 added agent-reported evidence (kind `agent_reported`, ServerRow.reported and status_source) and the
-# built-in catalog's hash (ToolCatalog.hash, ServerRow.catalog_hash).
+# 2 added agent-reported evidence (kind `agent_reported`, ServerRow.reported and status_source), the
+# built-in catalog's hash (ToolCatalog.hash, ServerRow.catalog_hash) and the agent's session notices
+# (Attempt.notices and notice_count, AttemptDiagnostics likewise).
 CONTRACT_VERSION = 2
 # Every version this release reads. A version-1 report is a subset of version 2 (nothing was removed or
 # renamed), so it decodes with these types as it is; a newer version is refused by name, never guessed at.
@@ -55,6 +56,9 @@ StatusSource = Literal["observed", "reported"]
 ReportSource = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9-]{0,23}:[a-z][a-z0-9-]{0,47}$")]
 # The provider's own word for the state (`needs-auth`, `ready`, `authenticationRequired`): a bounded token.
 RawState = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")]
+# An ACP session notice's severity (the RFD's info, warning, error); `unknown`: one this version does not know.
+NoticeSeverity = Literal["info", "warning", "error", "unknown"]
+NOTICE_SEVERITIES: tuple[str, ...] = NoticeSeverity.__args__  # type: ignore[attr-defined]
 # `<method>:<hex digest>`; CATALOG_HASH_METHOD names the one this version computes.
 CatalogHash = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9]+:[a-z0-9-]+:[0-9a-f]{16,128}$")]
 
@@ -64,6 +68,7 @@ MAX_ATTEMPTS = 3
 MAX_EVENTS_PER_ATTEMPT = 64
 MAX_SUMMARY_BYTES = 256
 MAX_CATALOG_TOOLS = 128
+MAX_NOTICES_PER_ATTEMPT = 8  # the first ones are kept (a flood cannot push them out); Attempt.notice_count counts all
 MAX_DESCRIPTION_BYTES = 1024
 MAX_SCHEMA_BYTES = 64 * 1024
 MAX_CATALOG_SCHEMA_BYTES = 512 * 1024
@@ -184,6 +189,20 @@ class AgentReport(Base, kw_only=True):
     summary: str | None = None
 
 
+class AgentNotice(Base, kw_only=True):
+    """A free-text notice the agent sent about its session (ACP session notices: `session/update` of kind
+    `notice`, e.g. "MCP server unavailable"). The agent's words, redacted and bounded like a summary: a weak,
+    report-level line that never sets or changes a row's status, even when it names a server."""
+
+    severity: NoticeSeverity
+    title: str
+    description: str | None = None
+    occurred_at: datetime
+    source: ReportSource = "acp:session-notice"
+    # The one delivered server the text names as a server (agentctl.agent.attribution's rule), if any.
+    server: str | None = None
+
+
 class ServerRow(Base, kw_only=True):
     """What is known about one MCP server in one attempt. `status` is always the strongest current evidence.
 
@@ -254,6 +273,9 @@ class Attempt(Base, kw_only=True):
     session_error: ErrorSummary | None = None
     # When the shown session_error occurred: its event may have left the bounded log, its time must not.
     session_error_at: datetime | None = None
+    # The agent's session notices: the first MAX_NOTICES_PER_ATTEMPT, and how many arrived in all.
+    notices: list[AgentNotice] = []
+    notice_count: int = 0
 
 
 class McpCapabilities(Base, kw_only=True):
@@ -606,6 +628,8 @@ class AttemptDiagnostics(Base, kw_only=True):
     session_error: ErrorSummary | None = None
     dropped_events: int = 0
     servers: list[ServerDiagnostics] = []
+    notices: list[AgentNotice] = []  # the agent's session notices (its words, redacted; never a row status)
+    notice_count: int = 0
 
 
 class Diagnostics(Base, kw_only=True):

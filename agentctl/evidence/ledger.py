@@ -20,6 +20,7 @@ import msgspec
 from agentctl.evidence import reducer
 from agentctl.evidence.contract import (
     CONTRACT_VERSION,
+    AgentNotice,
     AgentState,
     AttachmentHistory,
     AttemptOrigin,
@@ -182,6 +183,18 @@ class Ledger:
         if result.summary:
             result = msgspec.structs.replace(result, summary=self.scrub(result.summary) or "")
         stored = reducer.record_endpoint_test(self.history, attempt_id, server, result)
+        if stored:
+            self._notify(None)
+        return stored
+
+    def add_notice(self, attempt_id: str, notice: AgentNotice) -> bool:
+        """Keep an agent's session notice on its attempt, its text through the one redaction path."""
+        if attempt_id in self._self_tests:
+            return False
+        notice = msgspec.structs.replace(
+            notice, title=self.scrub(notice.title) or "", description=self.scrub(notice.description) or None
+        )
+        stored = reducer.add_notice(self.history, attempt_id, notice)
         if stored:
             self._notify(None)
         return stored

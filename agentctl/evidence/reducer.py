@@ -16,6 +16,8 @@ from agentctl.evidence import reasons
 from agentctl.evidence.contract import (
     MAX_ATTEMPTS,
     MAX_EVENTS_PER_ATTEMPT,
+    MAX_NOTICES_PER_ATTEMPT,
+    AgentNotice,
     AgentReport,
     Attempt,
     AttachmentHistory,
@@ -447,6 +449,18 @@ def record_endpoint_test(
     if row is None:
         return False
     row.endpoint_test = result
+    return True
+
+
+def add_notice(history: AttachmentHistory, attempt_id: str, notice: AgentNotice) -> bool:
+    """Count an agent's session notice on its attempt, keeping the first MAX_NOTICES_PER_ATTEMPT. A notice
+    is the agent's words, report-level only: no row, status or session error is touched."""
+    attempt = find_attempt(history, attempt_id)
+    if attempt is None:
+        return False
+    attempt.notice_count += 1
+    if len(attempt.notices) < MAX_NOTICES_PER_ATTEMPT:
+        attempt.notices.append(notice)
     return True
 
 

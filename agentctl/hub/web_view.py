@@ -21,6 +21,7 @@ from agentctl.control.render import (
     RED,
     STATE_COLORS,
     display_label,
+    notice_lines,
     plural,
     row_details,
     row_explanation,
@@ -152,6 +153,7 @@ def attempt_view(attempt: Attempt | None, agent: AgentState | None = None) -> di
         "acp_session_id": attempt.acp_session_id,
         "times": " · ".join(times),
         "session_error": error_line,
+        "notices": notice_lines(attempt.notices, attempt.notice_count),
         "dropped": f"{plural(attempt.dropped_events, 'older event')} dropped (64 are kept)"
         if attempt.dropped_events else None,
         "servers": [server_view(row, attempt, agent) for row in attempt.servers],

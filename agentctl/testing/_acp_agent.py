@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import uuid
@@ -71,6 +72,24 @@ class ReferenceAgent:
 
     def on_connect(self, conn: Any) -> None:
         self._client = conn
+
+    def send_notice(self, session: _Session) -> None:
+        """send-notice: one ACP session notice (the Session Notices RFD's shape, which the SDK has no model for,
+        so the frame is written as it is) naming the last delivered server, with its full URL and a header
+        value in the text: what an agent's notice may carry and agentctl must not keep."""
+        if not session.entries or self._writer.is_closing():
+            return
+        entry = session.entries[-1]
+        header = next(iter(entry.headers.items()), ("X-None", "none"))
+        update = {
+            "sessionUpdate": "notice",
+            "severity": "warning",
+            "title": f"MCP server '{entry.name}' unavailable",
+            "description": f"connecting to {entry.url or entry.command} with {header[0]}: {header[1]} failed; "
+                           "continuing without its tools",
+        }
+        frame = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session.id, "update": update}}
+        self._writer.write(json.dumps(frame).encode() + b"\n")
 
     def garbage(self, text: str | None = None) -> None:
         """Write one non-JSON line straight to stdout (between frames: each frame is one write)."""
@@ -186,6 +205,8 @@ class ReferenceAgent:
                         "Error: ANTHROPIC_API_KEY is not set; run /login or set an API key\n".encode())
             raise RequestError.auth_required()
         session = await self._open_session(f"ref-{uuid.uuid4().hex}", cwd, mcp_servers)
+        if self._opts.send_notice:
+            self.send_notice(session)  # before the answer: the client does not know the session's id yet
         self.garbage()
         return NewSessionResponse(session_id=session.id)
 

@@ -179,3 +179,30 @@ def test_the_reader_reports_an_unreadable_file_as_an_error_and_writes_nothing(tm
 def test_the_untrusted_folder_reason_is_registered_and_says_how_to_trust_the_folder() -> None:
     reason = REASONS["untrusted_folder"]
     assert reason.where == "row" and "trustedFolders.json" in reason.action and "--skip-trust" in reason.action
+
+
+def test_gemini_over_acp_is_recognized_by_its_declared_name_before_its_program_name() -> None:
+    from agentctl.agent.gemini_acp import is_gemini
+
+    assert is_gemini("gemini-cli", ["npx", "@google/gemini-cli", "--acp"])
+    assert not is_gemini("agentctl-reference-agent", ["/usr/bin/gemini", "--acp"]), "the declared name decides"
+    assert is_gemini(None, ["/opt/bin/gemini", "--acp"]) and not is_gemini(None, ["gemini-wrapper"])
+
+
+def test_over_acp_an_untrusted_decision_filters_every_planned_server_and_any_other_leaves_the_plan() -> None:
+    from agentctl.agent.delivery import DeliveryPlan, Planned
+    from agentctl.agent.gemini_acp import filter_untrusted
+    from agentctl.agent.gemini_trust import TrustDecision
+
+    def plan() -> DeliveryPlan:
+        return DeliveryPlan([Planned("kandev", "http", "http://h", {}), Planned("docs", "stdio", "docs", {})])
+
+    untrusted = plan()
+    filter_untrusted(untrusted, TrustDecision(False, "default"))
+    assert untrusted.delivered == [] and {(o.name, o.reason_code) for o in untrusted.filtered} == {
+        ("kandev", "untrusted_folder"), ("docs", "untrusted_folder")}
+    assert "Trust folder" in untrusted.filtered[0].summary and "--skip-trust" in untrusted.filtered[0].summary
+    for decision in (TrustDecision(True, "file", rule="/w"), TrustDecision(None, "error", error="bad file")):
+        kept = plan()
+        filter_untrusted(kept, decision)
+        assert [p.name for p in kept.delivered] == ["kandev", "docs"] and kept.filtered == []

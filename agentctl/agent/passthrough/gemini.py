@@ -44,17 +44,7 @@ from agentctl.agent.passthrough.workspace import merge_workspace_json
 PARTS = (".gemini", "settings.json")
 EXCLUDED = "excluded_by_workspace_settings"
 UNTRUSTED = gemini_trust.REASON_UNTRUSTED
-_HOW_TO_TRUST = ("run `gemini` in the folder and choose \"Trust folder\", add a TRUST_FOLDER rule for it to "
-                 "Gemini's trusted-folders file, or add --skip-trust to the agent's command")
-
-
-def untrusted_summary(decision: gemini_trust.TrustDecision) -> str:
-    """Why Gemini will not trust the workdir, and how to trust it; never a path or a value."""
-    why = {
-        "env": "the environment distrusts it (GEMINI_RESTRICTED_MODE or GEMINI_CLI_TRUST_WORKSPACE=false)",
-        "file": "a DO_NOT_TRUST rule in the trusted-folders file covers it",
-    }.get(decision.source, "no rule in Gemini's trusted-folders file covers it")
-    return f"Gemini CLI does not trust the working directory ({why}): {_HOW_TO_TRUST}"
+untrusted_summary = gemini_trust.untrusted_summary
 
 
 def trust_of(req: MaterializeRequest) -> gemini_trust.TrustDecision:

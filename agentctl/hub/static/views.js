@@ -31,6 +31,7 @@ function attemptHead(attempt) {
     el("p", { class: "secondary", text: `attempt ${attempt.attempt_id} (${attempt.origin})` +
       (attempt.acp_session_id ? ` · ACP session ${attempt.acp_session_id}` : "") }),
     note(attempt.times, "secondary"),
+    ...(attempt.notices || []).map((n) => note(n, "secondary")),
     note(attempt.session_error, "warn"),
     note(attempt.dropped));
 }
