@@ -17,6 +17,9 @@ start-up for every interpreter of the venv, `python -c pass` included). Beside i
 - wheel:      agentctl health --ready --socket S from a temporary venv holding a wheel built from this tree
               (`pip wheel --no-deps`) and its dependencies pinned by constraints.txt (no editable finder)
 - wheel-bare: that venv's own `python -c pass`
+- wheel-stdlib, wheel-socket: that venv's `python -c "import pathlib, json, socket"` and `python -c "import json,
+              socket"`: the floor of any probe in Python that opens a socket (the stdlib `socket` module imports
+              `enum` and `selectors`), with and without the path rules' `pathlib`
 both run from that venv's directory (the source tree is not importable there). --no-wheel leaves them out
 (building the venv takes a minute or so).
 
@@ -35,7 +38,7 @@ from pathlib import Path
 import _common as c
 
 KINDS = ("fast", "full", "bare", "stdlib", "curl")
-WHEEL_KINDS = ("wheel", "wheel-bare")
+WHEEL_KINDS = ("wheel", "wheel-bare", "wheel-stdlib", "wheel-socket")
 
 
 def installed_wheel(work: Path) -> Path:
@@ -62,7 +65,8 @@ def argv_of(kind: str, sock: str, wheel_venv: Path | None = None) -> list[str]:
         bin_dir = wheel_venv / "bin"
         if kind == "wheel":
             return [str(bin_dir / "agentctl"), "health", "--ready", "--socket", sock]
-        return [str(bin_dir / "python"), "-c", "pass"]
+        code = {"wheel-bare": "pass", "wheel-stdlib": "import pathlib, json, socket", "wheel-socket": "import json, socket"}
+        return [str(bin_dir / "python"), "-c", code[kind]]
     return {
         "fast": [c.AGENTCTL, "health", "--ready", "--socket", sock],
         "full": [c.AGENTCTL, "health", "--ready", "--socket", sock, "--timeout", "5"],
@@ -122,6 +126,10 @@ def main() -> None:
             c.figure("exec probe CPU from an installed wheel", cpu["wheel"], cpu["wheel-bare"], unit="ms",
                      reference_name="that venv's python -c pass", target=("ratio", "<=", 2.0)),
             c.figure("  the same against its goal", cpu["wheel"], unit="ms", target=("value", "<=", 35.0)),
+            c.figure("  the floor of a Python probe with a socket, from that venv", cpu["wheel-socket"],
+                     cpu["wheel-bare"], unit="ms", reference_name="that venv's python -c pass"),
+            c.figure("  the wheel's probe against its stdlib floor", cpu["wheel"], cpu["wheel-stdlib"], unit="ms",
+                     reference_name="that venv's python -c 'import pathlib, json, socket'"),
         ]
     c.emit({"bench": "probe_cost", "params": {"rounds": args.rounds}, "runs": runs, "cpu_ms": cpu, "wall_ms": wall,
             "figures": figures}, args.json)
