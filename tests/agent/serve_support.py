@@ -57,6 +57,18 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
+def canary_http_server(port: int, tag: str, name: str = "docs") -> str:
+    """A [[mcp.servers]] table for an http server on `port` (one nobody listens on: closed_port()), with canaries (`<part>CANARY<tag>`) in its path,
+    query and Authorization header: none of them may reach any output."""
+    return f"""
+[[mcp.servers]]
+name = "{name}"
+type = "http"
+url = "http://127.0.0.1:{port}/pathCANARY{tag}/mcp?key=queryCANARY{tag}"
+headers = {{ Authorization = "Bearer headerCANARY{tag}" }}
+"""
+
+
 def cli(sock: Path, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
     """Run `agentctl ARGS --socket SOCK` as a subprocess (the real CLI over the real control socket)."""
     return subprocess.run(

@@ -12,7 +12,7 @@ from agentctl.agent.acp_notices import NO_TITLE, NoticeTap, advertise, parse_not
 from agentctl.agent.transports import AgentStdioTransport
 from agentctl.evidence.contract import MAX_NOTICES_PER_ATTEMPT, AgentNotice
 from agentctl.evidence.ledger import Ledger
-from tests.agent.serve_support import agent_spec, cli, closed_port
+from tests.agent.serve_support import agent_spec, canary_http_server, cli, closed_port
 from tests.conftest import eventually
 from tests.evidence.fixed import IDENT
 
@@ -77,13 +77,7 @@ async def test_a_reference_agent_notice_is_one_sanitized_report_line_and_no_row_
 ) -> None:
     caplog.set_level(logging.DEBUG)
     port = closed_port()
-    servers = f"""
-[[mcp.servers]]
-name = "docs"
-type = "http"
-url = "http://127.0.0.1:{port}/pathCANARY26/mcp?key=queryCANARY26"
-headers = {{ Authorization = "Bearer headerCANARY26" }}
-"""
+    servers = canary_http_server(port, "26")
     sock = short_tmp / "n.sock"
     daemon = await in_process_daemon(agent_spec(tmp_path, "--send-notice", servers=servers), socket=sock)
     outcome = await daemon.agent.acp.new_session()

@@ -12,6 +12,7 @@ from tests.agent.serve_support import (
     agent_pid,
     agent_spec,
     base_url,
+    canary_http_server,
     cli,
     cli_json,
     closed_port,
@@ -114,13 +115,7 @@ def test_lazy_agent_stays_delivered_until_its_first_prompt_and_a_reset_is_delive
 
 def test_strict_agent_with_an_unreachable_server_fails_only_that_server_with_a_sanitized_reason(tmp_path, short_tmp):
     port = closed_port()
-    servers = f"""
-[[mcp.servers]]
-name = "docs"
-type = "http"
-url = "http://127.0.0.1:{port}/pathCANARY17/mcp?key=queryCANARY17"
-headers = {{ Authorization = "Bearer headerCANARY17" }}
-"""
+    servers = canary_http_server(port, "17")
     spec = agent_spec(tmp_path, "--strict", servers=servers)
     sock = short_tmp / "c.sock"
     with serving(spec, sock) as daemon:

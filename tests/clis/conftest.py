@@ -57,5 +57,14 @@ def clean_env(home: Path, **extra: str) -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8", **extra}
 
 
+def gemini_home_and_workspace(base: Path) -> tuple[Path, Path, Path]:
+    """(home, workspace, trusted-folders file): a throw-away HOME with an empty ~/.gemini and a workspace two levels
+    under `base`, so a rule on its parent differs from one on the folder itself. The file is not written."""
+    home, ws = base / "home", base / "root" / "proj"
+    (home / ".gemini").mkdir(parents=True)
+    ws.mkdir(parents=True)
+    return home, ws, home / ".gemini" / "trustedFolders.json"
+
+
 # The real built-in endpoint the smoke tests' CLIs reach (in-process: the MCP endpoint tests' harness).
 from tests.mcp_endpoint.conftest import make_harness  # noqa: E402,F401

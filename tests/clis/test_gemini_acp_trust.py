@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from agentctl.spec import load_spec
-from tests.clis.conftest import clean_env
+from tests.clis.conftest import clean_env, gemini_home_and_workspace
 from tests.conftest import eventually, write_spec
 
 
@@ -34,10 +34,7 @@ async def test_in_an_untrusted_folder_gemini_over_acp_gets_no_server_and_in_a_tr
     real_cli, tmp_path: Path, in_process_daemon
 ) -> None:
     gemini = real_cli("gemini")
-    home, ws = tmp_path / "home", tmp_path / "root" / "proj"
-    (home / ".gemini").mkdir(parents=True)
-    ws.mkdir(parents=True)
-    folders = home / ".gemini" / "trustedFolders.json"
+    home, ws, folders = gemini_home_and_workspace(tmp_path)
     daemon = await in_process_daemon(load_spec(_spec(tmp_path / "a", gemini, home, ws)))
     assert daemon.ledger.history.agent.name == "gemini-cli", "recognized by the name it declares"
     untrusted = await daemon.agent.acp.new_session()

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from agentctl.agent.gemini_trust import decide_for
-from tests.clis.conftest import clean_env
+from tests.clis.conftest import clean_env, gemini_home_and_workspace
 
 UNTRUSTED_WARNING = "disabled because this folder is untrusted"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -100,10 +100,7 @@ async def test_where_the_gemini_strategy_filters_for_trust_the_real_cli_disables
     from tests.passthrough.support import spec_for
 
     gemini = real_cli("gemini")
-    home, ws = tmp_path / "home", tmp_path / "root" / "proj"
-    (home / ".gemini").mkdir(parents=True)
-    ws.mkdir(parents=True)
-    folders = home / ".gemini" / "trustedFolders.json"
+    home, ws, folders = gemini_home_and_workspace(tmp_path)
     folders.write_text(json.dumps({str(ws): "TRUST_FOLDER"}))
     env = clean_env(home)
     builtin = BuiltinEndpoint("kandev", "http://127.0.0.1:9/mcp", "http://127.0.0.1:9/sse", "TOKEN-CANARY-gem")
