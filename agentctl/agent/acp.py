@@ -310,7 +310,7 @@ class AcpRuntime:
         if attempt is None:
             log.debug("a session notice for no kept session was not recorded")
             return
-        names = [row.name for row in attempt.servers]
+        names = [row.name for row in attempt.servers if row.status != "filtered"]  # a notice names a delivered one
         notice = acp_notices.parse_notice(update, names, self.ledger.now(), self._known())
         self.ledger.add_notice(attempt.attempt_id, notice)
 

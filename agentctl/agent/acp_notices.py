@@ -101,7 +101,7 @@ def parse_notice(
     raw = " ".join(v for v in (update.get("title"), update.get("description")) if isinstance(v, str))
     named = attribute(raw, None, list(delivered)).servers if raw else []
     return AgentNotice(
-        severity=severity if severity in NOTICE_SEVERITIES and severity != "unknown" else "unknown",
+        severity=severity if severity in NOTICE_SEVERITIES else "unknown",
         title=title,
         description=description,
         occurred_at=now,

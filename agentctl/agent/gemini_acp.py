@@ -39,9 +39,7 @@ def is_gemini(agent_name: str | None, command: Sequence[str]) -> bool:
 def trust_for(cwd: str, agent_env: Mapping[str, str], command: Sequence[str],
               environ: Mapping[str, str] | None = None) -> gemini_trust.TrustDecision:
     """Gemini's answer for a session in `cwd`: the inherited environment with the spec's env over it."""
-    env = dict(os.environ if environ is None else environ)
-    env.update(agent_env)
-    return gemini_trust.decide_for(cwd, env, list(command))
+    return gemini_trust.decide_for_agent(cwd, agent_env, list(command), environ)
 
 
 def filter_untrusted(plan: DeliveryPlan, decision: gemini_trust.TrustDecision) -> None:

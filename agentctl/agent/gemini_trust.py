@@ -250,6 +250,15 @@ def read_inputs(workdir: str | os.PathLike[str], env: Mapping[str, str], argv: S
     )
 
 
+def decide_for_agent(workdir: str | os.PathLike[str], agent_env: Mapping[str, str], argv: Sequence[str],
+                     environ: Mapping[str, str] | None = None) -> TrustDecision:
+    """decide_for with the environment the agent runs with: the inherited one (`environ`, else this process's)
+    with the spec's `agent_env` over it."""
+    env = dict(os.environ if environ is None else environ)
+    env.update(agent_env)
+    return decide_for(workdir, env, argv)
+
+
 def decide_for(workdir: str | os.PathLike[str], env: Mapping[str, str], argv: Sequence[str] = ()) -> TrustDecision:
     """Whether the Gemini CLI run with `env` and `argv` in `workdir` trusts it, reading what it would read."""
     try:

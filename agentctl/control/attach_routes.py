@@ -117,6 +117,12 @@ class _SocketViewer(Viewer):
                 await self.ws.close()
 
 
+def runs_on_terminal(ctx: DaemonContext) -> bool:
+    """Whether the daemon's agent is a passthrough CLI on a pseudo-terminal (`[agent] terminal = true`)."""
+    agent = ctx.agent
+    return agent is not None and agent.kind == "passthrough" and bool(ctx.spec.agent and ctx.spec.agent.terminal)
+
+
 def current_terminal(ctx: DaemonContext) -> PtyHost | None:
     agent = ctx.agent
     process = agent.supervisor.process if agent is not None else None
@@ -133,8 +139,7 @@ def _size_of(request: web.Request) -> WindowSize | None:
 def install_attach_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext]) -> None:
     async def terminal(request: web.Request) -> web.StreamResponse:
         ctx = request.app[ctx_key]
-        agent = ctx.agent
-        if agent is None or agent.kind != "passthrough" or not ctx.spec.agent or not ctx.spec.agent.terminal:
+        if not runs_on_terminal(ctx):
             return error_response(409, "no_terminal",
                                   "the agent does not run on a terminal (a passthrough agent with [agent] terminal = true does)")
         host = current_terminal(ctx)

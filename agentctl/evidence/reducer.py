@@ -493,7 +493,8 @@ def _drop_overflow(attempt: Attempt) -> None:
 
 def enforce_bounds(history: AttachmentHistory) -> AttachmentHistory:
     """The reducer's bounds on a history from outside (a snapshot the hub receives): MAX_ATTEMPTS attempts,
-    MAX_EVENTS_PER_ATTEMPT events each, the oldest dropped and counted.
+    MAX_EVENTS_PER_ATTEMPT events each, the oldest dropped and counted; MAX_NOTICES_PER_ATTEMPT notices each, the
+    newest dropped (they are counted already).
 
     A history this reducer built already holds them; this only trims one that does not. Nothing is derived,
     only cut.
@@ -501,6 +502,8 @@ def enforce_bounds(history: AttachmentHistory) -> AttachmentHistory:
     del history.previous[MAX_ATTEMPTS - 1 :]
     for attempt in ([history.current] if history.current else []) + history.previous:
         _drop_overflow(attempt)
+        attempt.notice_count = max(attempt.notice_count, len(attempt.notices))
+        del attempt.notices[MAX_NOTICES_PER_ATTEMPT:]
     return history
 
 

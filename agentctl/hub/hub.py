@@ -286,10 +286,11 @@ class Hub(StackedService):
 
     def _read_cold(self, session_id: str) -> SessionState | None:
         """A session that left memory, read whole from the database (one indexed query)."""
-        if session_id not in self._cold or self._reader is None:
+        reader = self._reader  # read once: a worker thread runs this while stop may close the stores
+        if session_id not in self._cold or reader is None:
             return None
         try:
-            return self._reader.load_session(session_id)
+            return reader.load_session(session_id)
         except HubStoreError as exc:
             log.warning("reading session %s from the hub database failed: %s", session_id, type(exc).__name__)
             return None

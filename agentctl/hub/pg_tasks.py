@@ -12,6 +12,7 @@ as in the SQLite store.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import threading
@@ -145,9 +146,9 @@ class PgTaskBackend(EmbeddedBackend):
     Its one connection is replaced when found dead (the server restarted since its last op) and the op run
     again on the new one, unless the connection died during the COMMIT itself: then whether the op took is
     unknown and the call fails saying so, since an op (a message, a question) is not safe to repeat. While the
-    server cannot be reached, connecting is retried with backoff (calls meanwhile are refused at once, without
-    waiting on a connect) and `problem()` says why for `/readyz`; the hub calls `recover()` once a second,
-    so the store comes back without waiting for a tool call."""
+    server cannot be reached, calls are refused at once and `problem()` says why for `/readyz`; only
+    `recover()`, which the hub calls once a second, connects again then (with backoff, outside the lock), so the
+    store comes back without waiting for a tool call and no call ever waits on a connect."""
 
     def __init__(self, dsn: PostgresDsn, **kwargs: Any) -> None:
         self._dsn = dsn
@@ -183,41 +184,63 @@ class PgTaskBackend(EmbeddedBackend):
         return "database unavailable: the task store cannot reach it; tool calls are refused until it is back"
 
     def recover(self) -> None:
-        """Reconnect now if the server was away and the backoff allows (blocking: a worker thread)."""
+        """Reconnect now if the server was away and the backoff allows (blocking: a worker thread). The connect
+        runs without the lock, so tool calls meanwhile are refused at once rather than queued behind it."""
         with self._lock:
-            if self._closed or self._away is None:
+            now = time.monotonic()
+            if self._closed or self._away is None or now < self._retry_at:
                 return
-            try:
-                self._connection()
-            except BackendError:
-                pass
+            self._retry_at = float("inf")  # a reconnect is under way: calls are refused until it ends
+        try:
+            conn = connect(self._dsn)
+        except PostgresUnavailable as exc:
+            with self._lock:
+                self._unreachable(exc, now)
+            return
+        with self._lock:
+            if self._closed:
+                conn.close()
+                return
+            self._discard()
+            self._pg = conn
+            log.info("task store: database reachable again")
+            self._away, self._retry_at, self._backoff = None, 0.0, BACKOFF_INITIAL
 
     def _connection(self) -> Any:
-        """The open connection, or a new one; raises BackendError(UNAVAILABLE) while the server is away."""
+        """The open connection, or a new one once a held one is found dead; raises BackendError(UNAVAILABLE)
+        while the server is away (only recover() reconnects then, without the lock)."""
         if self._pg is not None and not (self._pg.closed or self._pg.broken):
             return self._pg
-        self._pg = None
-        now = time.monotonic()
-        if now < self._retry_at:
+        self._discard()
+        if self._away is not None:
             raise BackendError(UNAVAILABLE)
         try:
             self._pg = connect(self._dsn)
         except PostgresUnavailable as exc:
-            self._retry_at, self._backoff = now + self._backoff, min(self._backoff * 2, BACKOFF_MAX)
-            if self._away is None:
-                log.warning("task store: %s; reconnecting with backoff", exc)  # the DSN's secrets are masked
-            self._away = str(exc)
+            self._unreachable(exc, time.monotonic())
             raise BackendError(UNAVAILABLE) from None
-        if self._away is not None:
-            log.info("task store: database reachable again")
-        self._away, self._retry_at, self._backoff = None, 0.0, BACKOFF_INITIAL
         return self._pg
 
-    def _op(self, work: Callable[[Any], Any]) -> Any:
+    def _discard(self) -> None:
+        if self._pg is not None:
+            with contextlib.suppress(Exception):
+                self._pg.close()
+            self._pg = None
+
+    def _unreachable(self, exc: PostgresUnavailable, now: float) -> None:
+        self._retry_at, self._backoff = now + self._backoff, min(self._backoff * 2, BACKOFF_MAX)
+        if self._away is None:
+            log.warning("task store: %s; reconnecting with backoff", exc)  # the DSN's secrets are masked
+        self._away = str(exc)
+
+    def _op(self, work: Callable[[Any], Any], abandoned: threading.Event | None = None) -> Any:
         """`work(connection)` in one transaction (the lock held), on a new connection once if the one held
-        turns out dead before the COMMIT: the server rolled that transaction back, so running it again is safe."""
+        turns out dead before the COMMIT: the server rolled that transaction back, so running it again is safe.
+        A call its caller gave up on (`abandoned`, while a connect took its time) is not run."""
         for retry in (True, False):
             conn = self._connection()
+            if abandoned is not None and abandoned.is_set():
+                raise BackendError("abandoned")
             committing = False
             try:
                 with conn.transaction():
@@ -228,8 +251,7 @@ class PgTaskBackend(EmbeddedBackend):
                 if not (conn.closed or conn.broken):
                     log.warning("task store error: %s", type(exc).__name__)
                     raise BackendError("the task store failed; the hub log has details") from None
-                conn.close()
-                self._pg = None
+                self._discard()
                 log.warning("task store connection lost (%s)%s", type(exc).__name__,
                             "" if committing or not retry else "; running the op again on a new one")
                 if committing:
@@ -246,7 +268,7 @@ class PgTaskBackend(EmbeddedBackend):
                 raise BackendError("the task backend is closed")
             if abandoned.is_set():
                 raise BackendError("abandoned")
-            return self._op(lambda conn: handler(self, _Dialect(conn), identity, args))
+            return self._op(lambda conn: handler(self, _Dialect(conn), identity, args), abandoned)
 
     async def answer_question(self, question_id: int, answer: str) -> None:
         """Record the user's answer; the agent sees it in task.get, through any hub."""

@@ -85,18 +85,27 @@ def _defer_package_init(name: str) -> None:
     ran: list[bool] = []
 
     def __getattr__(attribute: str) -> Any:
-        # Called only for a name the package does not have yet; once its __init__ ran, a miss is a real miss.
-        if not ran and importlib.util.find_spec(f"{name}.{attribute}") is not None:
+        # Called only for a name the package does not have yet; once its __init__ ran, a miss is the package's
+        # own (its own module __getattr__, if it has one, answers as it would have).
+        if not ran and attribute.isidentifier() and not attribute.startswith("__") and \
+                importlib.util.find_spec(f"{name}.{attribute}") is not None:
             # A submodule (`from . import hdrs` inside the package): imported alone, as the import system
             # would, so a submodule's own imports never run the __init__ half-way through a chain.
             return importlib.import_module(f"{name}.{attribute}")
         with lock:
             if not ran:
                 ran.append(True)
-                spec.loader.exec_module(package)  # type: ignore[union-attr]
+                try:
+                    spec.loader.exec_module(package)  # type: ignore[union-attr]
+                except BaseException:
+                    ran.clear()  # as a failed import: the next read tries again and sees the real error
+                    raise
         try:
             return package.__dict__[attribute]
         except KeyError:
+            own = package.__dict__.get("__getattr__")
+            if own is not None and own is not __getattr__:
+                return own(attribute)
             raise AttributeError(f"module {name!r} has no attribute {attribute!r}") from None
 
     package.__getattr__ = __getattr__  # type: ignore[method-assign]

@@ -13,7 +13,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from agentctl.control.attach_routes import current_terminal
+from agentctl.control.attach_routes import current_terminal, runs_on_terminal
 from agentctl.evidence.contract import StderrView, TerminalView
 from agentctl.upstream import protocol as P
 
@@ -69,8 +69,7 @@ def terminal_view(ctx: DaemonContext, request: P.TerminalReadFrame) -> TerminalV
     """The tail of the agent terminal's replay, at most MAX_TERMINAL_BYTES; a closed terminal's last screen."""
     history = ctx.ledger.history
     state = history.agent.state if history.agent else None
-    agent = ctx.agent
-    on_terminal = agent is not None and agent.kind == "passthrough" and bool(ctx.spec.agent and ctx.spec.agent.terminal)
+    on_terminal = runs_on_terminal(ctx)
     host = current_terminal(ctx) if on_terminal else None
     if host is None:
         return TerminalView(warning=TERMINAL_UPSTREAM_WARNING, agent_state=state, terminal=on_terminal, open=False,

@@ -57,6 +57,19 @@ def test_the_ledger_keeps_the_first_notices_counts_every_one_and_no_row_changes(
     assert ledger.add_notice("att_gone", AgentNotice(severity="info", title="x", occurred_at=NOW)) is False
 
 
+def test_a_snapshot_from_outside_with_too_many_notices_is_cut_to_the_bound_and_still_counts_them() -> None:
+    from agentctl.evidence.reducer import enforce_bounds
+
+    ledger = Ledger(IDENT)
+    ledger.begin_attempt("session_new")
+    history = ledger.history
+    history.current.notices = [AgentNotice(severity="info", title=f"n{i}", occurred_at=NOW) for i in range(500)]
+    history.current.notice_count = 0  # a sender that lies about its count
+    bounded = enforce_bounds(history)
+    assert [n.title for n in bounded.current.notices] == [f"n{i}" for i in range(MAX_NOTICES_PER_ATTEMPT)]
+    assert bounded.current.notice_count == 500
+
+
 async def test_the_transport_consumes_a_notice_frame_and_hands_on_every_other_frame() -> None:
     reader = asyncio.StreamReader()
     taken: list[tuple[str | None, dict]] = []

@@ -27,7 +27,6 @@ and the CLI's exit is the report-level error.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from agentctl.agent import gemini_trust
@@ -44,18 +43,13 @@ from agentctl.agent.passthrough.workspace import merge_workspace_json
 PARTS = (".gemini", "settings.json")
 EXCLUDED = "excluded_by_workspace_settings"
 UNTRUSTED = gemini_trust.REASON_UNTRUSTED
-untrusted_summary = gemini_trust.untrusted_summary
 
 
 def trust_of(req: MaterializeRequest) -> gemini_trust.TrustDecision:
     """Gemini's own answer for this run: the inherited environment with the spec's env over it."""
     agent = req.spec.agent
-    env = dict(os.environ if req.environ is None else req.environ)
-    argv: list[str] = []
-    if agent is not None:
-        env.update(agent.env)
-        argv = list(agent.command)
-    return gemini_trust.decide_for(req.workdir, env, argv)
+    return gemini_trust.decide_for_agent(req.workdir, agent.env if agent else {}, list(agent.command) if agent else [],
+                                         req.environ)
 
 
 def _names(value: Any) -> list[str] | None:
@@ -70,7 +64,7 @@ class GeminiStrategy:
         plan = plan_materialization(req, self.receiver)
         decision = trust_of(req)
         if decision.trusted is False:
-            summary = untrusted_summary(decision)
+            summary = gemini_trust.untrusted_summary(decision)
             for entry in list(plan.delivered):
                 drop(plan, entry, UNTRUSTED, summary)
             return plan

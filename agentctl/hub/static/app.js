@@ -536,8 +536,9 @@ async function showTerminal(sid, out, button) {
     if (!out.isConnected) return;
     dropTerminal(row);
     row.term = terminalScreen(out, data, (host, view) => {
+      // linkHandler: a link the agent printed (OSC 8) is shown, never opened: the screen is the agent's words.
       const term = new Terminal({ disableStdin: true, cursorBlink: false, rows: view.rows || 24, cols: view.cols || 80,
-        scrollback: 1000, fontSize: 12 });
+        scrollback: 1000, fontSize: 12, linkHandler: { activate() {} } });
       term.onRender(() => restyle(host));
       term.open(host);
       term.write(bytesOf(view.screen));
