@@ -8,6 +8,9 @@ daemon's own spec. Nothing the caller sends can choose a target, so this is neve
 - stdio: the stored command in a process group of its own, registered with the agent supervisor so its
   sweep leaves it alone, and stopped with its whole tree (stdin closed, SIGTERM, SIGKILL) on every exit
   path: success, error, timeout and cancellation.
+- only what the effective configuration delivers: a server the executor policy leaves out (`policy_denied`,
+  `duplicate_name`) or that the current attempt filtered (any reason) is refused with that reason code
+  before anything is contacted or started.
 - the built-in server: our own loopback endpoint. The request carries a one-off credential minted for a
   test-only attempt id whose evidence the ledger drops (`Ledger.mint_self_test_token`): the daemon contacting itself must
   never look like the agent attaching, so a test cannot promote the row.
@@ -27,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from agentctl import __version__
+from agentctl.agent.delivery import BuiltinEndpoint, Refusal, plan_servers
 from agentctl.evidence.contract import EndpointTestResponse, EndpointTestResult
 from agentctl.diagnostics.stdio_process import MARKER_ENV, exit_code, pipe_transport, stop_process_tree
 from agentctl.evidence.sanitize import summarize
@@ -49,7 +53,8 @@ _done_at: contextvars.ContextVar[float | None] = contextvars.ContextVar("agentct
 
 
 class EndpointTestError(Exception):
-    """A request that cannot run: unknown name (404), already running (409), bad timeout (400)."""
+    """A request that cannot run: unknown name (404), not delivered by the effective configuration (409, the
+    filter's reason code), already running (409), bad timeout (400)."""
 
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
@@ -79,6 +84,21 @@ class _Failure(Exception):
         self.text = text
 
 
+class _TakesAll:
+    """A receiver that takes every transport and name: planning with it leaves only the policy's filters."""
+
+    transports: frozenset[str] = frozenset({"http", "sse", "stdio"})
+
+    def transport_refused(self, transport: str) -> Refusal:  # pragma: no cover - takes every transport
+        raise AssertionError(transport)
+
+    def builtin_refused(self, wanted: str) -> Refusal:  # pragma: no cover - takes every transport
+        raise AssertionError(wanted)
+
+    def name_refused(self, name: str) -> Refusal | None:
+        return None
+
+
 class EndpointTester:
     """Runs endpoint tests for one daemon context (spec, ledger, MCP base URL)."""
 
@@ -100,12 +120,37 @@ class EndpointTester:
         in_attempt = {row.name for row in current.servers}
         return [name for name in configured if name in in_attempt]
 
+    def not_delivered(self, name: str) -> Refusal | None:
+        """Why the effective configuration leaves this server out, or None: the current attempt's filter
+        (any reason, the agent's transports included), else the executor policy, which holds before any
+        attempt too. A test never reaches further than the agent could."""
+        current = self.ctx.ledger.history.current
+        if current is not None:
+            for row in current.servers:
+                # Every recorder files a filter with its Omitted's code, so a filtered row always has one.
+                if row.name == name and row.status == "filtered" and row.reason_code is not None:
+                    return Refusal(row.reason_code, row.summary or "left out of the current attempt")
+        # The planner's own rules with a receiver that takes everything: only policy and duplicates remain.
+        plan = plan_servers(self.ctx.spec, BuiltinEndpoint(self.ctx.spec.mcp.builtin_name, "", "", ""), _TakesAll())
+        if any(entry.name == name for entry in plan.delivered):
+            return None
+        for omitted in plan.filtered:
+            if omitted.name == name:
+                return Refusal(omitted.reason_code, omitted.summary)
+        return None
+
     def resolve(self, name: str) -> Target:
         known = self.known_names()
         if name not in known:
             listing = ", ".join(known) if known else "none"
             raise EndpointTestError(
                 404, "unknown_server", f"no server named {name!r} in the current configuration; known: {listing}"
+            )
+        refusal = self.not_delivered(name)
+        if refusal is not None:
+            raise EndpointTestError(
+                409, refusal.reason_code,
+                f"{name!r} is not delivered by the current configuration ({refusal.reason_code}): {refusal.summary}",
             )
         spec = self.ctx.spec
         if name == spec.mcp.builtin_name:

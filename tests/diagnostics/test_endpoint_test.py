@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from agentctl import cli
 from agentctl.diagnostics.endpoint_test import MAX_TIMEOUT, EndpointTestError
 from agentctl.evidence.contract import MAX_SUMMARY_BYTES
 from tests.diagnostics.conftest import (
@@ -66,6 +67,59 @@ async def test_the_timeout_is_bounded_to_60_seconds(short_dir: Path):
         for bad in (0, -1, MAX_TIMEOUT + 1):
             status, body = await d.control.post("/v1/test-endpoint", {"name": "kandev", "timeout": bad})
             assert status == 400 and body["reason_code"] == "bad_timeout", bad
+
+
+# ---- only what the effective configuration delivers ----------------------------------------------------------
+
+
+async def test_a_server_the_executor_policy_denies_is_refused_with_its_reason_and_never_starts(
+    short_dir: Path, capsys: pytest.CaptureFixture[str]
+):
+    marker = short_dir / "started"
+    servers = stdio_server("local", "stdio_server.py", env=f'{{PIDFILE = "{marker}"}}')
+    spec = spec_text(short_dir / "state", servers + '\n[policy]\ntransports = ["http"]\n')
+    sock = short_dir / "c.sock"
+    async with running_daemon(spec, sock) as d:
+        status, body = await d.control.post("/v1/test-endpoint", {"name": "local"})
+        assert status == 409 and body["reason_code"] == "policy_denied", body
+        assert "does not allow stdio" in body["error"]
+        # The CLI names the reason and fails; the upstream callable answers a failed result with the code.
+        code = await asyncio.to_thread(cli.main, ["test-endpoint", "local", "--socket", str(sock)])
+        assert code == 1 and "policy_denied" in capsys.readouterr().err
+        result = await d.ctx.extra_endpoint_test("local", None)
+        assert result.succeeded is False and result.reason_code == "policy_denied"
+        # After an attempt too: the policy holds whatever the attempt's rows say.
+        await d.control.post("/v1/session/new")
+        status, body = await d.control.post("/v1/test-endpoint", {"name": "local"})
+        assert status == 409 and body["reason_code"] == "policy_denied"
+        # Policy allows http: the built-in server is still tested.
+        status, body = await d.control.post("/v1/test-endpoint", {"name": "kandev"})
+        assert status == 200 and body["result"]["succeeded"] is True, body
+        assert "local" not in d.ctx.endpoint_tester.last_pids
+    assert not marker.exists(), "the denied command never ran"
+
+
+async def test_the_built_in_server_is_refused_when_policy_allows_neither_http_nor_sse(short_dir: Path):
+    spec = spec_text(short_dir / "state", '\n[policy]\ntransports = ["stdio"]\n')
+    async with running_daemon(spec, short_dir / "c.sock") as d:
+        status, body = await d.control.post("/v1/test-endpoint", {"name": "kandev"})
+        assert status == 409 and body["reason_code"] == "policy_denied", body
+
+
+async def test_a_server_the_current_attempt_filtered_is_refused_with_that_reason(short_dir: Path):
+    marker = short_dir / "started"
+    servers = stdio_server("local", "stdio_server.py", env=f'{{PIDFILE = "{marker}"}}')
+    async with running_daemon(spec_text(short_dir / "state", servers), short_dir / "c.sock") as d:
+        ctx = d.ctx
+        attempt_id, _ = ctx.open_attempt("manual")
+        ctx.ledger.record("delivered", attempt_id, "kandev")
+        # What a receiver that cannot take stdio records (a passthrough CLI's strategy).
+        ctx.ledger.record("filtered", attempt_id, "local", reason_code="stdio_unsupported_by_strategy",
+                          summary="this CLI cannot express a stdio server")
+        status, body = await d.control.post("/v1/test-endpoint", {"name": "local"})
+        assert status == 409 and body["reason_code"] == "stdio_unsupported_by_strategy", body
+        assert "cannot express a stdio server" in body["error"]
+    assert not marker.exists(), "the filtered command never ran"
 
 
 # ---- http and sse with the stored headers ----------------------------------------------------------------
