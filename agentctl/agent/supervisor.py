@@ -51,6 +51,10 @@ log = logging.getLogger(__name__)
 DEFAULT_STDOUT_LIMIT = 50 * 1024 * 1024
 # After the stop: how long the shim may take to notice the tree is gone and exit.
 SHIM_EXIT_WAIT = 1.0
+# A shim killed under its tree: how long the leftovers get to leave on SIGTERM (the shim's own grace when
+# the daemon dies), then how long SIGKILL keeps trying.
+ORPHAN_TERM_GRACE = 1.0
+ORPHAN_KILL_TIMEOUT = 5.0
 _SIGKILL = int(signal.SIGKILL)
 
 
@@ -131,13 +135,20 @@ class AgentProcess:
             kind, _, value = line.decode("ascii", "replace").strip().partition(" ")
             if kind == "X" and value.lstrip("-").isdigit():
                 self._handle_exited(exit_info_from_returncode(int(value), stopped=self._stop_requested))
-        if self._exit_info is None:
-            # The shim is gone without a word about the agent: wait for its own exit status to say how.
+        if self._exit_info is None or not self._stop_requested:
+            # The shim is gone (without a word about the agent, or before its tree was): its exit status says how.
             try:
                 await asyncio.wait_for(self._shim_exited.wait(), SHIM_EXIT_WAIT)
             except TimeoutError:
                 pass
+        if self._exit_info is None:
             self._handle_exited(exit_info_shim_lost(self._shim_returncode, stopped=self._stop_requested))
+        if not self._stop_requested and self._shim_returncode != 0:
+            # The shim exits 0 only once its tree is gone. Killed, it left the agent's descendants to us
+            # (a subreaper): nothing else ends them now, so they are ended here rather than at the stop.
+            task = asyncio.get_running_loop().create_task(self._end_orphans(), name=f"agent-orphans-{self.pid}")
+            self._callback_tasks.add(task)
+            task.add_done_callback(self._callback_tasks.discard)
 
     def _handle_exited(self, info: ExitInfo) -> None:
         if self._exit_info is not None:
@@ -207,25 +218,48 @@ class AgentProcess:
             self.tree.signal(signal.SIGTERM, members)
             await self._wait_tree_gone(loop.time() + term_timeout)
 
+        await self._kill_tree(kill_timeout)
+        await self._finish()
+        if self._exit_info is not None:
+            return self._exit_info
+        return ExitInfo(None, None, "still running after SIGKILL", True)
+
+    async def _kill_tree(self, kill_timeout: float) -> bool:
+        """SIGKILL the tree, rescanning, until a full scan finds nothing and the agent has exited, or
+        `kill_timeout`; whether the tree is gone."""
+        loop = asyncio.get_running_loop()
         deadline = loop.time() + kill_timeout
         while True:
             members = await self._scan_async(True)
             if self._exit_info is None or members:
                 self.tree.signal(_SIGKILL, members)
-                # The shim sees every orphan as its child: it kills what a scan of ours may have missed.
-                self._tell_shim(b"K\n")
+                if not self._shim_exited.is_set():
+                    # The shim sees every orphan as its child: it kills what a scan of ours may have missed.
+                    self._tell_shim(b"K\n")
             if await self._wait_tree_gone(min(deadline, loop.time() + 0.2)):
                 # A last full scan catches anything forked between the previous scan and the kill.
                 if not await self._scan_async(True) and self._exit_info is not None:
-                    break
+                    return True
             if loop.time() >= deadline:
                 log.warning("agent pid %d: process tree not gone %.1fs after SIGKILL", self.pid, kill_timeout)
-                break
+                return False
 
-        await self._finish()
-        if self._exit_info is not None:
-            return self._exit_info
-        return ExitInfo(None, None, "still running after SIGKILL", True)
+    async def _end_orphans(self) -> None:
+        """The shim was killed under its tree: SIGTERM what is left of it, a grace, then SIGKILL, as the
+        shim itself would have when the daemon went away."""
+        try:
+            members = await self._scan_async(True)
+            if not members or self._stop_requested:
+                return
+            log.warning("agent pid %d: its shim was killed; ending %d leftover processes of its tree",
+                        self.pid, len(members))
+            self.tree.signal(signal.SIGTERM, members)
+            loop = asyncio.get_running_loop()
+            if not await self._wait_tree_gone(loop.time() + ORPHAN_TERM_GRACE):
+                await self._kill_tree(ORPHAN_KILL_TIMEOUT)
+            await asyncio.to_thread(self.tree.reap_adopted)
+        except Exception as exc:  # never an unretrieved task exception; the stop sweeps again anyway
+            log_failure(log, "ending the agent's leftover processes failed", exc)
 
     async def _wait_exited(self, deadline: float) -> bool:
         remaining = deadline - asyncio.get_running_loop().time()

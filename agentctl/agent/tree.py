@@ -3,7 +3,8 @@
 The agent's shim (agentctl/agent/shim.py) is a child subreaper, so every descendant of the agent stays
 below the shim however it daemonizes: the shim is the root the tree is found from. The daemon is a child
 subreaper too, as the fallback for a shim that was killed: its orphans come to the daemon, are recognised
-as adopted (a new session, started after the agent) and are swept and reaped like any member.
+as adopted (a new session, started after the agent), ended at once (agentctl/agent/supervisor.py) and
+reaped like any member, the agent's own zombie included.
 """
 
 from __future__ import annotations
@@ -186,7 +187,10 @@ class AgentTree:
                     continue
             except psutil.Error:
                 continue
-            if self.known.get(child.pid) == child or self._is_adopted(child):
+            # The agent itself is our child only once its shim was killed (it was re-parented to us): nobody
+            # else will read its status.
+            agent = child.pid == self.pid and self.agent == child
+            if agent or self.known.get(child.pid) == child or self._is_adopted(child):
                 try:
                     os.waitpid(child.pid, os.WNOHANG)
                 except ChildProcessError:

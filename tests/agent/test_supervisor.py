@@ -425,10 +425,27 @@ async def test_a_killed_shim_is_an_unknown_exit_said_so_and_the_orphans_are_stil
     assert info == ExitInfo(None, None, "exit status unknown: the agent's shim was killed by SIGKILL")
     assert exits == [info]
     await eventually(lambda: dead(procs["agent"]), 10, "the agent to die with its shim")
-    # Its escaped descendants are re-parented to us (a subreaper too) and swept at stop.
+    # Its escaped descendants are re-parented to us (a subreaper too) and ended at once; a stop finds the rest.
     await supervisor.stop(grace=0.1, term_timeout=0.2)
     # A killed descendant may still be an unreaped zombie for a moment: dead() counts that as gone.
     assert all(dead(p) for p in procs.values())
+
+
+async def test_a_shim_killed_alone_takes_the_agents_descendants_down_without_waiting_for_a_stop(
+    make_supervisor, tmp_path: Path
+) -> None:
+    supervisor, procs = await start_tree(make_supervisor, tmp_path)
+    agent = procs["agent"]
+    os.kill(supervisor.process.shim_pid, signal.SIGKILL)  # a real SIGKILL of the shim alone, by someone else
+    info = await asyncio.wait_for(supervisor.wait_exit(), 15)
+    assert info.reason == "exit status unknown: the agent's shim was killed by SIGKILL"
+    # Nobody asked for a stop: the grandchildren (one ignoring SIGTERM, a setsid escapee, a double-forked
+    # orphan) are ended all the same, within the SIGTERM grace and the SIGKILL that follows it.
+    # is_running() is true for a zombie: each one, the agent's own included (re-parented to us when its shim
+    # died), is reaped by the supervisor, not left in the process table.
+    await eventually(lambda: not any(p.is_running() for p in procs.values()), 15,
+                     "the agent's tree to die with its shim and be reaped")
+    assert not agent.is_running()
 
 
 async def test_an_agent_that_cannot_be_executed_leaves_no_shim_behind(make_supervisor, tmp_path: Path) -> None:
