@@ -8,12 +8,15 @@ Trust. A directory is used for private files (the state directory, the hub's dat
   database elsewhere;
 - every symbolic link on its path, at any depth, is owned by us or by root (a link another user owns is
   theirs to point anywhere);
+- no directory above it is owned by another user than us or root: that user could rename the directory
+  below theirs at any time and put their own (or a link to anywhere) in its place, and every later write
+  (a `report.json` replaced) would land where they chose; no deployment needs such a parent;
 otherwise it is refused (UnsafePath, one line saying which entry and why). A directory above it that
-another user could rename entries in (owned by someone else than us or root, or writable by group or
-others without the sticky bit; `/tmp` is sticky and fine) could let them swap the whole directory later:
-that is logged once as a WARNING, not refused, because the deployments that have one have nothing better
-to offer (a Kubernetes emptyDir is root-owned and world-writable: a subdirectory the daemon creates in it
-is the best there is). "Us" is the effective uid; as root that is root alone.
+is ours or root's but writable by group or others without the sticky bit (`/tmp` is sticky and fine) could
+let any of them swap the whole directory later: that is logged once as a WARNING, not refused, because the
+deployments that have one have nothing better to offer (a Kubernetes emptyDir is root-owned and
+world-writable: a subdirectory the daemon creates in it is the best there is). "Us" is the effective uid;
+as root that is root alone.
 
 Private files are opened without following a final symbolic link (O_NOFOLLOW), created 0600 from the first
 instant (O_CREAT|O_EXCL with mode 0600; the umask can only take bits away), and an existing one must be a
@@ -68,9 +71,8 @@ def _not_a_directory(path: Path) -> OSError:
 
 
 def ancestor_weakness(st: os.stat_result) -> str | None:
-    """Why another user could rename entries in this directory (so swap what is below it), or None."""
-    if not _trusted_owner(st.st_uid):
-        return f"is owned by uid {st.st_uid}"
+    """Why other users could rename entries in this directory of ours or root's (so swap what is below
+    it), or None."""
     if st.st_mode & _OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
         return f"is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}) and not sticky"
     return None
@@ -79,6 +81,9 @@ def ancestor_weakness(st: os.stat_result) -> str | None:
 def _check_ancestor(path: Path, st: os.stat_result) -> None:
     if not stat.S_ISDIR(st.st_mode):
         raise _not_a_directory(path)
+    if not _trusted_owner(st.st_uid):
+        raise UnsafePath(f"{path} is owned by uid {st.st_uid}, who could swap the private directory below it "
+                         f"(and send its files anywhere); use a directory whose parents are yours or root's")
     why = ancestor_weakness(st)
     if why is not None and path not in _warned:
         _warned.add(path)

@@ -68,17 +68,32 @@ def test_an_ancestor_others_could_rename_entries_in_is_a_warning_once_and_a_stic
     assert not caplog.records
     (base / "shared").mkdir()
     os.chmod(base / "shared", 0o2777)  # a Kubernetes emptyDir with an fsGroup: the best a pod has
-    (base / "theirs").mkdir()
-    os.chown(base / "theirs", OTHER, OTHER)
     for _ in range(2):
         assert ensure_private_dir(base / "shared" / "mine") == base / "shared" / "mine"
-        assert ensure_private_dir(base / "theirs" / "mine") == base / "theirs" / "mine"
     assert [r.getMessage() for r in caplog.records if r.name == "agentctl.files"] == [
         f"{base / 'shared'} is writable by other users (mode 2777) and not sticky: another user could swap the "
         "private directory below it; prefer a parent only you (or root) can write",
-        f"{base / 'theirs'} is owned by uid 65534: another user could swap the private directory below it; "
-        "prefer a parent only you (or root) can write",
     ]
+
+
+@pytest.mark.parametrize("depth", [1, 3], ids=["parent", "grandparent"])
+def test_an_ancestor_owned_by_another_user_is_refused_and_nothing_is_made_below_it(base: Path, depth: int) -> None:
+    (base / "theirs").mkdir(mode=0o755)
+    os.chown(base / "theirs", OTHER, OTHER)  # even read-only to them: its owner can chmod it at will
+    inner = base / "theirs" / "a" / "b" if depth == 3 else base / "theirs"
+    if depth == 3:
+        inner.mkdir(parents=True, mode=0o700)
+    with pytest.raises(UnsafePath) as refused:
+        ensure_private_dir(inner / "state")
+    assert str(refused.value) == (
+        f"{base / 'theirs'} is owned by uid 65534, who could swap the private directory below it (and send its "
+        "files anywhere); use a directory whose parents are yours or root's"
+    )
+    assert not (inner / "state").exists()
+    # Reached through a link of ours, the directory it leads into is checked all the same.
+    (base / "link").symlink_to(base / "theirs")
+    with pytest.raises(UnsafePath, match="theirs is owned by uid 65534, who could swap"):
+        ensure_private_dir(base / "link" / "state")
 
 
 def test_a_directory_owned_by_another_user_is_refused(base: Path) -> None:

@@ -94,6 +94,27 @@ def test_a_symlink_planted_by_another_user_never_makes_the_daemon_create_a_datab
     _serve_refused(spec, world / "run" / "c.sock", "owned by uid 65534, not by this user")
 
 
+def test_a_state_directory_below_another_users_directory_is_refused_and_nothing_is_written_there(world):
+    public = world / "public"
+    public.mkdir()
+    os.chmod(public, 0o1777)
+    # The other user's own directory, even read-only to them: its owner could rename the state directory the
+    # daemon makes below it and put a link in its place, and the next report.json would land where they chose.
+    as_nobody(f"mkdir -m 0755 {public / 'theirs'} && mkdir -m 0777 {public / 'theirs' / 'deeper'}")
+    for state in (public / "theirs" / "state", public / "theirs" / "deeper" / "state"):
+        spec = write_spec(world, state_dir=state)
+        _serve_refused(spec, world / "run" / "c.sock", f"state dir {state}",
+                       f"{public / 'theirs'} is owned by uid 65534, who could swap the private directory below it")
+        assert not state.exists()
+    # The hub's database directory is held to the same rule.
+    done = subprocess.run(agentctl_cmd("hub", "serve", "--socket", str(world / "run" / "hub.sock"), "--db",
+                                       str(public / "theirs" / "hub" / "hub.sqlite3")),
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode != 0 and len(lines) == 1 and "is owned by uid 65534, who could swap" in lines[0], done.stderr
+    assert sorted(os.listdir(public / "theirs")) == ["deeper"] and os.listdir(public / "theirs" / "deeper") == []
+
+
 def test_a_database_file_that_is_a_link_or_another_users_is_refused_even_in_a_safe_directory(world):
     state = world / "state"
     state.mkdir(mode=0o700)
