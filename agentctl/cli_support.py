@@ -191,8 +191,7 @@ def locate_socket(args: argparse.Namespace) -> Path:
     under the runtime dir. An option given on the command line wins over the environment, as everywhere.
 
     Sockets that nobody listens on any more (daemons killed without removing theirs) are removed, said so
-    on stderr, and never count as a daemon."""
-    from agentctl.control.client import ControlUnavailable
+    on stderr, and never count as a daemon. No daemon found stops the command with EXIT_NO_DAEMON."""
     from agentctl.control.socket import (
         ControlSocketError,
         discover,
@@ -219,12 +218,13 @@ def locate_socket(args: argparse.Namespace) -> Path:
         ids = ", ".join(p.parent.name for p in live)
         raise UsageError(f"several daemons under {base} ({ids}); choose one with --execution ID or --socket PATH "
                          "(`agentctl ls` lists them)")
+    # No daemon to work with is EXIT_NO_DAEMON, for every command: as when a named socket does not answer.
     if removed:
-        raise ControlUnavailable(f"no agentctl daemon is running under {base} (only dead ones had left sockets)")
-    raise UsageError(
+        raise CommandExit(fail(f"no agentctl daemon is running under {base} (only dead ones had left sockets)",
+                               EXIT_NO_DAEMON))
+    raise CommandExit(fail(
         f"cannot locate the control socket: no --socket, --execution or $AGENTCTL_SOCKET given, and no daemon "
-        f"socket under {base}"
-    )
+        f"socket under {base}", EXIT_NO_DAEMON))
 
 
 def client_exit(exc: Exception) -> int:
@@ -240,12 +240,9 @@ def client_exit(exc: Exception) -> int:
 
 def connect(args: argparse.Namespace, timeout: float | None = None) -> Any:
     """A ControlClient for the daemon the arguments name; a daemon that cannot be found stops the command."""
-    from agentctl.control.client import ControlClient, ControlUnavailable
+    from agentctl.control.client import ControlClient
 
-    try:
-        path = locate_socket(args)
-    except ControlUnavailable as exc:
-        raise CommandExit(fail(str(exc), EXIT_NO_DAEMON)) from None
+    path = locate_socket(args)
     return ControlClient(path, timeout=timeout if timeout is not None else getattr(args, "timeout", 5.0))
 
 
