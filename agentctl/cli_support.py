@@ -45,9 +45,37 @@ FILE_COMPLETION = {"bash": "_shtab_compgen_files", "zsh": "_files", "tcsh": "f"}
 # ---- parsing ----------------------------------------------------------------------------------------------
 
 
+class _DescribedSubParsers(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Subcommands whose `--help` always says what they do: one given only a `help=` line gets it as its
+    description too."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        summary = kwargs.get("help")
+        if kwargs.get("description") is None and summary:
+            kwargs["description"] = summary[:1].upper() + summary[1:] + ("" if summary.endswith(".") else ".")
+        return super().add_parser(name, **kwargs)
+
+
 class CommandParser(argparse.ArgumentParser):
     """Every parser of the CLI (installed with `add_subparsers(parser_class=...)`): a usage error is the usage
-    and one `agentctl: COMMAND: message` line, and exits EXIT_USAGE whichever command it is."""
+    and one `agentctl: COMMAND: message` line, and exits EXIT_USAGE whichever command it is; a mistyped
+    command or choice is answered with the nearest one; every subcommand's `--help` has a description."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", "parsers", _DescribedSubParsers)
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # argparse's own check, with "did you mean" for a near miss (its list of every choice otherwise).
+        choices = action.choices
+        if choices is not None and isinstance(value, str) and value not in choices:
+            import difflib
+
+            names = [c for c in choices if isinstance(c, str)]
+            near = difflib.get_close_matches(value, names, n=1, cutoff=0.6)
+            if near:
+                raise argparse.ArgumentError(action, f"invalid choice: {value!r} (did you mean {near[0]}?)")
+        super()._check_value(action, value)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
@@ -58,7 +86,12 @@ class CommandParser(argparse.ArgumentParser):
         # A subcommand is parsed with parse_known_args; unknown extras would otherwise reach the parent parser.
         namespace, extras = super().parse_known_args(args, namespace)
         if extras:
-            self.error("unrecognized arguments: " + " ".join(extras))
+            import difflib
+
+            options = [o for o in self._option_string_actions if o.startswith("--")]
+            near = difflib.get_close_matches(extras[0].partition("=")[0], options, n=1, cutoff=0.6)
+            hint = f" (did you mean {near[0]}?)" if extras[0].startswith("--") and near else ""
+            self.error("unrecognized arguments: " + " ".join(extras) + hint)
         return namespace, extras
 
 
