@@ -22,6 +22,7 @@ test: $(STAMP)
 schema: $(STAMP)
 	$(BIN)/agentctl schema > docs/report.schema.json
 	$(BIN)/agentctl hub schema > docs/upstream-protocol.schema.json
+	$(BIN)/agentctl spec schema > docs/spec.schema.json
 	$(BIN)/python -m agentctl.evidence.reasons --doc docs/troubleshooting.md
 	$(BIN)/python -m agentctl.exit_codes --doc README.md
 	$(BIN)/python -m agentctl.cli_help --doc README.md
