@@ -32,8 +32,8 @@ from agentctl.exit_codes import (
 __all__ = [
     "EXIT_FAILED", "EXIT_NO_DAEMON", "EXIT_OK", "EXIT_SIGNAL_BASE", "EXIT_STILL_RUNNING", "EXIT_TEST_FAILED",
     "EXIT_UNHEALTHY", "EXIT_USAGE", "FILE_COMPLETION", "CommandExit", "CommandParser", "UsageError",
-    "add_main_command", "call", "client_exit", "command", "connect", "daemon_options", "fail", "locate_socket",
-    "out", "positive_seconds", "print_json", "stdout_color", "wrapped",
+    "add_main_command", "add_offline_option", "call", "client_exit", "command", "connect", "daemon_options", "fail",
+    "locate_socket", "out", "persisted_report", "positive_seconds", "print_json", "stdout_color", "wrapped",
 ]
 
 T = TypeVar("T")
@@ -175,6 +175,28 @@ def daemon_options(*, timeout: bool = True) -> argparse.ArgumentParser:
             "--timeout", metavar="SECONDS", type=positive_seconds(), default=5.0, help="give up after this long (5)"
         )
     return options
+
+
+def add_offline_option(parser: argparse.ArgumentParser) -> None:
+    """--state-dir: read the persisted report (with --execution) instead of asking a daemon."""
+    parser.add_argument("--state-dir", metavar="DIR", help="read the persisted report offline from this state dir "
+                        "(with --execution ID): the daemon may be gone")
+
+
+def persisted_report(args: argparse.Namespace) -> Any:
+    """The AttachmentHistory `--state-dir DIR --execution ID` names, read from disk; any problem stops the
+    command with one line (EXIT_USAGE)."""
+    command = args.command_name
+    if not args.execution:
+        raise UsageError(f"{command} --state-dir needs --execution ID (which execution's report to read)")
+    if args.socket:
+        raise UsageError(f"{command}: use either --state-dir (offline) or --socket (live daemon), not both")
+    from agentctl.evidence.store import StoreError, read_report
+
+    try:
+        return read_report(Path(args.state_dir).expanduser(), args.execution)
+    except (StoreError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
 
 
 # ---- output -----------------------------------------------------------------------------------------------
