@@ -41,6 +41,8 @@ class _S(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 class IdentitySpec(_S):
+    """[identity]: who this execution is, from the executor (execution_id is generated when absent)."""
+
     task_id: str
     session_id: str
     agent_id: str
@@ -49,6 +51,8 @@ class IdentitySpec(_S):
 
 
 class AgentSpec(_S):
+    """[agent]: the agent to run (optional: without it the daemon hosts MCP only)."""
+
     command: list[str]
     protocol: Literal["acp", "passthrough"] = "acp"
     strategy: StrategyName | Literal["none"] | None = None
@@ -67,6 +71,8 @@ class AgentSpec(_S):
 
 
 class ServerSpec(_S):
+    """[[mcp.servers]]: a third-party MCP server of the profile, delivered to the agent."""
+
     name: str
     type: Transport
     url: str | None = None
@@ -83,6 +89,8 @@ class ServerSpec(_S):
 
 
 class McpSpec(_S):
+    """[mcp]: the built-in MCP endpoint (loopback only) and the profile's servers."""
+
     listen: str = "127.0.0.1:0"
     profile: Literal["task", "task-title", "config", "external"] = "task"
     builtin_name: str = "kandev"
@@ -90,23 +98,33 @@ class McpSpec(_S):
 
 
 class PolicySpec(_S):
+    """[policy]: what the executor allows."""
+
     transports: list[Transport] = msgspec.field(default_factory=lambda: ["http", "sse", "stdio"])
 
 
 class UpstreamSpec(_S):
+    """[upstream]: the hub's socket (absent: an embedded backend answers tool calls)."""
+
     socket: str | None = None
 
 
 class StateSpec(_S):
+    """[state]: where reports and the task store go (else $STATE_DIRECTORY, else the user state dir)."""
+
     dir: str | None = None
 
 
 class DaemonSpec(_S):
+    """[daemon]: shutdown and persistence timing."""
+
     shutdown_timeout: float = 10.0
     persist_delay: float = 0.2
 
 
 class Spec(_S):
+    """An agentctl execution spec (TOML or JSON): `agentctl spec check` validates one."""
+
     identity: IdentitySpec
     agent: AgentSpec | None = None
     mcp: McpSpec = msgspec.field(default_factory=McpSpec)

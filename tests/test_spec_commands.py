@@ -58,3 +58,16 @@ def test_spec_schema_prints_the_generated_schema_and_the_committed_copy_is_curre
     assert done.returncode == EXIT_OK and json.loads(done.stdout) == spec_schema()
     committed = json.loads((REPO / "docs" / "spec.schema.json").read_text())
     assert committed == spec_schema(), "docs/spec.schema.json is stale: run `make schema`"
+
+
+def test_an_editor_validating_with_the_schema_accepts_the_demo_and_flags_an_unknown_key() -> None:
+    import tomllib
+
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(spec_schema())
+    demo = tomllib.loads((REPO / "examples" / "demo.toml").read_text())
+    assert list(validator.iter_errors(demo)) == []
+    demo["agent"]["protocl"] = "acp"
+    [error] = validator.iter_errors(demo)
+    assert "protocl" in error.message
