@@ -15,7 +15,6 @@ from agentctl.cli_support import (
     command,
     fail,
     out,
-    print_json,
     wrapped,
 )
 
@@ -41,7 +40,6 @@ def add_spec_commands(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     a.add_argument("spec", metavar="SPEC", help="execution spec (TOML or JSON)").complete = FILE_COMPLETION
-    a.add_argument("--json", action="store_true", help="print the spec as loaded (defaults filled in) as JSON")
     a.set_defaults(func=cmd_spec_check)
     a = actions.add_parser("schema", help="print the spec's JSON Schema (for editors; generated from the code)")
     a.set_defaults(func=cmd_spec_schema)
@@ -56,9 +54,6 @@ def cmd_spec_check(args: argparse.Namespace) -> int:
         spec = load_spec(args.spec)
     except SpecError as exc:
         return fail(str(exc), EXIT_NO_DAEMON)
-    if args.json:
-        print_json(spec)
-        return EXIT_OK
     out(f"{args.spec}: ok: {summary(spec)}\n")
     return EXIT_OK
 
