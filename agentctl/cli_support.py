@@ -2,9 +2,9 @@
 one table), where the daemon's control socket is, talking to it, and printing (JSON, text, one-line errors made
 safe).
 
-Command modules (cli.py, commands/daemon_commands.py, commands/session_commands.py, diagnostics/commands.py,
-probe/commands.py, hub/commands.py) import from here and never from each other. No heavy import at module
-level: every CLI call builds the parsers.
+Command modules (cli.py, commands/daemon_commands.py, commands/session_commands.py, commands/spec_commands.py,
+diagnostics/commands.py, probe/commands.py, hub/commands.py) import from here and never from each other. No heavy
+import at module level: every CLI call builds the parsers.
 """
 
 from __future__ import annotations
