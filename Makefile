@@ -10,18 +10,23 @@ $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentctl needs Python >= 3.11 (set PYTHON=...)")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt --build-constraint constraints.txt -e '.[test]'
+	@# setuptools warns on every editable install ("Editable installation ... be careful with folders"), relayed
+	@# by pip even with --quiet: a banner for nothing this layout has. Only that warning is filtered.
+	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install --quiet -c constraints.txt \
+		--build-constraint constraints.txt -e '.[test]'
 	@touch $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/agentctl run examples/demo.toml
 
+# `make test ARGS=tests/evidence` (or ARGS='-k hub tests/hub') runs a selection, with pytest's own arguments.
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(ARGS)
 
 schema: $(STAMP)
 	$(BIN)/agentctl schema > docs/report.schema.json
 	$(BIN)/agentctl hub schema > docs/upstream-protocol.schema.json
+	$(BIN)/agentctl spec schema > docs/spec.schema.json
 	$(BIN)/python -m agentctl.evidence.reasons --doc docs/troubleshooting.md
 	$(BIN)/python -m agentctl.exit_codes --doc README.md
 	$(BIN)/python -m agentctl.cli_help --doc README.md

@@ -118,8 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     from agentctl.commands.daemon_commands import add_client_commands
     from agentctl.commands.session_commands import add_session_commands
+    from agentctl.commands.spec_commands import add_spec_commands
     from agentctl.diagnostics.commands import add_diagnostics_commands
 
+    add_spec_commands(sub)
     add_client_commands(sub)
     add_session_commands(sub)
     add_diagnostics_commands(sub)

@@ -17,8 +17,8 @@ class EnvVar(NamedTuple):
 # Every variable the CLI or the daemon reads from its own environment (a test scans the code for AGENTCTL_ names).
 ENVIRONMENT: tuple[EnvVar, ...] = (
     EnvVar("AGENTCTL_SOCKET", "the control socket of the daemon to talk to when no --socket or --execution is "
-           "given, and where `serve` and `run` bind theirs when no --socket is given (as SSH_AUTH_SOCK names a "
-           "socket). An existing directory here is still read as AGENTCTL_RUNTIME_DIR, with a deprecation warning"),
+           "given, and where `serve` and `run` bind theirs when no --socket is given (one socket, as SSH_AUTH_SOCK "
+           "names one; the directory of daemons is AGENTCTL_RUNTIME_DIR)"),
     EnvVar("AGENTCTL_RUNTIME_DIR", "the directory of daemons, one <execution_id>/control.sock each: where "
            "`serve` puts its socket by default, where --execution looks, what `ls` lists (default: "
            "$RUNTIME_DIRECTORY, else the user runtime dir)"),

@@ -2,9 +2,9 @@
 one table), where the daemon's control socket is, talking to it, and printing (JSON, text, one-line errors made
 safe).
 
-Command modules (cli.py, commands/daemon_commands.py, commands/session_commands.py, diagnostics/commands.py,
-probe/commands.py, hub/commands.py) import from here and never from each other. No heavy import at module
-level: every CLI call builds the parsers.
+Command modules (cli.py, commands/daemon_commands.py, commands/session_commands.py, commands/spec_commands.py,
+diagnostics/commands.py, probe/commands.py, hub/commands.py) import from here and never from each other. No heavy
+import at module level: every CLI call builds the parsers.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from agentctl.exit_codes import (
 __all__ = [
     "EXIT_FAILED", "EXIT_NO_DAEMON", "EXIT_OK", "EXIT_SIGNAL_BASE", "EXIT_STILL_RUNNING", "EXIT_TEST_FAILED",
     "EXIT_UNHEALTHY", "EXIT_USAGE", "FILE_COMPLETION", "CommandExit", "CommandParser", "UsageError",
-    "add_main_command", "call", "client_exit", "command", "connect", "daemon_options", "fail", "locate_socket",
-    "out", "positive_seconds", "print_json", "stdout_color", "wrapped",
+    "add_main_command", "add_offline_option", "call", "client_exit", "command", "connect", "daemon_options", "fail",
+    "locate_socket", "out", "persisted_report", "positive_seconds", "print_json", "stdout_color", "wrapped",
 ]
 
 T = TypeVar("T")
@@ -45,9 +45,37 @@ FILE_COMPLETION = {"bash": "_shtab_compgen_files", "zsh": "_files", "tcsh": "f"}
 # ---- parsing ----------------------------------------------------------------------------------------------
 
 
+class _DescribedSubParsers(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Subcommands whose `--help` always says what they do: one given only a `help=` line gets it as its
+    description too."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        summary = kwargs.get("help")
+        if kwargs.get("description") is None and summary:
+            kwargs["description"] = summary[:1].upper() + summary[1:] + ("" if summary.endswith(".") else ".")
+        return super().add_parser(name, **kwargs)
+
+
 class CommandParser(argparse.ArgumentParser):
     """Every parser of the CLI (installed with `add_subparsers(parser_class=...)`): a usage error is the usage
-    and one `agentctl: COMMAND: message` line, and exits EXIT_USAGE whichever command it is."""
+    and one `agentctl: COMMAND: message` line, and exits EXIT_USAGE whichever command it is; a mistyped
+    command or choice is answered with the nearest one; every subcommand's `--help` has a description."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", "parsers", _DescribedSubParsers)
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # argparse's own check, with "did you mean" for a near miss (its list of every choice otherwise).
+        choices = action.choices
+        if choices is not None and isinstance(value, str) and value not in choices:
+            import difflib
+
+            names = [c for c in choices if isinstance(c, str)]
+            near = difflib.get_close_matches(value, names, n=1, cutoff=0.6)
+            if near:
+                raise argparse.ArgumentError(action, f"invalid choice: {value!r} (did you mean {near[0]}?)")
+        super()._check_value(action, value)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
@@ -58,7 +86,12 @@ class CommandParser(argparse.ArgumentParser):
         # A subcommand is parsed with parse_known_args; unknown extras would otherwise reach the parent parser.
         namespace, extras = super().parse_known_args(args, namespace)
         if extras:
-            self.error("unrecognized arguments: " + " ".join(extras))
+            import difflib
+
+            options = [o for o in self._option_string_actions if o.startswith("--")]
+            near = difflib.get_close_matches(extras[0].partition("=")[0], options, n=1, cutoff=0.6)
+            hint = f" (did you mean {near[0]}?)" if extras[0].startswith("--") and near else ""
+            self.error("unrecognized arguments: " + " ".join(extras) + hint)
         return namespace, extras
 
 
@@ -144,6 +177,28 @@ def daemon_options(*, timeout: bool = True) -> argparse.ArgumentParser:
     return options
 
 
+def add_offline_option(parser: argparse.ArgumentParser) -> None:
+    """--state-dir: read the persisted report (with --execution) instead of asking a daemon."""
+    parser.add_argument("--state-dir", metavar="DIR", help="read the persisted report offline from this state dir "
+                        "(with --execution ID): the daemon may be gone")
+
+
+def persisted_report(args: argparse.Namespace) -> Any:
+    """The AttachmentHistory `--state-dir DIR --execution ID` names, read from disk; any problem stops the
+    command with one line (EXIT_USAGE)."""
+    command = args.command_name
+    if not args.execution:
+        raise UsageError(f"{command} --state-dir needs --execution ID (which execution's report to read)")
+    if args.socket:
+        raise UsageError(f"{command}: use either --state-dir (offline) or --socket (live daemon), not both")
+    from agentctl.evidence.store import StoreError, read_report
+
+    try:
+        return read_report(Path(args.state_dir).expanduser(), args.execution)
+    except (StoreError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+
+
 # ---- output -----------------------------------------------------------------------------------------------
 
 
@@ -191,8 +246,7 @@ def locate_socket(args: argparse.Namespace) -> Path:
     under the runtime dir. An option given on the command line wins over the environment, as everywhere.
 
     Sockets that nobody listens on any more (daemons killed without removing theirs) are removed, said so
-    on stderr, and never count as a daemon."""
-    from agentctl.control.client import ControlUnavailable
+    on stderr, and never count as a daemon. No daemon found stops the command with EXIT_NO_DAEMON."""
     from agentctl.control.socket import (
         ControlSocketError,
         discover,
@@ -219,12 +273,13 @@ def locate_socket(args: argparse.Namespace) -> Path:
         ids = ", ".join(p.parent.name for p in live)
         raise UsageError(f"several daemons under {base} ({ids}); choose one with --execution ID or --socket PATH "
                          "(`agentctl ls` lists them)")
+    # No daemon to work with is EXIT_NO_DAEMON, for every command: as when a named socket does not answer.
     if removed:
-        raise ControlUnavailable(f"no agentctl daemon is running under {base} (only dead ones had left sockets)")
-    raise UsageError(
+        raise CommandExit(fail(f"no agentctl daemon is running under {base} (only dead ones had left sockets)",
+                               EXIT_NO_DAEMON))
+    raise CommandExit(fail(
         f"cannot locate the control socket: no --socket, --execution or $AGENTCTL_SOCKET given, and no daemon "
-        f"socket under {base}"
-    )
+        f"socket under {base}", EXIT_NO_DAEMON))
 
 
 def client_exit(exc: Exception) -> int:
@@ -240,12 +295,9 @@ def client_exit(exc: Exception) -> int:
 
 def connect(args: argparse.Namespace, timeout: float | None = None) -> Any:
     """A ControlClient for the daemon the arguments name; a daemon that cannot be found stops the command."""
-    from agentctl.control.client import ControlClient, ControlUnavailable
+    from agentctl.control.client import ControlClient
 
-    try:
-        path = locate_socket(args)
-    except ControlUnavailable as exc:
-        raise CommandExit(fail(str(exc), EXIT_NO_DAEMON)) from None
+    path = locate_socket(args)
     return ControlClient(path, timeout=timeout if timeout is not None else getattr(args, "timeout", 5.0))
 
 

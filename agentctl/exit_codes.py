@@ -35,7 +35,8 @@ EXIT_CODES: tuple[ExitCode, ...] = (
              "error, something could not be recovered, the hub has no such session"),
     ExitCode("2", ("EXIT_NO_DAEMON",), "no daemon to work with: it cannot be reached (no socket, nobody "
              "listening, not allowed to connect) or it could not start (a bad spec, an unusable state directory "
-             "or socket); likewise the hub (its socket or database) and the probe's agent"),
+             "or socket; `spec check` refuses such a spec with this code too); likewise the hub (its socket or "
+             "database) and the probe's agent"),
     ExitCode("3", ("EXIT_TEST_FAILED",), "`test-endpoint`: the test ran and the server was not reachable from the "
              "daemon"),
     ExitCode("4", ("EXIT_UNHEALTHY",), "`health`: the daemon answers but is not live, not ready (with --ready), "

@@ -41,6 +41,8 @@ class _S(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 class IdentitySpec(_S):
+    """[identity]: who this execution is, from the executor (execution_id is generated when absent)."""
+
     task_id: str
     session_id: str
     agent_id: str
@@ -49,6 +51,8 @@ class IdentitySpec(_S):
 
 
 class AgentSpec(_S):
+    """[agent]: the agent to run (optional: without it the daemon hosts MCP only)."""
+
     command: list[str]
     protocol: Literal["acp", "passthrough"] = "acp"
     strategy: StrategyName | Literal["none"] | None = None
@@ -67,16 +71,26 @@ class AgentSpec(_S):
 
 
 class ServerSpec(_S):
+    """[[mcp.servers]]: a third-party MCP server of the profile, delivered to the agent."""
+
     name: str
     type: Transport
     url: str | None = None
     headers: dict[str, str] = {}
-    command: str | None = None
+    # A program, or a whole argv as docker and Kubernetes take it (`["npx", "-y", "server"]`): its first item
+    # becomes `command` and the rest go before `args` once decoded, so the rest of agentctl sees a string.
+    command: str | list[str] | None = None
     args: list[str] = []
     env: dict[str, str] = {}
 
+    def __post_init__(self) -> None:
+        if isinstance(self.command, list) and self.command:
+            self.command, self.args = self.command[0], [*self.command[1:], *self.args]
+
 
 class McpSpec(_S):
+    """[mcp]: the built-in MCP endpoint (loopback only) and the profile's servers."""
+
     listen: str = "127.0.0.1:0"
     profile: Literal["task", "task-title", "config", "external"] = "task"
     builtin_name: str = "kandev"
@@ -84,23 +98,33 @@ class McpSpec(_S):
 
 
 class PolicySpec(_S):
+    """[policy]: what the executor allows."""
+
     transports: list[Transport] = msgspec.field(default_factory=lambda: ["http", "sse", "stdio"])
 
 
 class UpstreamSpec(_S):
+    """[upstream]: the hub's socket (absent: an embedded backend answers tool calls)."""
+
     socket: str | None = None
 
 
 class StateSpec(_S):
+    """[state]: where reports and the task store go (else $STATE_DIRECTORY, else the user state dir)."""
+
     dir: str | None = None
 
 
 class DaemonSpec(_S):
+    """[daemon]: shutdown and persistence timing."""
+
     shutdown_timeout: float = 10.0
     persist_delay: float = 0.2
 
 
 class Spec(_S):
+    """An agentctl execution spec (TOML or JSON): `agentctl spec check` validates one."""
+
     identity: IdentitySpec
     agent: AgentSpec | None = None
     mcp: McpSpec = msgspec.field(default_factory=McpSpec)
@@ -130,9 +154,30 @@ def load_spec(path: str | Path) -> Spec:
     except OSError as exc:
         raise SpecError(f"{source}: cannot read ({exc.strerror})") from None
     spec = parse_spec(raw, source=source, fmt="json" if p.suffix.lower() == ".json" else "toml")
+    if (problem := unusable_workdir(spec)) is not None:
+        raise _fail(source, "agent.workdir", problem)
     if (problem := missing_executable(spec)) is not None:
         raise _fail(source, "agent.command", problem)
     return spec
+
+
+def unusable_workdir(spec: Spec) -> str | None:
+    """Why the agent cannot start in its `workdir`, or None: a directory that does not exist, is not a
+    directory, or cannot be entered. Relative to where agentctl runs, as the agent's start takes it. Checked
+    at load like the executable, naming the directory (a path the spec chose, not a secret)."""
+    if spec.agent is None or spec.agent.workdir is None:
+        return None
+    workdir = spec.agent.workdir
+    shown = _quote(workdir)
+    if not workdir:
+        return "must be a directory path (leave it out to run the agent where agentctl runs)"
+    if not os.path.exists(workdir):
+        return f"directory {shown} does not exist"
+    if not os.path.isdir(workdir):
+        return f"{shown} is not a directory"
+    if not os.access(workdir, os.X_OK):
+        return f"directory {shown} cannot be entered (permission denied)"
+    return None
 
 
 def missing_executable(spec: Spec) -> str | None:
@@ -235,7 +280,8 @@ def _check(spec: Spec, source: str) -> None:
             _check_url(server.url, f"{where}.url", source)
         else:
             if not server.command:
-                raise _fail(source, f"{where}.command", "required for type = \"stdio\"")
+                raise _fail(source, f"{where}.command", "required for type = \"stdio\": a program (\"npx\") or an "
+                            "argv list ([\"npx\", \"-y\", \"server\"])")
             if server.url is not None or server.headers:
                 raise _fail(source, f"{where}.url", "not allowed for type = \"stdio\"")
     if spec.agent is not None:
@@ -251,6 +297,19 @@ def _check(spec: Spec, source: str) -> None:
         raise _fail(source, "daemon.persist_delay", "must be between 0 and 10 seconds")
     if spec.upstream.socket is not None and len(spec.upstream.socket.encode()) > AF_UNIX_PATH_MAX:
         raise _fail(source, "upstream.socket", f"path longer than {AF_UNIX_PATH_MAX} bytes (AF_UNIX limit)")
+
+
+def spec_schema() -> dict[str, object]:
+    """The spec's JSON Schema, generated from the structs above (so it cannot drift from what `run` accepts):
+    msgspec's schema, with unknown keys refused in every table as the loader refuses them. The checks made in
+    code (identifier shapes, bounds, one transport's fields) are not in it: `agentctl spec check` makes them."""
+    schema = msgspec.json.schema(Spec)
+    for definition in schema.get("$defs", {}).values():
+        if definition.get("type") == "object":
+            definition["additionalProperties"] = False
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "agentctl execution spec"
+    return schema
 
 
 # A field path step as msgspec writes it: `.name`, `[3]` or `[...]` (a dict key).

@@ -117,6 +117,57 @@ def test_the_exit_code_check_catches_each_form():
     assert numeric_exit_codes("def a():\n    return EXIT_OK\n") == []
 
 
+def _parser(command: tuple[str, ...]) -> argparse.ArgumentParser:
+    parser = build_parser()
+    for name in command:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = action.choices[name]
+    return parser
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c[-1] not in HIDDEN], ids=" ".join)
+def test_every_command_says_what_it_does_in_its_own_help_and_in_its_parents_listing(command, capsys):
+    with pytest.raises(SystemExit):
+        main([*command, "--help"])
+    text = capsys.readouterr().out
+    usage, _, rest = text.partition("\n\n")
+    description = rest.partition("\n\n")[0]
+    assert usage.startswith("usage: agentctl") and description and not description.startswith(
+        ("options:", "positional arguments:")), text
+    parent = _parser(command[:-1])
+    action = next(a for a in parent._actions if isinstance(a, argparse._SubParsersAction))
+    listed = {choice.dest: choice.help for choice in action._choices_actions}
+    assert listed.get(command[-1]), f"{command}: no one-line help in the parent's listing"
+
+
+def test_mcp_config_help_says_it_prints_a_secret(capsys):
+    with pytest.raises(SystemExit):
+        main(["mcp-config", "--help"])
+    assert "SECRET" in capsys.readouterr().out
+    assert "SECRET" in _parser(()).format_help().split("mcp-config", 1)[1].split("\n    ", 1)[0]
+
+
+@pytest.mark.parametrize("argv, suggestion", [
+    (["stauts"], "(did you mean status?)"),
+    (["hub", "staus"], "(did you mean status?)"),
+    (["completion", "bsh"], "(did you mean bash?)"),
+    (["status", "--jsn"], "(did you mean --json?)"),
+])
+def test_a_mistyped_command_choice_or_option_is_answered_with_the_nearest_one(argv, suggestion, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == EXIT_USAGE
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("agentctl: ") and last.endswith(suggestion), last
+
+
+def test_a_command_far_from_every_name_gets_the_list_of_commands_instead(capsys):
+    with pytest.raises(SystemExit):
+        main(["xyzzy"])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "did you mean" not in last and "choose from" in last and "'status'" in last
+
+
 # ---- no private name crosses a module boundary -----------------------------------------------------------
 
 

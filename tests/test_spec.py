@@ -95,7 +95,8 @@ def test_url_user_info_is_accepted_and_kept_only_in_memory():
 
 def test_stdio_server_requires_command():
     msg = _err(MINIMAL.decode() + "\n[[mcp.servers]]\nname='x'\ntype='stdio'\n")
-    assert msg == 'spec.toml: mcp.servers[0].command: required for type = "stdio"'
+    assert msg == ('spec.toml: mcp.servers[0].command: required for type = "stdio": a program ("npx") or an argv '
+                   'list (["npx", "-y", "server"])')
 
 
 def test_http_server_requires_url():
@@ -208,3 +209,55 @@ def test_a_relative_agent_path_resolves_in_the_workdir_and_names_on_path_or_bund
     assert load_spec(_agent_spec(tmp_path, "'./bin/agent'", f"workdir = '{tmp_path}'\n")).agent.command[0] == "./bin/agent"
     assert load_spec(_agent_spec(tmp_path, "'sh'")).agent is not None
     assert load_spec(_agent_spec(tmp_path, "'agentctl-reference-agent'")).agent is not None
+
+
+def test_a_stdio_server_command_may_be_an_argv_list_its_rest_going_before_args_and_into_the_secrets():
+    from agentctl.spec import secret_values
+
+    spec = parse_spec(MINIMAL + b"""
+[[mcp.servers]]
+name = "fs"
+type = "stdio"
+command = ["npx", "-y", "server-CANARY-s3cr3t-9f8e7d"]
+args = ["--root", "/srv"]
+""")
+    server = spec.mcp.servers[0]
+    assert (server.command, server.args) == ("npx", ["-y", f"server-{CANARY}", "--root", "/srv"])
+    assert f"server-{CANARY}" in secret_values(spec)  # an argument, wherever it was written
+    as_json = json.dumps({"identity": {"task_id": "t", "session_id": "s", "agent_id": "a", "agent_profile_id": "p"},
+                          "mcp": {"servers": [{"name": "fs", "type": "stdio", "command": ["uvx", "srv"]}]}})
+    assert parse_spec(as_json.encode(), fmt="json").mcp.servers[0].args == ["srv"]
+
+
+@pytest.mark.parametrize("command, where", [("[]", "command"), ('[""]', "command"), ("5", "command"),
+                                            ("[1]", "command[0]")])
+def test_a_stdio_server_command_of_another_shape_names_the_accepted_forms(command, where):
+    msg = _err(MINIMAL.decode() + f"\n[[mcp.servers]]\nname='x'\ntype='stdio'\ncommand={command}\n")
+    assert msg.startswith(f"spec.toml: mcp.servers[0].{where}: "), msg
+    assert ("argv list" in msg) or ("str | array" in msg) or ("Expected `str`" in msg), msg
+
+
+def test_the_agent_workdir_is_checked_at_load_and_named_in_the_error(tmp_path):
+    missing = tmp_path / "no-such-checkout"
+    assert _load_err(_agent_spec(tmp_path, "'sh'", f"workdir = '{missing}'\n")) == (
+        f"{tmp_path / 'spec.toml'}: agent.workdir: directory '{missing}' does not exist")
+    afile = tmp_path / "a-file"
+    afile.write_text("")
+    assert _load_err(_agent_spec(tmp_path, "'sh'", f"workdir = '{afile}'\n")).endswith(
+        f"agent.workdir: '{afile}' is not a directory")
+    assert _load_err(_agent_spec(tmp_path, "'sh'", "workdir = ''\n")).endswith("agent.workdir: must be a directory path "
+                                                                           "(leave it out to run the agent where "
+                                                                           "agentctl runs)")
+    assert load_spec(_agent_spec(tmp_path, "'sh'", f"workdir = '{tmp_path}'\n")).agent.workdir == str(tmp_path)
+
+
+def test_the_spec_schema_comes_from_the_structs_and_refuses_unknown_keys_as_the_loader_does():
+    from agentctl.spec import Spec, spec_schema
+
+    schema = spec_schema()
+    defs = schema["$defs"]
+    assert set(defs["Spec"]["properties"]) == set(Spec.__struct_fields__)
+    assert all(d.get("additionalProperties") is False for d in defs.values() if d.get("type") == "object")
+    command = defs["ServerSpec"]["properties"]["command"]["anyOf"]
+    assert {"type": "string"} in command and {"type": "array", "items": {"type": "string"}} in command
+    assert defs["AgentSpec"]["properties"]["protocol"]["enum"] == ["acp", "passthrough"]

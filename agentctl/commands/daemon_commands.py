@@ -11,7 +11,6 @@ Import cost matters here (a health probe may run every few seconds): no aiohttp.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from agentctl.cli_support import (
@@ -20,8 +19,8 @@ from agentctl.cli_support import (
     EXIT_STILL_RUNNING,
     EXIT_UNHEALTHY,
     EXIT_USAGE,
-    CommandExit,
     add_main_command,
+    add_offline_option,
     call,
     client_exit,
     command,
@@ -29,6 +28,7 @@ from agentctl.cli_support import (
     daemon_options,
     fail,
     out,
+    persisted_report,
     print_json,
     stdout_color,
 )
@@ -54,8 +54,8 @@ def add_client_commands(subparsers: Any) -> None:
         description=("The whole attachment report: current and previous attempts.",
                      "From the running daemon, or read a persisted one offline with --state-dir DIR --execution ID."),
     )
-    p.add_argument("--state-dir", metavar="DIR", help="read the persisted report offline from this state dir")
-    p.set_defaults(func=cmd_report)
+    add_offline_option(p)
+    p.set_defaults(func=cmd_report, command_name="report")
 
     p = subparsers.add_parser(
         "health",
@@ -99,25 +99,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     return show(args, call(args, "GET", "/v1/status", StatusResponse), render_status)
 
 
-def _report_offline(args: argparse.Namespace) -> AttachmentHistory:
-    if not args.execution:
-        raise CommandExit(fail("report --state-dir needs --execution ID (which execution's report to read)", EXIT_USAGE))
-    if args.socket:
-        raise CommandExit(fail("report: use either --state-dir (offline) or --socket (live daemon), not both", EXIT_USAGE))
-    from agentctl.evidence.store import StoreError, read_report
-
-    try:
-        return read_report(Path(args.state_dir).expanduser(), args.execution)
-    except (StoreError, ValueError) as exc:
-        raise CommandExit(fail(str(exc), EXIT_USAGE)) from None
-
-
 @command
 def cmd_report(args: argparse.Namespace) -> int:
     from agentctl.control.render import render_report
 
     if getattr(args, "state_dir", None):
-        history = _report_offline(args)
+        history = persisted_report(args)
     else:
         history = call(args, "GET", "/v1/report", AttachmentHistory)
     return show(args, history, render_report)

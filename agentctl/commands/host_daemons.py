@@ -97,7 +97,7 @@ def candidate_sockets(base: Path) -> list[Path]:
 def probe_daemon(path: Path, timeout: float) -> DaemonEntry | None:
     """What `path` says within `timeout`; None when it went away meanwhile (a daemon that stopped cleanly)."""
     from agentctl.control.client import ControlClient, ControlClientError, ControlRefused, ControlUnavailable
-    from agentctl.control.socket import STALE_AFTER, socket_state
+    from agentctl.control.socket import socket_state
 
     entry = DaemonEntry(socket=str(path), state="unresponsive")
     try:
@@ -117,8 +117,7 @@ def probe_daemon(path: Path, timeout: float) -> DaemonEntry | None:
         entry.state = "not_yours"
         return entry
     if state == "dead":
-        # Bound a moment ago and not listening yet is a daemon starting, not a dead one.
-        entry.state = "dead" if time.time() - st.st_mtime >= STALE_AFTER else "starting"
+        entry.state = "starting" if _still_bound(path, st) else "dead"
         return entry
     client = ControlClient(path, timeout=timeout)
     try:
@@ -141,6 +140,30 @@ def probe_daemon(path: Path, timeout: float) -> DaemonEntry | None:
     if agent is not None:
         entry.agent, entry.agent_state = agent.name, agent.state
     return entry
+
+
+def bound_unix_paths(table: str = "/proc/net/unix") -> set[str] | None:
+    """The paths of the Unix sockets some live process holds bound in this network namespace (the kernel's
+    table), or None when the table cannot be read (not Linux)."""
+    try:
+        with open(table, encoding="utf-8", errors="surrogateescape") as f:
+            lines = f.read().splitlines()[1:]
+    except OSError:
+        return None
+    # Num RefCount Protocol Flags Type St Inode Path: the path is the rest of the line (it may hold spaces).
+    return {fields[7] for fields in (line.split(None, 7) for line in lines) if len(fields) == 8}
+
+
+def _still_bound(path: Path, st: os.stat_result) -> bool:
+    """A socket that refuses connections is a daemon starting (bound, not listening yet) only while a live
+    process holds it bound: one killed with SIGKILL holds nothing, so it is dead at once. Where the kernel's
+    table cannot be read, a socket younger than STALE_AFTER is given the benefit of the doubt."""
+    bound = bound_unix_paths()
+    if bound is None:
+        from agentctl.control.socket import STALE_AFTER
+
+        return time.time() - st.st_mtime < STALE_AFTER
+    return str(path) in bound
 
 
 def list_daemons(timeout: float) -> DaemonListing:

@@ -18,6 +18,7 @@ from agentctl.cli_support import (
     fail,
     out,
     print_json,
+    wrapped,
 )
 from agentctl.evidence.contract import CancelResult, McpConfig, ProfileResult, SessionResult, StderrView
 
@@ -45,7 +46,14 @@ def add_session_commands(subparsers: Any) -> None:
     p.set_defaults(func=cmd_cancel)
 
     p = subparsers.add_parser(
-        "mcp-config", parents=[common], help="the built-in server's URL and headers for the current attempt (SECRET)"
+        "mcp-config", parents=[common], help="print the built-in server's URL and headers: prints a SECRET token",
+        description=wrapped(
+            "Print the built-in MCP server's URL and headers for the current attempt, for an MCP client to "
+            "connect to it as this attempt.",
+            "The output includes a SECRET: the bearer token in its Authorization header lets whoever has it act "
+            "as the current attempt. Do not paste it into a bug report, a log or a chat: `agentctl diagnostics` "
+            "is the report to share."),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.set_defaults(func=cmd_mcp_config)
 

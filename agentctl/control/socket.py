@@ -3,8 +3,7 @@
 - Path: `--socket` (the full socket path), else `$AGENTCTL_SOCKET` (the full socket path too, as
   `SSH_AUTH_SOCK` names a socket), else `<runtime dir>/<execution_id>/control.sock`. The runtime dir, the
   directory of daemons, is `$AGENTCTL_RUNTIME_DIR`, else `$RUNTIME_DIRECTORY` (systemd), else the
-  platformdirs user runtime dir. An `$AGENTCTL_SOCKET` that is an existing directory is read the old way
-  (a runtime dir) for this release, with a deprecation warning on stderr.
+  platformdirs user runtime dir.
 - `web.UnixSite` sets no file mode, so the socket is bound here under umask 0o177 (mode 0600 from the
   first instant, no chmod race) and served, already bound, through a listener guard (a connection cap and
   an idle deadline: the agent runs as the same user and could otherwise hold every connection).
@@ -23,7 +22,6 @@ import os
 import socket
 import stat
 import struct
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -88,28 +86,17 @@ def _check_execution_id(execution_id: str) -> None:
         raise ControlSocketError(f"execution id {execution_id!r} cannot name a socket directory")
 
 
-_warned_deprecated = False
-
-
-def _socket_env_is_a_directory() -> bool:
-    """$AGENTCTL_SOCKET in its deprecated meaning (a runtime dir): an existing directory. Says so once."""
-    global _warned_deprecated
-    value = os.environ.get(ENV_SOCKET)
-    if not value or not os.path.isdir(os.path.expanduser(value)):
-        return False
-    if not _warned_deprecated:
-        _warned_deprecated = True
-        print(f"agentctl: warning: {ENV_SOCKET} names a directory; that meaning is deprecated and will be removed: "
-              f"set {ENV_RUNTIME_DIR} to the directory of daemons ({ENV_SOCKET} names one socket)", file=sys.stderr)
-    return True
-
-
 def env_socket() -> Path | None:
-    """The socket $AGENTCTL_SOCKET names (made absolute), or None when unset or a (deprecated) directory."""
+    """The socket $AGENTCTL_SOCKET names (made absolute), or None when unset. A directory there is refused
+    with one line: it names one daemon's socket, and the directory of daemons is $AGENTCTL_RUNTIME_DIR."""
     value = os.environ.get(ENV_SOCKET)
-    if not value or _socket_env_is_a_directory():
+    if not value:
         return None
-    return Path(value).expanduser().absolute()
+    path = Path(value).expanduser().absolute()
+    if path.is_dir():
+        raise ControlSocketError(f"${ENV_SOCKET} names a directory; it names one daemon's socket (the directory "
+                                 f"of daemons is ${ENV_RUNTIME_DIR})")
+    return path
 
 
 def socket_base_dir() -> Path:
@@ -117,8 +104,6 @@ def socket_base_dir() -> Path:
     env = os.environ.get(ENV_RUNTIME_DIR)
     if env:
         return Path(env).expanduser().absolute()
-    if _socket_env_is_a_directory():
-        return Path(os.environ[ENV_SOCKET]).expanduser().absolute()
     runtime = os.environ.get(ENV_RUNTIME_DIRECTORY)
     if runtime:
         # systemd joins several RuntimeDirectory= entries with ':'; the first is ours.

@@ -15,10 +15,12 @@ from agentctl.cli_support import (
     EXIT_NO_DAEMON,
     EXIT_OK,
     EXIT_TEST_FAILED,
+    add_offline_option,
     call,
     command,
     daemon_options,
     out,
+    persisted_report,
     positive_seconds,
     print_json,
     stdout_color,
@@ -52,8 +54,13 @@ def add_diagnostics_commands(subparsers: Any) -> None:
         "diagnostics",
         parents=[options],
         help="a sanitized report to paste into a bug: attempts, per-server checklists, endpoint tests, agent exit",
+        description="A sanitized report to paste into a bug: attempts, per-server checklists, endpoint tests, the "
+        "agent's exit; never agent output, prompts, arguments, header or env values, tokens or full URLs. From the "
+        "running daemon, or from its persisted report once it is gone (--state-dir DIR --execution ID, as "
+        "`report` reads it; the daemon's readiness and upstream link are not in a report).",
     )
-    p.set_defaults(func=cmd_diagnostics)
+    add_offline_option(p)
+    p.set_defaults(func=cmd_diagnostics, command_name="diagnostics")
 
     p = subparsers.add_parser(
         "tools",
@@ -81,14 +88,31 @@ def cmd_test_endpoint(args: argparse.Namespace) -> int:
     return EXIT_OK if response.result.succeeded else EXIT_TEST_FAILED
 
 
+# Offline, the line that would say "not configured": a report does not record the daemon's upstream link.
+OFFLINE_UPSTREAM = "Upstream: not recorded in the persisted report (read offline, the daemon is not asked)"
+
+
 @command
 def cmd_diagnostics(args: argparse.Namespace) -> int:
+    from agentctl.diagnostics.render import render_diagnostics
+
+    if args.state_dir:
+        from datetime import UTC, datetime
+
+        from agentctl.diagnostics.diagnostics import persisted_diagnostics
+        from agentctl.diagnostics.render import upstream_lines
+
+        diagnostics = persisted_diagnostics(persisted_report(args), datetime.now(UTC))
+        if args.json:
+            print_json(diagnostics)
+        else:
+            text = render_diagnostics(diagnostics, stdout_color(), with_readiness=False)
+            out(text.replace(upstream_lines(None)[0], OFFLINE_UPSTREAM, 1))
+        return EXIT_OK
     diagnostics = call(args, "GET", "/v1/diagnostics", Diagnostics)
     if args.json:
         print_json(diagnostics)
     else:
-        from agentctl.diagnostics.render import render_diagnostics
-
         out(render_diagnostics(diagnostics, stdout_color()))
     return EXIT_OK
 

@@ -8,6 +8,7 @@ defence every free-text summary is passed through `redact` with the spec's secre
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -16,6 +17,7 @@ from agentctl import __version__
 from agentctl.evidence.contract import (
     CONTRACT_VERSION,
     AgentState,
+    AttachmentHistory,
     Attempt,
     AttemptDiagnostics,
     ChecklistStep,
@@ -156,6 +158,24 @@ def build_diagnostics(ctx: DaemonContext) -> Diagnostics:
         agent=_agent(history.agent, secrets),
         upstream=upstream_status(ctx),
         degraded=dict(ctx.readiness.degraded),
+    )
+
+
+def persisted_diagnostics(history: AttachmentHistory, now: datetime) -> Diagnostics:
+    """The diagnostics of a persisted report, once its daemon is gone (`diagnostics --state-dir`): the same
+    attempts, checklists and agent exit. What only a running daemon knows (its readiness, its upstream link,
+    its version) is not in the report, and is left out. The report was redacted when it was written."""
+    return Diagnostics(
+        contract_version=history.version,
+        daemon_version="?",
+        generated_at=now,
+        identity=history.identity,
+        ready=False,
+        current=attempt_diagnostics(history.current, ()) if history.current else None,
+        previous=[attempt_diagnostics(a, ()) for a in history.previous],
+        http_refusals=list(history.http_refusals),
+        rejected_events=history.rejected_events,
+        agent=history.agent,
     )
 
 

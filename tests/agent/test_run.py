@@ -7,7 +7,6 @@ import io
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -27,14 +26,15 @@ from tests.conftest import REPO, agentctl_cmd, poll, write_spec
 DEMO = REPO / "examples" / "demo.toml"
 
 
-def _run(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def _run(cwd: Path, *args: str, timeout: float = 120, env: dict[str, str] | None = None
+         ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         agentctl_cmd("run", *args),
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "NO_COLOR": "1"},
+        env={**os.environ, "NO_COLOR": "1", **(env or {})},
     )
 
 
@@ -48,10 +48,13 @@ def _persisted(cwd: Path, stdout: str) -> Path:
 def test_the_demo_with_a_prompt_shows_progress_active_beside_delivered_unverified_and_used_and_keeps_no_payload(
     tmp_path,
 ):
-    shutil.copy(DEMO, tmp_path / "demo.toml")  # its state dir is relative: keep it inside the test's directory
+    work = tmp_path / "checkout"
+    work.mkdir()
     canary = "RUNCANARY4242"
-    # The prompt, the tool's arguments, its result and the agent's answer all carry the canary.
-    done = _run(tmp_path, "demo.toml", "--prompt", f'CALL update_task {{"description": "{canary}"}}')
+    # The prompt, the tool's arguments, its result and the agent's answer all carry the canary. No state dir
+    # is named (not in the spec, no $STATE_DIRECTORY): the user's state dir, here under $XDG_STATE_HOME.
+    env = {"STATE_DIRECTORY": "", "XDG_STATE_HOME": str(tmp_path / "xdg")}
+    done = _run(work, str(DEMO), "--prompt", f'CALL update_task {{"description": "{canary}"}}', env=env)
     assert done.returncode == 0, done.stderr
     out = done.stdout
     steps = [line.split()[0] for line in out.splitlines() if line.startswith(("attempt ", "  "))]
@@ -64,12 +67,14 @@ def test_the_demo_with_a_prompt_shows_progress_active_beside_delivered_unverifie
     assert re.search(r"^\s+docs\s+delivered · connection unverified$", out, re.MULTILINE)
     assert "Traceback" not in done.stderr and canary not in done.stderr
 
-    report = _persisted(tmp_path, out)
+    report = _persisted(work, out)
+    state = tmp_path / "xdg" / "agentctl"
+    assert report.is_relative_to(state) and list(work.iterdir()) == [], "nothing is written where `run` ran"
     history = decode_history(report.read_bytes())
     assert {r.name: r.status for r in history.current.servers} == {"kandev": "active", "docs": "delivered"}
     assert history.agent.state == "exited" and history.agent.stopped_by_daemon
     assert "example-not-a-real-token" not in report.read_text()
-    for path in (tmp_path / "state").rglob("*"):
+    for path in state.rglob("*"):
         if path.is_file() and not path.name.startswith("tasks.sqlite3"):  # the task store holds task data
             assert canary.encode() not in path.read_bytes(), f"{path.name} holds the prompt or the answer"
 

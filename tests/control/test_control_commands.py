@@ -106,11 +106,13 @@ def test_health_exit_1_on_bad_arguments(capsys) -> None:
     assert "Traceback" not in capsys.readouterr().err
 
 
-def test_health_exit_1_when_the_socket_cannot_be_located(
+def test_health_exits_2_when_no_daemon_is_found_as_when_the_named_socket_does_not_answer(
     short_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
     monkeypatch.setenv("RUNTIME_DIRECTORY", str(short_dir))  # an empty runtime dir: no daemon to find
-    assert run_sync(["health"]) == EXIT_USAGE
+    assert run_sync(["health", "--socket", str(short_dir / "none.sock")]) == EXIT_NO_DAEMON
+    capsys.readouterr()
+    assert run_sync(["health"]) == EXIT_NO_DAEMON
     line = one_error_line(capsys.readouterr().err)
     assert "cannot locate the control socket" in line and "--socket" in line and "--execution" in line
 

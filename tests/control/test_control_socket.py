@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from tests.conftest import spec_toml
 from tests.control.control_support import EXECUTION_ID, is_root, make_ctx, serve_app
 
 from agentctl.control.socket import (
@@ -57,21 +58,32 @@ def test_agentctl_socket_names_the_socket_itself(monkeypatch: pytest.MonkeyPatch
     assert resolve_socket_path(None, "e1") == tmp_path / "rel.sock"
 
 
-def test_a_directory_in_agentctl_socket_is_still_the_runtime_dir_with_one_deprecation_warning(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_a_directory_in_agentctl_socket_is_refused_with_one_line_naming_the_runtime_dir_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import agentctl.control.socket as control_socket
-
-    monkeypatch.setattr(control_socket, "_warned_deprecated", False)
     monkeypatch.setenv("AGENTCTL_SOCKET", str(tmp_path))
-    assert env_socket() is None
-    assert resolve_socket_path(None, "e1") == tmp_path / "e1" / "control.sock"
-    assert socket_base_dir() == tmp_path
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "deprecated" in err and "AGENTCTL_RUNTIME_DIR" in err, err
-    assert str(tmp_path) not in err  # an environment value is not echoed
-    monkeypatch.setenv("AGENTCTL_RUNTIME_DIR", str(tmp_path / "other"))  # the new variable wins
-    assert socket_base_dir() == tmp_path / "other"
+    monkeypatch.setenv("AGENTCTL_RUNTIME_DIR", str(tmp_path / "other"))
+    for resolve in (env_socket, lambda: resolve_socket_path(None, "e1")):
+        with pytest.raises(ControlSocketError, match="names a directory") as raised:
+            resolve()
+        assert "AGENTCTL_RUNTIME_DIR" in str(raised.value) and str(tmp_path) not in str(raised.value)
+    assert socket_base_dir() == tmp_path / "other"  # the directory of daemons comes from its own variable only
+
+
+def test_a_directory_in_agentctl_socket_stops_a_client_command_and_serve_with_that_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    env = {**os.environ, "AGENTCTL_SOCKET": str(tmp_path), "AGENTCTL_RUNTIME_DIR": str(tmp_path / "rt")}
+    spec = tmp_path / "spec.toml"
+    spec.write_text(spec_toml())
+    for argv, code in ((["status"], 1), (["serve", str(spec)], 2)):
+        done = subprocess.run([sys.executable, "-m", "agentctl.cli", *argv], env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == code and "names a directory" in done.stderr, (argv, done.stderr)
+        assert "Traceback" not in done.stderr
 
 
 def test_platformdirs_runtime_dir_is_the_last_resort(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

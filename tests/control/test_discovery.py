@@ -81,7 +81,7 @@ def test_a_socket_bound_a_moment_ago_is_neither_a_daemon_nor_removed(short_tmp):
     try:
         assert discover(base) == ([], [])
         done = cli(base, "status")
-        assert done.returncode == 1 and "cannot locate the control socket" in done.stderr
+        assert done.returncode == 2 and "cannot locate the control socket" in done.stderr
         assert path.exists()
     finally:
         starting.close()

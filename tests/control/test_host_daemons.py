@@ -242,3 +242,36 @@ def test_the_listing_renders_one_aligned_line_per_daemon_with_what_is_known() ->
     assert "\x1b" not in lines[3] and "not ready" in lines[3]  # a spec's text cannot drive the terminal
     assert lines[4].split() == ["-", "-", "-", "-", "unresponsive", "7", "/run/a/e4/control.sock"]
     assert render_listing(DaemonListing(runtime_dir="/run/a")) == "no agentctl daemon under /run/a\n"
+
+
+def test_ls_shows_a_sigkilled_daemon_as_dead_at_once_and_a_socket_still_bound_by_a_live_process_as_starting(
+    tmp_path: Path, short_tmp: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runtime = short_tmp / "run"
+    runtime.mkdir(mode=0o700)
+    env = {"AGENTCTL_RUNTIME_DIR": str(runtime)}
+    full_env = {**{k: v for k, v in os.environ.items() if k not in ("RUNTIME_DIRECTORY", "AGENTCTL_SOCKET")}, **env}
+    proc = subprocess.Popen(agentctl_cmd("serve", str(write_spec(tmp_path, execution_id="exec-killed"))),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full_env, cwd=REPO)
+    try:
+        ready = json.loads(proc.stdout.readline() or b"null")
+        assert ready, proc.stderr.read().decode()
+    finally:
+        proc.kill()
+        proc.wait(timeout=20)
+    killed = Path(ready["control_socket"])
+    assert killed.is_socket(), "SIGKILL leaves the socket file behind"
+    # Bound by this live process and not listening (a daemon between bind and listen), however old its file.
+    binding = runtime / "exec-binding" / "control.sock"
+    binding.parent.mkdir(mode=0o700)
+    holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    holder.bind(str(binding))
+    past = time.time() - STALE_AFTER - 1
+    os.utime(binding, (past, past))
+    try:
+        listed = in_process(monkeypatch, capsys, env, "ls", "--json")
+    finally:
+        holder.close()
+    assert listed.returncode == EXIT_OK, listed.stderr
+    states = {d.socket: d.state for d in msgspec.json.decode(listed.stdout, type=DaemonListing).daemons}
+    assert states == {str(killed): "dead", str(binding): "starting"}

@@ -80,3 +80,39 @@ async def test_diagnostics_show_the_upstream_state(short_dir: Path):
     async with running_daemon(spec, short_dir / "c.sock") as d:
         diag = await d.control.get("/v1/diagnostics")
         assert diag["upstream"]["state"] == "buffering"
+
+
+async def test_diagnostics_read_offline_from_the_persisted_report_once_the_daemon_is_gone(
+    short_dir: Path, capsys: pytest.CaptureFixture[str]
+):
+    import json
+
+    from agentctl.diagnostics.commands import OFFLINE_UPSTREAM
+
+    state = short_dir / "state"
+    async with running_daemon(spec_text(state, http_server("search", "http://127.0.0.1:1/mcp")),
+                              short_dir / "c.sock") as d:
+        await d.control.post("/v1/session/new")
+        await _attach(await d.control.get("/v1/mcp-config"))
+        await eventually(lambda: d.ctx.ledger.history.current.servers[0].status == "active", 5.0)
+        await d.control.post("/v1/test-endpoint", {"name": "search", "timeout": 2})
+        await d.control.post("/v1/session/reset")
+        live = await d.control.get("/v1/diagnostics")
+    offline_args = ["--state-dir", str(state), "--execution", "exec-diag"]
+
+    assert await asyncio.to_thread(cli.main, ["diagnostics", "--json", *offline_args]) == 0
+    offline = json.loads(capsys.readouterr().out)
+    for key in ("identity", "current", "previous", "http_refusals", "rejected_events"):
+        assert offline.get(key) == live.get(key), key
+    assert offline["previous"][0]["servers"][0]["status"] == "active"  # the evidence, not just the ids
+    assert offline["daemon_version"] == "?" and "upstream" not in offline and offline["ready"] is False
+
+    assert await asyncio.to_thread(cli.main, ["diagnostics", *offline_args]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("agentctl diagnostics: safe to paste") and "Previous attempt" in text
+    assert OFFLINE_UPSTREAM in text and "not configured" not in text and "Daemon: " not in text
+
+    assert await asyncio.to_thread(cli.main, ["diagnostics", "--state-dir", str(state)]) == 1
+    assert "diagnostics --state-dir needs --execution ID" in capsys.readouterr().err
+    assert await asyncio.to_thread(cli.main, ["diagnostics", "--state-dir", str(state), "--execution", "nope"]) == 1
+    assert "no report for execution nope" in capsys.readouterr().err

@@ -26,6 +26,7 @@ SPEC_BLOCK = re.compile(r"^```toml agent-spec:(?P<name>[a-z0-9-]+)\n(?P<body>.*?
 EXPECTED = {
     "claude-code-acp": ("acp", None, "claude-code-acp"),
     "claude-cli": ("passthrough", "claude", "claude"),
+    "claude-terminal": ("passthrough", "claude", "claude"),
     "codex-acp": ("acp", None, "codex-acp"),
     "codex-cli": ("passthrough", "codex", "codex"),
     "gemini-acp": ("acp", None, "gemini"),
@@ -58,6 +59,33 @@ def test_every_agent_spec_on_the_page_loads_and_names_a_protocol_and_strategy_th
             assert get_strategy(strategy) is not None and get_strategy(strategy).name == strategy
     used = {spec.agent.strategy for spec in specs.values() if spec.agent is not None}
     assert set(STRATEGY_NAMES) <= used, "every passthrough strategy has a documented spec"
+
+
+def _bin_path() -> str:
+    """PATH with the real CLIs' directories first: AGENTCTL_AGENT_BIN, the pinned npm CLIs, fast-agent's."""
+    clis = os.environ.get("AGENTCTL_CLIS_DIR")
+    fast_agent = os.environ.get("AGENTCTL_FAST_AGENT")
+    dirs = [os.environ.get(BIN_DIR_ENV), clis and str(Path(clis) / "node_modules" / ".bin"),
+            fast_agent and str(Path(fast_agent).parent), os.environ.get("PATH", "/usr/bin:/bin")]
+    return os.pathsep.join(d for d in dirs if d)
+
+
+def test_every_spec_block_on_the_page_passes_spec_check_as_written(tmp_path: Path) -> None:
+    # Every ```toml block is a marked spec, so none escapes this check.
+    assert DOC.read_text().count("```toml") == len(SPEC_BLOCK.findall(DOC.read_text()))
+    path = _bin_path()
+    for match in SPEC_BLOCK.finditer(DOC.read_text()):
+        spec = tmp_path / f"{match['name']}.toml"
+        spec.write_text(match["body"])
+        done = subprocess.run([sys.executable, "-m", "agentctl.cli", "spec", "check", str(spec)], cwd=tmp_path,
+                              env={**os.environ, "PATH": path, "NO_COLOR": "1"}, capture_output=True, text=True,
+                              timeout=60)
+        executable = EXPECTED[match["name"]][2]
+        if shutil.which(executable, path=path):
+            assert done.returncode == 0 and done.stdout.startswith(f"{spec}: ok: "), (match["name"], done.stderr)
+        else:  # everything else of the spec was checked before its program was looked up
+            assert done.returncode == 2 and done.stderr == (
+                f"agentctl: {spec}: agent.command: executable '{executable}' not found on PATH\n"), done.stderr
 
 
 def test_a_spec_block_that_does_not_load_is_caught() -> None:

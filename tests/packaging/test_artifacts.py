@@ -69,7 +69,9 @@ def _minimal_env(home: Path, path: str, **extra: str) -> dict[str, str]:
 def _run_demo(argv: list[str], cwd: Path, env: dict[str, str]) -> None:
     version = subprocess.run([*argv, "--version"], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
     assert version.returncode == 0 and version.stdout.strip() == f"agentctl {__version__}", version.stderr
-    run = subprocess.run([*argv, "run", str(DEMO)], cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
+    # The demo names no state dir: $STATE_DIRECTORY (as systemd sets it) keeps this run's inside `cwd`.
+    run = subprocess.run([*argv, "run", str(DEMO)], cwd=cwd, env={**env, "STATE_DIRECTORY": str(cwd / "state")},
+                         capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stdout + run.stderr
     [report_file] = (cwd / "state").glob("*/report.json")
     history = read_report(cwd / "state", report_file.parent.name)

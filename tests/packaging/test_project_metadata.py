@@ -92,3 +92,25 @@ def test_the_vendored_xterm_is_the_recorded_release_unmodified_with_its_license(
         digest = hashlib.sha256((vendor / name).read_bytes()).hexdigest()
         assert f"`{name}`" in readme and digest in readme, f"{name}: its sha256 is not the one recorded"
     assert "Permission is hereby granted, free of charge" in (vendor / "LICENSE").read_text()  # MIT
+
+
+def test_the_makefile_s_editable_install_prints_no_setuptools_banner(tmp_path):
+    if os.environ.get("AGENTCTL_SKIP_PACKAGING") == "1":
+        pytest.skip("AGENTCTL_SKIP_PACKAGING=1: editable build skipped (CI always runs it)")
+    # The install line of `make .venv/.installed` (what a fresh `make demo` runs), as written, without the
+    # dependencies (they are not built here): the editable build is what prints setuptools' banner.
+    makefile = (REPO / "Makefile").read_text().replace("\\\n", " ")
+    [line] = [ln.strip() for ln in makefile.splitlines() if "pip install" in ln and "-e '.[test]'" in ln]
+    build = load_build_module()
+    src = build.copy_sources(tmp_path / "src")
+    for name in ("constraints.txt", "Makefile"):
+        (src / name).write_bytes((REPO / name).read_bytes())
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True, timeout=120)
+    # The Makefile's step before it: a pip that knows --build-constraint.
+    subprocess.run([str(tmp_path / "venv" / "bin" / "python"), "-m", "pip", "install", "--quiet", "--upgrade", "pip"],
+                   check=True, capture_output=True, timeout=300)
+    command = line.replace("$(BIN)", str(tmp_path / "venv" / "bin")) + " --no-deps"
+    result = subprocess.run(["sh", "-c", command], cwd=src, capture_output=True, text=True, timeout=600)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "Editable installation" not in output and not BANNER.findall(output), output
