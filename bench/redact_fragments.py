@@ -78,21 +78,6 @@ def _export(rev: str, into: Path) -> Path:
     return into
 
 
-def _longest_run(output: str, secret: str) -> int:
-    from agentctl.evidence.fragments import normalize
-
-    text = normalize(output)[0]
-    norm = normalize(secret)[0]
-    rot = str.maketrans(string.ascii_lowercase, string.ascii_lowercase[13:] + string.ascii_lowercase[:13])
-    best = 0
-    for form in {norm, norm[::-1], norm.translate(rot), norm[::-1].translate(rot)}:
-        for size in range(len(form), best, -1):
-            if any(form[i : i + size] in text for i in range(len(form) - size + 1)):
-                best = size
-                break
-    return best
-
-
 def _corpus() -> list[str]:
     from agentctl.testing.secret_forms import ORDINARY_MESSAGES
 
@@ -133,7 +118,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from agentctl.evidence.fragments import RANDOM_FRAGMENT, WORDLIKE_FRAGMENT, fragment_length
-    from agentctl.testing.secret_forms import FORMS, SHAPES, mangle
+    from agentctl.testing.secret_forms import FORMS, SHAPES, longest_run, mangle
 
     rng = random.Random(7)
     secrets = ["".join(rng.choice(string.ascii_letters + string.digits) for _ in range(33)) for _ in range(100)]
@@ -158,7 +143,7 @@ def main() -> None:
         row = table.setdefault(form, {})
         for name in names:
             secret, _ = cells[index]
-            row[name] = [_longest_run(before["outputs"][index], secret), _longest_run(after["outputs"][index], secret)]
+            row[name] = [longest_run(before["outputs"][index], secret), longest_run(after["outputs"][index], secret)]
             index += 1
         print(f"{form:18}" + "".join(f"{row[n][0]:>9} -> {row[n][1]:<3}" for n in names))
     allowed = {name: min(fragment_length(secret), len(secret)) - 1 for name, secret in SHAPES.items()}

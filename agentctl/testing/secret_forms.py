@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import codecs
 import json
+import string
 from collections.abc import Callable
 from urllib.parse import quote
 
-__all__ = ["FORMS", "ORDINARY_MESSAGES", "SHAPES", "fragment_hits", "mangle"]
+from agentctl.evidence.fragments import normalize
+
+__all__ = ["FORMS", "ORDINARY_MESSAGES", "SHAPES", "fragment_hits", "longest_run", "mangle", "view_hits"]
 
 # The shapes a secret has in practice. Fixed values: a table must read the same on every run.
 SHAPES: dict[str, str] = {
@@ -91,3 +94,24 @@ def fragment_hits(text: str, secret: str, size: int) -> list[str]:
     folded = text.casefold()
     low = secret.casefold()
     return sorted({low[i : i + size] for i in range(len(low) - size + 1) if low[i : i + size] in folded})
+
+
+_ROT13 = str.maketrans(string.ascii_lowercase, string.ascii_lowercase[13:] + string.ascii_lowercase[:13])
+
+
+def view_hits(text: str, secret: str, size: int) -> list[str]:
+    """The runs of `size` characters of `secret` (as written, reversed or ROT13) in the normalized view of
+    `text`: what a reader could learn after undoing escapes, spacing and case."""
+    view, norm = normalize(text)[0], normalize(secret)[0]
+    found: set[str] = set()
+    for form in {norm, norm[::-1], norm.translate(_ROT13), norm[::-1].translate(_ROT13)}:
+        found |= {form[i : i + size] for i in range(len(form) - size + 1) if form[i : i + size] in view}
+    return sorted(found)
+
+
+def longest_run(text: str, secret: str) -> int:
+    """The longest run of `secret` (any of view_hits' forms) readable in `text`'s normalized view."""
+    size = len(normalize(secret)[0])
+    while size and not view_hits(text, secret, size):
+        size -= 1
+    return size

@@ -21,7 +21,7 @@ from agentctl.evidence.fragments import (
 from agentctl.evidence.sanitize import REDACTED, bounded_text, opaque_id, redact, scrub, summarize
 from agentctl.evidence.secret_registry import SecretRegistry, generic
 from agentctl.spec import parse_spec, secret_registry
-from agentctl.testing.secret_forms import FORMS, ORDINARY_MESSAGES, SHAPES, fragment_hits, mangle
+from agentctl.testing.secret_forms import FORMS, ORDINARY_MESSAGES, SHAPES, fragment_hits, mangle, view_hits
 from tests.conftest import spec_toml
 
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -29,16 +29,6 @@ PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[Heal
 
 def _size(secret: str) -> int:
     return min(fragment_length(secret), len(secret))
-
-
-def _view_hits(text: str, secret: str, size: int) -> list[str]:
-    """Runs of `size` characters of the secret (as written, reversed or ROT13) in the normalized `text`."""
-    view, norm = normalize(text)[0], normalize(secret)[0]
-    rot = str.maketrans(string.ascii_lowercase, string.ascii_lowercase[13:] + string.ascii_lowercase[:13])
-    found = set()
-    for form in {norm, norm[::-1], norm.translate(rot), norm[::-1].translate(rot)}:
-        found |= {form[i : i + size] for i in range(len(form) - size + 1) if form[i : i + size] in view}
-    return sorted(found)
 
 
 def test_the_fragment_lengths_are_the_measured_ones_random_8_word_like_12():
@@ -57,7 +47,7 @@ def test_no_form_of_any_secret_shape_leaves_a_fragment_of_n_or_more_characters(f
     text = mangle(form, secret)
     size = _size(secret)
     out = summarize("session_failed", text, SecretRegistry([f"Bearer {secret}"])).summary
-    assert _view_hits(out, secret, size) == [], (text, out)
+    assert view_hits(out, secret, size) == [], (text, out)
     assert fragment_hits(out, secret, size) == [], (text, out)
     # Whatever was left, the sentence around the secret was kept: the redaction is a span, not the text.
     assert out.startswith("session failed: ") and "(retrying)" in out or form in ("json_nested",), out
@@ -174,5 +164,5 @@ def test_no_mangling_of_a_random_secret_in_random_text_leaves_a_fragment_of_n(se
     size = _size(secret)
     text = f"{before} {FORMS[form](secret)} {after}"
     out = summarize("x", text, SecretRegistry([secret])).summary
-    assert _view_hits(out, secret, size) == [], (form, text, out)
+    assert view_hits(out, secret, size) == [], (form, text, out)
     assert fragment_hits(out, secret, size) == [], (form, text, out)
