@@ -40,7 +40,7 @@ sys.path.insert(0, TREE)
 SUMMARY_TEXT = (
     'MCP server "docs" failed: POST https://mcp.example.com/mcp returned 502 Bad Gateway after 3 retries; '
     'see /var/log/agent/mcp.log for details. {"code":-32603,"message":"upstream closed the stream"} '
-    "The session continues without this server's tools."
+    "The session continues without this server's tools; the agent will retry later."
 )[:256]
 MCP_CPU_US_PER_CALL = 1098.8  # bench/RESULTS.md: "MCP modern: server CPU us/call (c=8)"
 
@@ -165,8 +165,18 @@ def main() -> None:
         print(f"  {count:>3} secrets: before {b:7.1f} us, after {a:7.1f} us, ratio {a / b:5.2f}, "
               f"{100 * a / MCP_CPU_US_PER_CALL:4.1f}% of an MCP tools/call's server CPU ({MCP_CPU_US_PER_CALL} us)")
     if args.json:
-        args.json.write_text(json.dumps({"table": table, "over_redaction": over, "before": before["timings"],
-                                         "after": after["timings"], "leaks_after": leaks}, indent=1))
+        import bench._common as c
+
+        figures = [c.figure(f"summarize() of a 256-byte error, {n} secrets", after["timings"][n],
+                            before["timings"][n], unit="us", reference_name=f"the sanitizer of {args.before}")
+                   for n in ("0", "10", "100")]
+        figures += [c.figure(f"the same, {n} secrets, against an MCP tools/call's server CPU", after["timings"][n],
+                             MCP_CPU_US_PER_CALL, unit="us", reference_name="bench/RESULTS.md (modern, c=8)",
+                             target=("ratio", "<=", 0.25)) for n in ("10", "100")]
+        figures.append(c.figure("forms x shapes cells leaking a run of N or more", leaks, target=("value", "<=", 0)))
+        args.json.write_text(json.dumps({"bench": "redact_fragments", "figures": figures, "table": table,
+                                         "over_redaction": over, "before": before["timings"],
+                                         "after": after["timings"]}, indent=1))
 
 
 if __name__ == "__main__":

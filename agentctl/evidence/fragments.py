@@ -29,6 +29,7 @@ __all__ = [
     "fragment_length",
     "looks_random",
     "normalize",
+    "normalized_view",
 ]
 
 # Chosen from bench/redact_fragments.py (its table is in bench/RESULTS.md): the shortest lengths at which
@@ -104,6 +105,19 @@ def normalize(text: str) -> tuple[str, list[int], list[int]]:
         starts.extend(range(pos, len(text)))
         ends.extend(range(pos + 1, len(text) + 1))
     return "".join(out), starts, ends
+
+
+# Plain ASCII text with nothing to decode (the common case) has a view one substitution away; the character
+# map is only built when a window matched.
+_DECODABLE = re.compile(r"[%\\&\x1b]")
+_ASCII_DROPPED = re.compile(r"[\x00-\x20\x7f]+")
+
+
+def normalized_view(text: str) -> str:
+    """normalize(text)'s view alone, without the character map: what a search needs."""
+    if text.isascii() and not _DECODABLE.search(text):
+        return _ASCII_DROPPED.sub("", text).lower()
+    return normalize(text)[0]
 
 
 def _percent(run: str, begin: int, out: list[str], starts: list[int], ends: list[int]) -> None:
@@ -210,9 +224,12 @@ class FragmentMatcher:
         """The original spans of `text` that carry a fragment, sorted and merged (touching spans join)."""
         if self.empty or not text:
             return []
-        norm, starts, ends = normalize(text)
+        found = self._view_spans(normalized_view(text))
+        if not found:
+            return []
+        _, starts, ends = normalize(text)
         merged: list[list[int]] = []
-        for a, b in sorted(self._view_spans(norm)):
+        for a, b in sorted(found):
             start, end = starts[a], ends[b - 1]
             if merged and start <= merged[-1][1]:
                 merged[-1][1] = max(merged[-1][1], end)
@@ -223,7 +240,7 @@ class FragmentMatcher:
     def search(self, text: str) -> bool:
         if self.empty or not text:
             return False
-        return bool(self._view_spans(normalize(text)[0]))
+        return bool(self._view_spans(normalized_view(text)))
 
     def mask(self, text: str, marker: str) -> str:
         """`text` with each fragment span replaced by one `marker`."""

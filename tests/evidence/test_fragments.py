@@ -17,6 +17,7 @@ from agentctl.evidence.fragments import (
     FragmentMatcher,
     fragment_length,
     normalize,
+    normalized_view,
 )
 from agentctl.evidence.sanitize import REDACTED, bounded_text, opaque_id, redact, scrub, summarize
 from agentctl.evidence.secret_registry import SecretRegistry, generic
@@ -136,6 +137,12 @@ def test_the_normalized_view_maps_each_character_back_to_where_it_was_written():
     assert view == "abcdef"
     assert [("A%42\\u0043 \u200bＤ\x1b[0m&#69;\\\\F")[s:e] for s, e in zip(starts, ends)] == [
         "A", "%42", "\\u0043", "Ｄ", "&#69;", "F"]
+
+
+@PROPERTY
+@given(st.text(alphabet=st.characters(max_codepoint=0x7F)))
+def test_the_plain_ascii_shortcut_reads_text_exactly_as_the_full_normalized_view(text):
+    assert normalized_view(text) == normalize(text)[0]
 
 
 # ---- the property --------------------------------------------------------------------------------------
