@@ -3,7 +3,8 @@ line breaks, zero-width characters or ANSI codes, percent-, `\\u`-, `\\x`- or HT
 fullwidth, reversed, ROT13: agentctl.testing.secret_forms), in its agent name, its session notices, a session
 error and its stderr. No sink holds a fragment of N or more characters of any of them (N: 8 for a random
 secret, 12 for a word-like one): not report.json, not the CLI's text or JSON, not an upstream frame, not the
-hub's database (SQLite and PostgreSQL), not the hub page's API, not a log at the default level.
+hub's database (SQLite and PostgreSQL), not the hub page's API nor the page as Chromium renders it, not a log
+at the default level.
 
 Real parts: the shipped reference agent in its hostile-echo mode, `agentctl serve`, `agentctl hub serve` (on
 SQLite, and on a real PostgreSQL server), a recording relay (real Unix sockets) between them, the `agentctl`
@@ -31,6 +32,7 @@ from tests.conftest import REPO, agentctl_cmd, eventually, spec_toml
 from tests.diagnostics.conftest import PY, REF_AGENT
 from tests.upstream.procs import Proc, start_agentctl
 from tests.upstream.support import Relay
+from tests.web.conftest import CHROMIUM_FLAGS, NO_CHROMIUM, chromium_path, unavailable
 
 SECRETS = {
     "agent env (random43)": SHAPES["random43"],
@@ -49,6 +51,7 @@ class Sinks:
     frames: list[bytes] = field(default_factory=list)
     web: dict[str, str] = field(default_factory=dict)
     database: dict[str, str] = field(default_factory=dict)
+    dom: dict[str, str] = field(default_factory=dict)  # the hub page as Chromium rendered it, by view
     stderr: str = ""
 
 
@@ -88,6 +91,30 @@ async def _page(hub: Proc, sinks: Sinks) -> None:
                 sinks.web[route] = await resp.text()
 
 
+async def _rendered(hub: Proc, sinks: Sinks) -> None:
+    """The hub page in the system's Chromium: the session's row, its servers panel and each server's checklist."""
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS, headless=True)
+        try:
+            page = await (await browser.new_context(viewport={"width": 1280, "height": 800})).new_page()
+            token = Path(hub.ready["token_file"]).read_text().strip()
+            await page.goto(hub.ready["page"].split("#")[0] + "#token=" + token)
+            row = page.locator("li.session[data-sid='session-1']")
+            await row.wait_for()
+            sinks.dom["list"] = await page.content()
+            await row.locator(".mcp-trigger").click()
+            for server in ("docs", "local"):
+                await row.locator(f".panel button.server[data-server='{server}']").click()
+                await row.locator(".panel button.back").wait_for()
+                sinks.dom[server] = await page.content()
+                sinks.dom[server + " (text)"] = await page.inner_text("body")
+                await row.locator(".panel button.back").click()
+        finally:
+            await browser.close()
+
+
 def _pg_rows(url: str) -> dict[str, str]:
     import psycopg
 
@@ -122,6 +149,8 @@ async def _run(root: Path, db_args: list[str], pg_url: str | None) -> Sinks:
             await _cli(sinks, sock, *argv, "--json")
         await eventually(lambda: any(b"session_rejected" in line for _, line in relay.lines), 20, "the error upstream")
         await _page(hub, sinks)
+        if chromium_path() is not None:
+            await _rendered(hub, sinks)
         await _cli(sinks, sock, "stop")
         assert await asyncio.to_thread(daemon.popen.wait, 30) == 0
         await _cli(sinks, None, "report", "--state-dir", str(root / "state"), "--execution", "exec-frag")
@@ -226,3 +255,10 @@ def test_no_cli_output_text_or_json_holds_a_fragment_except_the_stderr_asked_for
 def test_the_hub_page_api_holds_no_fragment(run):
     assert "session_rejected" in run.web["/api/sessions/session-1/history"]
     assert _leaks(run.web) == {}
+
+
+def test_the_rendered_hub_page_holds_no_fragment(run):
+    if not run.dom:
+        unavailable(NO_CHROMIUM)
+    assert "session_rejected" in run.dom["docs (text)"] and REDACTED in run.dom["docs (text)"]
+    assert _leaks(run.dom) == {}
