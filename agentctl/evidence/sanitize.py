@@ -1,7 +1,8 @@
 """Owns release-safe text: network and stdio targets, secret redaction and bounded error summaries.
 
 Everything free-form that leaves the daemon (a target, an error summary) passes through here first, with
-the registry of known secrets (agentctl.evidence.secret_registry) where the caller has one. Pure: no I/O,
+the registry of known secrets (agentctl.evidence.secret_registry) where the caller has one; registered
+secrets are matched by fragment on a normalized view of the text (agentctl.evidence.fragments). Pure: no I/O,
 no logging; the only state kept is compiled patterns, cached against the registry's version.
 """
 
