@@ -42,7 +42,17 @@ SUMMARY_TEXT = (
     'see /var/log/agent/mcp.log for details. {"code":-32603,"message":"upstream closed the stream"} '
     "The session continues without this server's tools; the agent will retry later."
 )[:256]
+# The slow path: an agent's error as JSON with escapes and a percent-encoded URL (every window is decoded).
+ESCAPED_TEXT = (
+    '{"error":"MCP server \\u0022docs\\u0022 failed: POST https:\\/\\/mcp.example.com\\/mcp%3Fq%3D1 returned '
+    '502 \\u2014 Bad Gateway after 3 retries; see \\/var\\/log\\/agent\\/mcp.log","code":-32603,"data":'
+    '{"detail":"upstream closed the stream \\u00e9t\\u00e9 %E2%80%94 the session continues without its tools"}}'
+)[:256]
 MCP_CPU_US_PER_CALL = 1098.8  # bench/RESULTS.md: "MCP modern: server CPU us/call (c=8)"
+
+
+# "N": SUMMARY_TEXT with N secrets registered; "N escaped": ESCAPED_TEXT.
+TIMINGS = ("0", "10", "100", "100 escaped")
 
 
 def _worker() -> None:
@@ -53,16 +63,18 @@ def _worker() -> None:
     job = json.load(sys.stdin)
     outputs = [summarize("x", text, SecretRegistry([secret])).summary for secret, text in job["cells"]]
     timings = {}
-    for count in job["counts"]:
-        registry = SecretRegistry(job["secrets"][:count])
-        summarize("x", SUMMARY_TEXT, registry)  # compile once, as the daemon does per registry version
+    for key in TIMINGS:
+        count, _, escaped = key.partition(" ")
+        text = ESCAPED_TEXT if escaped else SUMMARY_TEXT
+        registry = SecretRegistry(job["secrets"][: int(count)])
+        summarize("x", text, registry)  # compile once, as the daemon does per registry version
         samples = []
         for _ in range(job["rounds"]):
             t0 = time.perf_counter()
-            summarize("x", SUMMARY_TEXT, registry)
+            summarize("x", text, registry)
             samples.append(time.perf_counter() - t0)
         samples.sort()
-        timings[str(count)] = samples[len(samples) // 2] * 1e6
+        timings[key] = samples[len(samples) // 2] * 1e6
     json.dump({"outputs": outputs, "timings": timings}, sys.stdout)
 
 
@@ -123,13 +135,13 @@ def main() -> None:
     rng = random.Random(7)
     secrets = ["".join(rng.choice(string.ascii_letters + string.digits) for _ in range(33)) for _ in range(100)]
     cells = [(secret, mangle(form, secret)) for form in FORMS for secret in SHAPES.values()]
-    job = {"cells": cells, "counts": [0, 10, 100], "secrets": secrets, "rounds": args.rounds}
+    job = {"cells": cells, "secrets": secrets, "rounds": args.rounds}
     with tempfile.TemporaryDirectory(prefix="redact-before-") as tmp:
         old = _export(args.before, Path(tmp))
         # Alternated, and the fastest median of each kept: the machine's other load only ever adds time.
         runs = [(_run_tree(old, job), _run_tree(REPO, job)) for _ in range(args.repeat)]
     before, after = runs[0]
-    for key in ("0", "10", "100"):
+    for key in TIMINGS:
         before["timings"][key] = min(b["timings"][key] for b, _ in runs)
         after["timings"][key] = min(a["timings"][key] for _, a in runs)
 
@@ -159,20 +171,21 @@ def main() -> None:
     for name, row in over.items():
         print(f"{name:12}" + "".join(f"{row[n]:>8.2f}" for n in sizes))
 
-    print(f"\nsummarize() of a {len(SUMMARY_TEXT.encode())}-byte error, median of {args.rounds}")
-    for count in ("0", "10", "100"):
+    print(f"\nsummarize() of a {len(SUMMARY_TEXT.encode())}-byte error (escaped: a {len(ESCAPED_TEXT.encode())}-byte "
+          f"JSON error full of escapes), median of {args.rounds}")
+    for count in TIMINGS:
         b, a = before["timings"][count], after["timings"][count]
-        print(f"  {count:>3} secrets: before {b:7.1f} us, after {a:7.1f} us, ratio {a / b:5.2f}, "
+        print(f"  {count:>11} secrets: before {b:7.1f} us, after {a:7.1f} us, ratio {a / b:5.2f}, "
               f"{100 * a / MCP_CPU_US_PER_CALL:4.1f}% of an MCP tools/call's server CPU ({MCP_CPU_US_PER_CALL} us)")
     if args.json:
         import bench._common as c
 
         figures = [c.figure(f"summarize() of a 256-byte error, {n} secrets", after["timings"][n],
                             before["timings"][n], unit="us", reference_name=f"the sanitizer of {args.before}")
-                   for n in ("0", "10", "100")]
+                   for n in TIMINGS]
         figures += [c.figure(f"the same, {n} secrets, against an MCP tools/call's server CPU", after["timings"][n],
                              MCP_CPU_US_PER_CALL, unit="us", reference_name="bench/RESULTS.md (modern, c=8)",
-                             target=("ratio", "<=", 0.25)) for n in ("10", "100")]
+                             target=("ratio", "<=", 0.25)) for n in TIMINGS[1:]]
         figures.append(c.figure("forms x shapes cells leaking a run of N or more", leaks, target=("value", "<=", 0)))
         args.json.write_text(json.dumps({"bench": "redact_fragments", "figures": figures, "table": table,
                                          "over_redaction": over, "before": before["timings"],
