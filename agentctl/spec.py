@@ -17,6 +17,7 @@ import msgspec.inspect
 from agentctl.bundled import bundled_command
 from agentctl.evidence.contract import Transport
 from agentctl.evidence.decode_errors import describe_decode_error
+from agentctl.evidence.sanitize import target_for_command, target_for_url
 from agentctl.evidence.secret_registry import SecretRegistry, url_parts
 
 AF_UNIX_PATH_MAX = 107
@@ -396,9 +397,16 @@ def secret_values(spec: Spec) -> list[str]:
 
 def secret_registry(spec: Spec) -> SecretRegistry:
     """The registry of `secret_values` with their parts, and the parts of each server URL (its path
-    segments and query values among them)."""
+    segments and query values among them). What every report shows anyway (each server's name, its
+    target's host, the agent's and servers' executable names) is public: no fragment inside it is redacted."""
     registry = SecretRegistry(secret_values(spec))
     for server in spec.mcp.servers:
+        registry.add_public(server.name)
         if server.url:
             registry.add_parts(server.url)
+            registry.add_public(target_for_url(server.url).partition("://")[2])
+        if server.command:
+            registry.add_public(target_for_command(server.command))
+    if spec.agent is not None and spec.agent.command:
+        registry.add_public(target_for_command(spec.agent.command[0]))
     return registry

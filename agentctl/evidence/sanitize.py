@@ -1,7 +1,8 @@
 """Owns release-safe text: network and stdio targets, secret redaction and bounded error summaries.
 
 Everything free-form that leaves the daemon (a target, an error summary) passes through here first, with
-the registry of known secrets (agentctl.evidence.secret_registry) where the caller has one. Pure: no I/O,
+the registry of known secrets (agentctl.evidence.secret_registry) where the caller has one; registered
+secrets are matched by fragment on a normalized view of the text (agentctl.evidence.fragments). Pure: no I/O,
 no logging; the only state kept is compiled patterns, cached against the registry's version.
 """
 
@@ -11,14 +12,14 @@ import base64
 import binascii
 import functools
 import ipaddress
-import json
 import re
 import shlex
 import unicodedata
 from collections.abc import Callable, Iterable
-from urllib.parse import quote, quote_plus, urlsplit
+from urllib.parse import urlsplit
 
 from agentctl.evidence.contract import MAX_SUMMARY_BYTES, ErrorSummary
+from agentctl.evidence.fragments import FragmentMatcher
 from agentctl.evidence.secret_registry import MIN_SECRET_LENGTH, SecretRegistry
 
 __all__ = [
@@ -296,76 +297,25 @@ _RULES: tuple[_Rule, ...] = (
 )
 
 
-def _forms(secret: str) -> list[str]:
-    # The same value also appears as read from a file (trailing newline), collapsed onto one line,
-    # percent-encoded inside a URL, or escaped inside JSON.
-    forms = [secret, secret.strip(), _collapse(secret), json.dumps(secret)[1:-1]]
-    forms.append(json.dumps(secret, ensure_ascii=False)[1:-1])
-    try:
-        forms += [quote(secret, safe=""), quote_plus(secret, safe="")]
-    except UnicodeEncodeError:
-        pass
-    return [form for form in forms if len(form) >= MIN_SECRET_LENGTH]
-
-
-def _trie(words: Iterable[str]) -> str:
-    """One regex matching any of `words`, longest first at each position, sharing common prefixes.
-
-    A flat alternation of hundreds of forms costs every alternative at every position; a trie costs one
-    branch per distinct next character. Chains without a branch become one literal, so the nesting
-    depth is the number of branch points, not the length of the longest word.
-    """
-    root: dict[str, dict] = {}
-    for word in words:
-        node = root
-        for ch in word:
-            node = node.setdefault(ch, {})
-        node[""] = {}
-
-    def build(node: dict[str, dict]) -> str:
-        alternatives = []
-        for ch in sorted(key for key in node if key):
-            chain, child = [ch], node[ch]
-            while len(child) == 1 and "" not in child:
-                ((nxt, child),) = child.items()
-                chain.append(nxt)
-            alternatives.append(re.escape("".join(chain)) + build(child))
-        if not alternatives:
-            return ""
-        body = alternatives[0] if len(alternatives) == 1 else "(?:" + "|".join(alternatives) + ")"
-        # Greedy: where a word ends and a longer one goes on, the longer one is tried first.
-        return f"(?:{body})?" if "" in node else body
-
-    return build(root)
-
-
-def _compile_secrets(values: Iterable[str]) -> re.Pattern[str] | None:
-    variants: set[str] = set()
-    for value in values:
-        for form in _forms(value):
-            # Folded where folding keeps the length: with IGNORECASE, "Secret" and "secretLong" then share
-            # one branch, so the longer one always wins instead of whichever branch sorts first.
-            lower = form.lower()
-            variants.add(lower if len(lower) == len(form) else form)
-    if not variants:
-        return None
-    # A lookahead finds a match at every start, overlapping ones included; _mask merges their spans.
-    return re.compile(f"(?=({_trie(variants)}))", re.IGNORECASE)
+def _compile_secrets(values: Iterable[str], public: Iterable[str] = ()) -> FragmentMatcher | None:
+    matcher = FragmentMatcher(values, public)
+    return None if matcher.empty else matcher
 
 
 @functools.lru_cache(maxsize=64)
-def _compiled_for(values: frozenset[str]) -> re.Pattern[str] | None:
+def _compiled_for(values: frozenset[str]) -> FragmentMatcher | None:
     return _compile_secrets(SecretRegistry(values).values())
 
 
-def _secret_pattern(secrets: Iterable[str] | SecretRegistry | None) -> re.Pattern[str] | None:
-    """The pattern of every registered value and part (a plain list is registered on the way), cached."""
+def _secret_pattern(secrets: Iterable[str] | SecretRegistry | None) -> FragmentMatcher | None:
+    """The fragment matcher of every registered value and part (a plain list is registered on the way),
+    cached against the registry's version."""
     if secrets is None:
         return None
     if isinstance(secrets, SecretRegistry):
         cached = secrets.compiled
         if cached is None or cached[0] != secrets.version:
-            cached = secrets.compiled = (secrets.version, _compile_secrets(secrets.values()))
+            cached = secrets.compiled = (secrets.version, _compile_secrets(secrets.values(), secrets.public()))
         return cached[1]  # type: ignore[return-value]
     if isinstance(secrets, str):
         # A bare string would iterate as characters, all below the minimum, silently redacting nothing.
@@ -373,34 +323,14 @@ def _secret_pattern(secrets: Iterable[str] | SecretRegistry | None) -> re.Patter
     return _compiled_for(frozenset(s for s in secrets if isinstance(s, str)))
 
 
-def _mask(text: str, secret_re: re.Pattern[str]) -> str:
-    """`text` with every span any secret covers replaced by one marker; overlapping spans merge, so a
-    secret that overlaps another (or an earlier match) never leaves its tail behind."""
-    spans: list[list[int]] = []
-    for match in secret_re.finditer(text):
-        start, end = match.span(1)
-        if spans and start <= spans[-1][1]:
-            spans[-1][1] = max(spans[-1][1], end)
-        else:
-            spans.append([start, end])
-    if not spans:
-        return text
-    out, last = [], 0
-    for start, end in spans:
-        out += (text[last:start], REDACTED)
-        last = end
-    out.append(text[last:])
-    return "".join(out)
-
-
-def _redact(text: str, secret_re: re.Pattern[str] | None) -> str:
-    if secret_re is not None:
-        text = _mask(text, secret_re)
+def _redact(text: str, matcher: FragmentMatcher | None) -> str:
+    # Registered secrets first, by fragment on the normalized view (agentctl.evidence.fragments): the
+    # generic rules below only ever replace text with a marker or a lowercased target, and the matcher
+    # folds case, so nothing they leave can become a fragment it would have missed.
+    if matcher is not None:
+        text = matcher.mask(text, REDACTED)
     for pattern, replacement in _RULES:
         text = pattern.sub(replacement, text)
-    if secret_re is not None:
-        # Again at the end: the URL rule lowercases hosts, which can turn a near miss into an exact match.
-        text = _mask(text, secret_re)
     return text
 
 
@@ -487,23 +417,26 @@ def summarize(reason_code: str, text: str | None, secrets: Iterable[str] | Secre
     if not text:
         return ErrorSummary(reason_code=reason_code)
     text = _head(text, _SUMMARY_INPUT)
-    # Collapsed first: every secret is registered in its collapsed form too, so one split across lines is
-    # one run again, and a part of it (a word) cannot be masked before the whole value is seen.
-    text = _redact(_collapse(text), _secret_pattern(secrets))
+    matcher = _secret_pattern(secrets)
+    if matcher is not None:
+        # On the text as written: collapsing first would turn an ANSI sequence's ESC into a space and leave
+        # its `[0m` inside the secret, where the matcher no longer sees one run.
+        text = matcher.mask(text, REDACTED)
+    text = _redact(_collapse(text), None)
     # Redaction ran on the whole text: the cut below can shorten a marker, never expose what it replaced.
     return ErrorSummary(reason_code=reason_code, summary=_bounded(text, MAX_SUMMARY_BYTES))
 
 
 def scrub(text: str, secrets: Iterable[str] | SecretRegistry = ()) -> str:
-    """The last line of defence before text becomes evidence. When a registered secret occurs in `text`, raw
-    or collapsed: its summary, redacted and bounded. Otherwise `text` as it is (a producer's own wording is
+    """The last line of defence before text becomes evidence. When a fragment of a registered secret occurs
+    in `text` (agentctl.evidence.fragments): its summary, redacted and bounded. Otherwise `text` as it is (a producer's own wording is
     kept), cut to the summary bound when longer: with no registered secret in the whole text, a cut cannot
     leave part of one. Producers summarize with the generic rules already; checking for the registry alone
     costs microseconds where a second full summary would cost up to a millisecond per event."""
     if not isinstance(text, str) or not text:
         return text
-    secret_re = _secret_pattern(secrets)
-    if secret_re is not None and (secret_re.search(text) or secret_re.search(_collapse(text))):
+    matcher = _secret_pattern(secrets)
+    if matcher is not None and matcher.search(_head(text, _SUMMARY_INPUT)):
         return summarize("x", text, secrets).summary
     return _bounded(text, MAX_SUMMARY_BYTES)
 
@@ -520,8 +453,8 @@ def opaque_id(value: object, limit: int = 128, secrets: Iterable[str] | SecretRe
     characters of letters, digits and `_.:-`, and no known secret inside. Free text is None, never cut."""
     if not isinstance(value, str) or not 0 < len(value) <= limit or not _OPAQUE_ID.fullmatch(value):
         return None
-    secret_re = _secret_pattern(secrets)
-    return None if secret_re is not None and secret_re.search(value) else value
+    matcher = _secret_pattern(secrets)
+    return None if matcher is not None and matcher.search(value) else value
 
 
 def bounded_text(

@@ -8,6 +8,11 @@ A value is registered whole and split into the parts an error message is likely 
 - a URL's user, password, path segments, query values and fragment (percent-encoded and decoded);
 - the words of a value with spaces, and the items of `,` `;` `&` lists.
 
+Too generic to be a secret, whoever registers it: a URL path made only of the route words every MCP URL
+has (`/mcp`, `/sse`, `/api/v1/mcp`), and anything inside a `public` string (a target's host, a server name,
+an executable's basename: what every report shows anyway). The sanitizer matches the rest by fragment
+(agentctl.evidence.fragments).
+
 Lengths (see MIN_SECRET_LENGTH and MIN_PART_LENGTH): a whole value someone declared secret is registered
 from 4 characters; a part, which is only our guess at the value's structure, from 6 characters and only
 when it is not one of the route and format words every MCP URL and command line has ("messages", "stream").
@@ -25,7 +30,15 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from urllib.parse import unquote, unquote_plus, urlsplit
 
-__all__ = ["MAX_TOKENS", "MIN_PART_LENGTH", "MIN_SECRET_LENGTH", "SecretRegistry", "url_parts", "value_parts"]
+__all__ = [
+    "MAX_TOKENS",
+    "MIN_PART_LENGTH",
+    "MIN_SECRET_LENGTH",
+    "SecretRegistry",
+    "generic",
+    "url_parts",
+    "value_parts",
+]
 
 # Shorter "secrets" would shred ordinary words in every summary and protect nothing worth protecting.
 MIN_SECRET_LENGTH = 4
@@ -47,6 +60,10 @@ _ORDINARY_PARTS = frozenset(
         "bearer", "basic", "token", "digest", "negotiate", "apikey", "api-key", "sharedkey",
     }
 )
+# Route segments every MCP server's URL may have: a path made only of these says nothing about the server.
+_ROUTE_WORDS = _ORDINARY_PARTS | {
+    "mcp", "sse", "api", "rpc", "http", "v1", "v2", "v3", "v4", "latest", "stable", "beta", "alpha", "ws",
+}
 _AUTH_SCHEME = re.compile(
     r"(?i)(?P<scheme>bearer|basic|token|digest|negotiate|ntlm|apikey|api-key|key|hmac|dpop|oauth|sharedkey)"
     r"\s+(?P<credential>\S.*)",
@@ -130,8 +147,15 @@ def value_parts(value: str) -> set[str]:
     return parts
 
 
+def generic(value: str) -> bool:
+    """Whether `value` is only route words (`/mcp`, `sse`, `/api/v1/mcp/`): never a secret, and shared by
+    every MCP URL, so redacting it would shred ordinary agent text ("Run /mcp for the error.")."""
+    segments = [segment for segment in value.strip().lower().split("/") if segment]
+    return all(segment in _ROUTE_WORDS for segment in segments)
+
+
 def _meaningful_part(part: str) -> bool:
-    return len(part) >= MIN_PART_LENGTH and part.lower() not in _ORDINARY_PARTS
+    return len(part) >= MIN_PART_LENGTH and part.lower() not in _ORDINARY_PARTS and not generic(part)
 
 
 class SecretRegistry:
@@ -144,6 +168,7 @@ class SecretRegistry:
         self._whole: set[str] = set()
         self._parts: set[str] = set()
         self._tokens: deque[str] = deque(maxlen=MAX_TOKENS)
+        self._public: set[str] = set()
         self.version = 0
         self.compiled: tuple[int, object] | None = None  # (version, pattern): the sanitizer's cache
         self.extend(values)
@@ -152,7 +177,7 @@ class SecretRegistry:
         if not isinstance(value, str) or not value:
             return
         before = len(self._whole) + len(self._parts)
-        if len(value) >= MIN_SECRET_LENGTH:
+        if len(value) >= MIN_SECRET_LENGTH and not generic(value):
             self._whole.add(value)
         self._parts.update(part for part in value_parts(value) if _meaningful_part(part))
         if len(self._whole) + len(self._parts) != before:
@@ -180,6 +205,16 @@ class SecretRegistry:
         if isinstance(token, str) and len(token) >= MIN_SECRET_LENGTH and token not in self._tokens:
             self._tokens.append(token)
             self.version += 1
+
+    def add_public(self, text: str) -> None:
+        """Text every report shows anyway (a target's host, a server name): no fragment inside it is
+        redacted, even when a registered value contains it."""
+        if isinstance(text, str) and text and text not in self._public:
+            self._public.add(text)
+            self.version += 1
+
+    def public(self) -> set[str]:
+        return set(self._public)
 
     def values(self) -> set[str]:
         """Every registered string: whole values, parts and tokens."""

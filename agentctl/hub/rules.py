@@ -19,7 +19,8 @@ times come from the caller. Like the evidence reducer, these functions change on
 - With hubs sharing one database, the database decides which execution is current (`sync` takes its view):
   a connection of an execution another hub's hello superseded is told `stale_execution` like one superseded here.
 - A snapshot replaces the execution's history within the reducer's bounds (3 attempts, 64 events each); an
-  evidence frame is folded by the reducer itself, never by a second one.
+  evidence frame is folded by the reducer itself, never by a second one. Free text in either, and in an agent
+  frame, is redacted again by the generic rules first (agentctl.evidence.foreign).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Generic, Literal, TypeVar
 
 from agentctl.evidence import reducer
 from agentctl.evidence.contract import READABLE_CONTRACT_VERSIONS, Identity
+from agentctl.evidence.foreign import reredact_agent, reredact_event, reredact_history
 from agentctl.hub.state import ExecutionState, SessionState
 from agentctl.upstream import protocol as P
 
@@ -230,7 +232,8 @@ def state_frame(
     if isinstance(frame, P.SnapshotFrame):
         if frame.history.identity != identity:
             return Refusal("identity_mismatch", "the snapshot is for another identity than the hello's")
-        execution.history = reducer.enforce_bounds(frame.history)
+        # A hub does not trust a daemon's redaction: free text passes the generic rules again before it is kept.
+        execution.history = reredact_history(reducer.enforce_bounds(frame.history))
         taken = Taken(snapshot=True)
     elif not snapshot_seen or execution.history is None:
         return Refusal("snapshot_required", "evidence and agent frames must follow a snapshot")
@@ -238,9 +241,9 @@ def state_frame(
         event = frame.event
         if event.task_id != identity.task_id or event.session_id != identity.session_id:
             return Refusal("identity_mismatch", "the event names another task or session than the hello's")
-        taken = Taken(applied=reducer.apply(execution.history, event) == "applied")
+        taken = Taken(applied=reducer.apply(execution.history, reredact_event(event)) == "applied")
     else:
-        execution.history.agent = frame.agent
+        execution.history.agent = reredact_agent(frame.agent)
     execution.connected = True
     return taken
 

@@ -34,6 +34,7 @@ from acp.schema import (
 )
 
 from agentctl import __version__
+from agentctl.testing import _hostile_echo as H
 from agentctl.testing import _ref_mcp as M
 
 log = logging.getLogger("agentctl.reference_agent")
@@ -67,6 +68,7 @@ class ReferenceAgent:
         self._client: Any = None
         self._sessions: dict[str, _Session] = {}
         self._garbage_index = 0
+        self._hostile_round = 0
 
     # ------------------------------------------------------------ helpers
 
@@ -90,6 +92,15 @@ class ReferenceAgent:
         }
         frame = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session.id, "update": update}}
         self._writer.write(json.dumps(frame).encode() + b"\n")
+
+    def hostile_echo(self, session: _Session) -> None:
+        """hostile-echo: every handed secret in every form, on stderr and in this session's notices."""
+        secrets = H.handed_secrets(session.entries)
+        H.write_stderr(secrets)
+        if not self._writer.is_closing():
+            for frame in H.notice_frames(session.id, secrets, self._hostile_round):
+                self._writer.write(frame)
+        self._hostile_round += 1
 
     def garbage(self, text: str | None = None) -> None:
         """Write one non-JSON line straight to stdout (between frames: each frame is one write)."""
@@ -193,7 +204,8 @@ class ReferenceAgent:
                 mcp_capabilities=McpCapabilities(http=self._opts.advertise_http, sse=self._opts.advertise_sse),
                 session_capabilities=SessionCapabilities(close=SessionCloseCapabilities()),
             ),
-            agent_info=Implementation(name=M.AGENT_NAME, title="agentctl reference agent", version=__version__),
+            agent_info=Implementation(name=H.agent_name() if self._opts.hostile_echo else M.AGENT_NAME,
+                                      title="agentctl reference agent", version=__version__),
             auth_methods=[],
         )
 
@@ -207,6 +219,8 @@ class ReferenceAgent:
         session = await self._open_session(f"ref-{uuid.uuid4().hex}", cwd, mcp_servers)
         if self._opts.send_notice:
             self.send_notice(session)  # before the answer: the client does not know the session's id yet
+        if self._opts.hostile_echo:
+            self.hostile_echo(session)
         self.garbage()
         return NewSessionResponse(session_id=session.id)
 
@@ -218,6 +232,9 @@ class ReferenceAgent:
         additional_directories: Any = None,
         **kwargs: Any,
     ) -> LoadSessionResponse:
+        if self._opts.hostile_echo:
+            self._hostile_round += 1
+            raise H.refusal([M.entry_from_acp(s) for s in (mcp_servers or [])], self._hostile_round)
         await self._drop_session(session_id)  # no history to replay: reconnect with the new delivery
         await self._open_session(session_id, cwd, mcp_servers)
         self.garbage()
