@@ -138,3 +138,25 @@ def test_an_answer_declaring_a_hundred_gigabytes_is_refused_unread_in_one_line(h
         done, _ = _cli({}, *args)
         assert done.returncode == code, (args, done.stderr)
         assert "MiB" in _one_line(done)
+
+
+def test_ls_ends_within_its_timeout_however_many_sockets_hang(hostile):
+    runtime = hostile["runtime"]
+    hung = []
+    try:
+        for i in range(120):  # listening, never accepting: each connect lands in the backlog and waits
+            path = runtime / f"exec-hung-{i}" / "control.sock"
+            path.parent.mkdir(mode=0o700)
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(str(path))
+            listener.listen(4)
+            hung.append(listener)
+        done, took = _cli({"AGENTCTL_RUNTIME_DIR": str(runtime)}, "ls", "--json", "--timeout", "2")
+    finally:
+        for listener in hung:
+            listener.close()
+    assert done.returncode == EXIT_OK, done.stderr
+    listing = msgspec.json.decode(done.stdout, type=DaemonListing)
+    assert len(listing.daemons) == 123 and {d.state for d in listing.daemons} == {"unresponsive"}
+    # Asked 16 at a time with 2 s each, 123 sockets took 16 s; one deadline for the listing bounds it.
+    assert took < 2 + START_MARGIN, f"ls: {took:.1f} s"
