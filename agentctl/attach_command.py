@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import sys
 from typing import Any
 
@@ -26,6 +27,10 @@ from agentctl.cli_support import EXIT_FAILED, EXIT_NO_DAEMON, EXIT_OK, UsageErro
 
 DEFAULT_DETACH = "ctrl-]"
 KEY_CHUNK = 16 * 1024  # stdin read (and sent as one frame) at a time: within the daemon's frame bound
+READ_AHEAD = 1024 * 1024  # keys read from stdin before the daemon takes them (a paste, the detach key behind it)
+# After the detach key, how long the keys before it may take to be sent and confirmed (the daemon refuses keys
+# to an agent stalled for 15 s and waits at most 10 s for the rest at a detach: this is its safety net).
+DETACH_WAIT = 40.0
 
 
 def detach_byte(spec: str) -> bytes:
@@ -70,30 +75,37 @@ def _note(text: str) -> None:
     os.write(2, f"\r\n[agentctl: {text}]\r\n".encode())
 
 
+_REFUSED = {"read_only": "another viewer held the keyboard (--take takes it)",
+            "input_stalled": "the agent read none of its input for 15 s (is it hung?)"}
+
+
 class _Input:
     """What this viewer typed and what became of it: `read` bytes taken from stdin to send (the detach key and
     what follows it excluded), `delivered` as the daemon last said (`detached` / `closed`: final), `refused`
-    bytes it refused at once (read-only)."""
+    bytes it refused at once, by reason (read-only, a stalled agent)."""
 
     def __init__(self) -> None:
         self.read = 0
         self.delivered = 0
-        self.refused = 0
+        self.refused: dict[str, int] = {}  # bytes refused at once, by reason code
         self.final = False
         self.detaching = False
+        self.abandoned = False  # detached without the keys before the detach key (the agent read nothing)
 
     def lost_line(self, ending: str) -> str | None:
         """One line when some of the input did not reach the agent, else None."""
         lost = self.read - self.delivered
         if lost <= 0:
             return None
-        if not self.final:
-            return (f"up to {lost} bytes of your input may not have reached the agent: the connection closed "
-                    "before the daemon said what it delivered")
-        why = ("another viewer held the keyboard (--take takes it)" if self.refused >= lost else
-               "the agent exited before reading them" if ending == "closed" else
-               "the agent did not read them within the daemon's bound of the detach")
-        return f"{lost} of the {self.read} bytes of your input did not reach the agent: {why}"
+        if self.abandoned or not self.final:
+            return (f"up to {lost} of the {self.read} bytes of your input may not have reached the agent: the "
+                    "daemon did not say what it delivered before the connection ended")
+        whys = [_REFUSED[code] for code in sorted(self.refused, key=self.refused.__getitem__, reverse=True)
+                if code in _REFUSED]
+        if lost > sum(self.refused.values()):
+            whys.append("the agent exited before reading them" if ending == "closed" else
+                        "the agent had not read them when you detached")
+        return f"{lost} of the {self.read} bytes of your input did not reach the agent: {'; '.join(whys)}"
 
 
 async def _read_stdin(loop: asyncio.AbstractEventLoop) -> bytes:
@@ -121,29 +133,70 @@ async def _read_stdin(loop: asyncio.AbstractEventLoop) -> bytes:
 
 
 async def _send_input(ws: Any, loop: asyncio.AbstractEventLoop, key: bytes | None, typed: _Input) -> None:
-    """stdin to the agent, in order, each chunk sent before the next is read (the daemon reads no more while the
-    agent has not read what came before: back-pressure to this terminal or the pipe). At the detach key (a
-    terminal only), or at the end of piped or redirected input, asks to detach once the keys reached the agent."""
+    """stdin to the agent, in order. At most READ_AHEAD bytes are read ahead of what the daemon took (it takes no
+    more while the agent has not read what came before: back-pressure to this terminal or the pipe), so a
+    detach key typed behind a paste is still seen. At the detach key (a terminal only), or at the end of piped
+    or redirected input, asks to detach once the keys reached the agent; on a terminal, when the keys before
+    the detach key cannot even be sent within DETACH_WAIT (the agent reads nothing), leaves without them."""
     import msgspec
 
     from agentctl.control.attach_protocol import Detach
 
-    while True:
-        data = await _read_stdin(loop)
-        if not data:
-            if key is not None:
-                return  # the terminal hung up: watch on, as before
-            break
-        cut = data.find(key) if key is not None else -1
-        if cut >= 0:
-            data = data[:cut]
-        if data:
-            typed.read += len(data)
+    queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+    held = 0
+    room = asyncio.Event()
+    room.set()
+
+    async def send() -> None:
+        nonlocal held
+        while (data := await queue.get()) is not None:
             await ws.send_bytes(data)
-        if cut >= 0:
-            break
-    typed.detaching = True
-    await ws.send_str(msgspec.json.encode(Detach()).decode())
+            held -= len(data)
+            if held < READ_AHEAD:
+                room.set()
+
+    sender = loop.create_task(send(), name="attach-keys")
+    try:
+        while True:
+            await room.wait()
+            data = await _read_stdin(loop)
+            if not data and key is not None:
+                queue.put_nowait(None)  # the terminal hung up: what it typed is sent, and the screen watched on
+                await sender
+                return
+            cut = data.find(key) if key is not None else -1
+            if cut >= 0:
+                data = data[:cut]
+            if data:
+                typed.read += len(data)
+                held += len(data)
+                queue.put_nowait(data)
+                if held >= READ_AHEAD:
+                    room.clear()
+            if cut >= 0 or not data:
+                break
+        queue.put_nowait(None)
+        if key is None:
+            await sender  # piped input: as long as the agent takes to read it (the daemon bounds a stall)
+            typed.detaching = True
+            await ws.send_str(msgspec.json.encode(Detach()).decode())
+            return
+        deadline = loop.time() + DETACH_WAIT
+        try:
+            await asyncio.wait_for(asyncio.shield(sender), DETACH_WAIT)
+            typed.detaching = True
+            await ws.send_str(msgspec.json.encode(Detach()).decode())
+            await asyncio.sleep(max(0.0, deadline - loop.time()))  # `detached` ends this task before
+        except TimeoutError:
+            pass
+        typed.abandoned = True
+        # Not a WebSocket close: that would queue behind what is unsent. The connection ends now.
+        sock = ws.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+    finally:
+        sender.cancel()
 
 
 async def _attach(path: str, key: bytes, take: bool, key_name: str) -> int:
@@ -223,7 +276,8 @@ async def _attach(path: str, key: bytes, take: bool, key_name: str) -> int:
                           "read-only now: another viewer holds the keyboard" if event.held else
                           "nobody holds the keyboard")
                 elif isinstance(event, Notice):
-                    typed.refused += event.undelivered
+                    if event.undelivered:
+                        typed.refused[event.reason_code] = typed.refused.get(event.reason_code, 0) + event.undelivered
                     if event.message:
                         _note(event.message)
                 elif isinstance(event, Closed):
@@ -240,6 +294,8 @@ async def _attach(path: str, key: bytes, take: bool, key_name: str) -> int:
                 # The agent's screen stays as it is (it still runs): our line goes below it, not into it.
                 with contextlib.suppress(OSError):
                     write_all(1, b"\x1b[999;1H" + modes.reset())
+        if typed.abandoned:
+            outcome = "detached; the agent keeps running"
         # Back in cooked mode: plain lines.
         print(f"agentctl: {outcome}", file=sys.stderr)
         lost = typed.lost_line(ending)

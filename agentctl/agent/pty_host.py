@@ -13,7 +13,9 @@ that should apply back-pressure (the person's own terminal under `agentctl run`)
 Keys are never cut: `type_keys` queues them whole and in order, and while MAX_PENDING_INPUT wait for an agent that
 reads slowly it waits (its caller stops reading the writer: back-pressure). What each viewer's keys came to is
 counted (`input_delivered`: bytes written to the agent's terminal), so a writer can be told exactly what did not
-arrive when the keyboard changes hands, the agent exits, or it leaves before the agent read its keys.
+arrive when the keyboard changes hands, the agent exits, or it leaves before the agent read its keys. An agent
+that takes none of its waiting keys for KEYS_STALL is stalled: further keys are refused, and counted, rather than
+holding the writer (and its detach, its hang-up) behind them for ever.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ READ_BYTES = 65536
 DRAIN_BYTES = 256 * 1024  # at most this much is read per wake-up, so one flood cannot starve the loop
 # Keys waiting for the agent to read them; beyond this a writer waits (`type_keys`) or is refused (`write`).
 MAX_PENDING_INPUT = 64 * 1024
+# An agent that takes none of its waiting keys for this long is stalled: further keys are refused (and counted).
+KEYS_STALL = 15.0
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,7 @@ class PtyHost:
         self._input_owners: deque[list] = deque()
         self._delivered: dict[Viewer, int] = {}
         self._input_waiters: list[asyncio.Future[None]] = []
+        self._input_moved = 0.0  # when the agent last took keys (or keys came to wait for it)
         self._paused = 0
         self._reading = False
         self._loop = asyncio.get_running_loop()
@@ -299,19 +304,21 @@ class PtyHost:
     async def type_keys(self, viewer: Viewer, data: bytes) -> int:
         """Keys from `viewer`, queued whole and in order once fewer than MAX_PENDING_INPUT bytes wait for the
         agent (until then this waits: the caller reads nothing more from the writer). Answers how many bytes
-        were taken: all of them, or 0 when `viewer` does not hold the keyboard or the terminal closed first."""
+        were taken: all of them, or 0 when `viewer` does not hold the keyboard, the terminal closed, or the
+        agent has read none of its keys for KEYS_STALL (`input_stalled`: a hung agent must not hold the writer,
+        and what it sends after, for ever)."""
         while viewer is self._holder and self.open and len(self._pending_input) >= MAX_PENDING_INPUT:
-            waiter = self._loop.create_future()
-            self._input_waiters.append(waiter)
-            try:
-                await waiter
-            finally:
-                if waiter in self._input_waiters:
-                    self._input_waiters.remove(waiter)
+            if self.input_stalled():
+                return 0
+            await self._input_change(self._input_moved + KEYS_STALL - self._loop.time())
         if viewer is not self._holder or self._master is None or not self.open:
             return 0
         self._queue_input(viewer, data)
         return len(data)
+
+    def input_stalled(self) -> bool:
+        """Whether keys wait and the agent has taken none of them for KEYS_STALL seconds."""
+        return bool(self._pending_input) and self._loop.time() - self._input_moved >= KEYS_STALL
 
     def input_delivered(self, viewer: Viewer) -> int:
         """How many bytes of `viewer`'s keys were written to the agent's terminal so far."""
@@ -322,24 +329,33 @@ class PtyHost:
         return sum(n for owner, n in self._input_owners if owner is viewer)
 
     async def wait_input_sent(self, viewer: Viewer, timeout: float) -> None:
-        """Until none of `viewer`'s keys wait (or the terminal closed), at most `timeout` seconds; what still
-        waits then is dropped, so `input_delivered` is final for it."""
+        """Until none of `viewer`'s keys wait (or the terminal closed, or the agent stalled), at most `timeout`
+        seconds; what still waits then is dropped, so `input_delivered` is final for it."""
         deadline = self._loop.time() + timeout
-        while self.open and self.input_pending(viewer) and (left := deadline - self._loop.time()) > 0:
-            waiter = self._loop.create_future()
-            self._input_waiters.append(waiter)
-            try:
-                await asyncio.wait_for(asyncio.shield(waiter), left)
-            except TimeoutError:
+        while self.open and self.input_pending(viewer) and not self.input_stalled():
+            left = deadline - self._loop.time()
+            if left <= 0:
                 break
-            finally:
-                if waiter in self._input_waiters:
-                    self._input_waiters.remove(waiter)
+            await self._input_change(left)
         self._drop_input(viewer)
+
+    async def _input_change(self, timeout: float) -> None:
+        """Until the keys move (some written, the holder changed, the terminal closed) or `timeout` passes."""
+        waiter = self._loop.create_future()
+        self._input_waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, max(timeout, 0.01))
+        except TimeoutError:
+            pass
+        finally:
+            if waiter in self._input_waiters:
+                self._input_waiters.remove(waiter)
 
     def _queue_input(self, viewer: Viewer, data: bytes) -> None:
         self._delivered.setdefault(viewer, 0)
         self._input_owners.append([viewer, len(data)])
+        if not self._pending_input:
+            self._input_moved = self._loop.time()
         self._pending_input += data
         if len(self._pending_input) == len(data):  # nothing was waiting: try at once, then when writable
             self._flush_input()
@@ -358,6 +374,8 @@ class PtyHost:
             self._loop.remove_writer(self._master)
             return
         del self._pending_input[:written]
+        if written:
+            self._input_moved = self._loop.time()
         self._count_written(written)
         if not self._pending_input:
             self._loop.remove_writer(self._master)

@@ -24,7 +24,7 @@ import msgspec
 from aiohttp import web
 from aiohttp.http import WSMsgType  # not from the package: its __init__ is deferred (sdk_imports)
 
-from agentctl.agent.pty_host import PtyHost, Viewer, WindowSize
+from agentctl.agent.pty_host import KEYS_STALL, PtyHost, Viewer, WindowSize
 from agentctl.control.attach_protocol import (
     TERMINAL_ROUTE,
     ClientMessage,
@@ -208,7 +208,7 @@ def install_attach_routes(app: web.Application, ctx_key: web.AppKey[DaemonContex
 
 
 async def _read_client(ws: web.WebSocketResponse, host: PtyHost, viewer: _SocketViewer) -> None:
-    told_read_only = False
+    told = ""  # the refusal of keys last explained to this viewer: the words once, the count of bytes each time
     while True:
         await viewer.wait_room()  # nothing more is read from a viewer that does not read what it is told
         if viewer.ended.is_set():
@@ -219,14 +219,18 @@ async def _read_client(ws: web.WebSocketResponse, host: PtyHost, viewer: _Socket
         if msg.type == WSMsgType.BINARY:
             # Waits while the agent has not read the keys before these: the viewer is not read meanwhile.
             if await host.type_keys(viewer, msg.data):
-                told_read_only = False
+                told = ""
                 continue
-            if host.holder is viewer:
+            if host.holder is viewer and host.input_stalled():
+                code = "input_stalled"
+                message = f"the agent has read none of its input for {KEYS_STALL:g} s: keys refused until it does"
+            elif host.holder is viewer:
                 continue  # taken by nobody: the terminal closed, and `closed` says what reached the agent
-            message = "read-only: another viewer holds the keyboard (attach with --take to take it)"
-            viewer.send(Notice(reason_code="read_only", message=message if not told_read_only else "",
-                               undelivered=len(msg.data)))
-            told_read_only = True  # the words once; the count of refused bytes each time
+            else:
+                code = "read_only"
+                message = "read-only: another viewer holds the keyboard (attach with --take to take it)"
+            viewer.send(Notice(reason_code=code, message=message if told != code else "", undelivered=len(msg.data)))
+            told = code
         elif msg.type == WSMsgType.TEXT:
             try:
                 request = _decoder.decode(msg.data)

@@ -16,7 +16,7 @@ import signal
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 
-from agentctl.agent.pty_host import PtyHost, Viewer, get_window_size
+from agentctl.agent.pty_host import KEYS_STALL, PtyHost, Viewer, get_window_size
 from agentctl.agent.pty_local import ScreenModes, raw_mode, write_all
 from agentctl.agent.spawn import ExitInfo
 
@@ -126,7 +126,9 @@ async def attach_local(host: PtyHost, wait_exit: asyncio.Future[object],
         typing.append(loop.create_task(type_then_read(data), name="run-terminal-keys"))
 
     async def type_then_read(data: bytes) -> None:
-        await host.type_keys(local, data)
+        if not await host.type_keys(local, data) and host.holder is local and host.input_stalled():
+            local.output(f"\r\n[agentctl: the agent has read none of its input for {KEYS_STALL:g} s: "
+                         f"{len(data)} bytes of your keys were not delivered]\r\n".encode())
         typing.clear()
         if host.open and not local.gone.is_set():
             loop.add_reader(in_fd, on_input)

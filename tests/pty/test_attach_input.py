@@ -34,8 +34,10 @@ while n < want:
     n += len(data)
     time.sleep(0.02)
 os.write(1, f"got {n} {h.hexdigest()}\r\n".encode())
-if len(sys.argv) > 2:
+if len(sys.argv) > 2 and sys.argv[2] == "exit":
     sys.exit(0)  # reads no more: what is still in its terminal never reaches it
+if len(sys.argv) > 2:
+    time.sleep(3600)  # hung: reads nothing more, ever
 while os.read(0, 65536):
     pass
 """
@@ -51,8 +53,8 @@ def _paste(size: int) -> bytes:
     return bytes(line[:size])
 
 
-def _serve_slow_reader(serve, short_dir: Path, want: int, *, exits: bool = False):
-    argv = [sys.executable, "-c", SLOW_READER, str(want), *(["exit"] if exits else [])]
+def _serve_slow_reader(serve, short_dir: Path, want: int, *, then: str | None = None):
+    argv = [sys.executable, "-c", SLOW_READER, str(want), *([then] if then else [])]
     spec = write_spec(short_dir, (
         f"[agent]\ncommand = {json.dumps(argv)}\nprotocol = \"passthrough\"\nstrategy = \"none\"\n"
         "terminal = true\nstop_grace = 0.5\n"), name="slow.toml")
@@ -84,6 +86,24 @@ def test_a_400_kib_paste_reaches_an_agent_that_reads_slowly_whole_and_in_order(s
     assert "did not reach the agent" not in term.output().decode()
 
 
+def test_the_detach_key_behind_a_paste_an_agent_never_reads_detaches_and_counts_what_was_not_sent(
+        serve, short_dir, on_pty):
+    _, sock = _serve_slow_reader(serve, short_dir, 0, then="hang")  # reads nothing at all
+    term = on_pty(agentctl_cmd("attach", "--socket", str(sock)))
+    term.wait_for("you hold the keyboard")
+    term.wait_for("got 0 ")
+    data = _paste(400 * 1024)
+    writer = threading.Thread(target=lambda: term.send(data + b"\x1d"), daemon=True)
+    writer.start()
+    assert term.wait(timeout=90) == 1, term.screen()
+    out = term.output().decode()
+    assert "detached; the agent keeps running" in out
+    line = next(line for line in out.splitlines() if "did not reach the agent" in line)
+    assert f"of the {len(data)} bytes of your input did not reach the agent: the agent read none of its input" in line
+    lost = int(line.split("agentctl: ", 1)[1].split()[0])
+    assert 0 < lost <= len(data), "the daemon counted what it refused and what it dropped at the detach"
+
+
 @pytest.mark.parametrize("how", ["pipe", "file"])
 def test_piped_and_redirected_input_is_typed_whole_then_attach_detaches_with_exit_0(serve, short_dir, how):
     data = _paste(100 * 1024)
@@ -106,14 +126,14 @@ def test_piped_and_redirected_input_is_typed_whole_then_attach_detaches_with_exi
 
 def test_input_that_does_not_reach_the_agent_is_counted_in_one_line_and_the_exit_code_is_1(serve, short_dir):
     data = _paste(100 * 1024)
-    _, sock = _serve_slow_reader(serve, short_dir, 1000, exits=True)  # reads 1000 bytes, then exits
+    _, sock = _serve_slow_reader(serve, short_dir, 1000, then="exit")  # reads 1000 bytes, then exits
     done = subprocess.run(agentctl_cmd("attach", "--socket", str(sock)), input=data, capture_output=True, timeout=120)
     err = done.stderr.decode()
     assert done.returncode == 1 and "Traceback" not in err, err
     line = next(line for line in err.splitlines() if "did not reach the agent" in line)
     lost = int(line.split("agentctl: ", 1)[1].split()[0])
     assert 0 < lost < len(data) and f"of the {len(data)} bytes of your input" in line
-    assert "the agent exited before reading them" in line or "the connection closed" in line
+    assert "the agent exited before reading them" in line or "the daemon did not say what it delivered" in line
 
 
 def _rss_kib(pid: int) -> int:
