@@ -76,7 +76,7 @@ def _note(text: str) -> None:
 
 
 _REFUSED = {"read_only": "another viewer held the keyboard (--take takes it)",
-            "input_stalled": "the agent read none of its input for 15 s (is it hung?)"}
+            "input_stalled": "the agent read none of its input for a while, and the daemon refused more (is it hung?)"}
 
 
 class _Input:
@@ -89,7 +89,6 @@ class _Input:
         self.delivered = 0
         self.refused: dict[str, int] = {}  # bytes refused at once, by reason code
         self.final = False
-        self.detaching = False
         self.abandoned = False  # detached without the keys before the detach key (the agent read nothing)
 
     def lost_line(self, ending: str) -> str | None:
@@ -136,8 +135,8 @@ async def _send_input(ws: Any, loop: asyncio.AbstractEventLoop, key: bytes | Non
     """stdin to the agent, in order. At most READ_AHEAD bytes are read ahead of what the daemon took (it takes no
     more while the agent has not read what came before: back-pressure to this terminal or the pipe), so a
     detach key typed behind a paste is still seen. At the detach key (a terminal only), or at the end of piped
-    or redirected input, asks to detach once the keys reached the agent; on a terminal, when the keys before
-    the detach key cannot even be sent within DETACH_WAIT (the agent reads nothing), leaves without them."""
+    or redirected input, asks to detach once the keys reached the agent; on a terminal, when the daemon has not
+    answered that within DETACH_WAIT, ends the connection and says the input may not have arrived."""
     import msgspec
 
     from agentctl.control.attach_protocol import Detach
@@ -178,13 +177,11 @@ async def _send_input(ws: Any, loop: asyncio.AbstractEventLoop, key: bytes | Non
         queue.put_nowait(None)
         if key is None:
             await sender  # piped input: as long as the agent takes to read it (the daemon bounds a stall)
-            typed.detaching = True
             await ws.send_str(msgspec.json.encode(Detach()).decode())
             return
         deadline = loop.time() + DETACH_WAIT
         try:
             await asyncio.wait_for(asyncio.shield(sender), DETACH_WAIT)
-            typed.detaching = True
             await ws.send_str(msgspec.json.encode(Detach()).decode())
             await asyncio.sleep(max(0.0, deadline - loop.time()))  # `detached` ends this task before
         except TimeoutError:
