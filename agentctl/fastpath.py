@@ -18,6 +18,7 @@ import json
 import os
 import socket
 import sys
+import time
 
 from agentctl.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_UNHEALTHY
 
@@ -92,6 +93,9 @@ def _get(path: os.PathLike[str], route: str) -> tuple[int, bytes] | str | None:
     anything else (the full client then reports it in its own words)."""
     request = (f"GET {route} HTTP/1.1\r\nHost: localhost\r\nAccept: application/json\r\n"
                "Connection: close\r\n\r\n").encode()
+    # One deadline for the whole exchange: a timeout per recv alone lets a peer that sends a byte at a time
+    # keep the probe for ever.
+    deadline = time.monotonic() + TIMEOUT
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(TIMEOUT)
     try:
@@ -100,16 +104,21 @@ def _get(path: os.PathLike[str], route: str) -> tuple[int, bytes] | str | None:
         except OSError:
             return None
         try:
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
             sock.sendall(request)
             raw = bytearray()
             while len(raw) <= MAX_ANSWER:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return "timeout"
+                sock.settimeout(left)
                 chunk = sock.recv(65536)
                 if not chunk:
                     break
                 raw += chunk
                 parsed = _response(raw)
                 if parsed is not None:
-                    return parsed
+                    return parsed if parsed[0] >= 0 else None
         except TimeoutError:
             return "timeout"
         except OSError:
@@ -120,7 +129,8 @@ def _get(path: os.PathLike[str], route: str) -> tuple[int, bytes] | str | None:
 
 
 def _response(raw: bytes | bytearray) -> tuple[int, bytes] | None:
-    """(status, body) once `raw` holds a whole HTTP/1.1 answer with a Content-Length, else None."""
+    """(status, body) once `raw` holds a whole HTTP/1.1 answer with a Content-Length, (-1, b"") once its head
+    declares a body over MAX_ANSWER or a chunked one (for the full client), else None."""
     head, sep, body = bytes(raw).partition(b"\r\n\r\n")
     if not sep:
         return None
@@ -133,9 +143,11 @@ def _response(raw: bytes | bytearray) -> tuple[int, bytes] | None:
         name, _, value = line.partition(b":")
         name = name.strip().lower()
         if name == b"transfer-encoding":
-            return None
+            return -1, b""  # not how a daemon answers these: the full client reads it, bounded
         if name == b"content-length" and value.strip().isdigit():
             length = int(value.strip())
+    if length is not None and length > MAX_ANSWER:
+        return -1, b""  # bigger than any health or status answer: the full client says so, unread
     if length is None or len(body) < length:
         return None
     return int(parts[1]), body[:length]

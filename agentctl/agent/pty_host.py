@@ -9,6 +9,13 @@ Nothing read here is logged or persisted.
 One viewer at a time holds the keyboard (`claim`/`release`; when the holder leaves, the viewer attached longest
 gets it); only its keys reach the agent, and every viewer is told when the holder changes. A slow viewer never slows the agent: `pause`/`resume` are for the one viewer
 that should apply back-pressure (the person's own terminal under `agentctl run`).
+
+Keys are never cut: `type_keys` queues them whole and in order, and while MAX_PENDING_INPUT wait for an agent that
+reads slowly it waits (its caller stops reading the writer: back-pressure). What each viewer's keys came to is
+counted (`input_delivered`: bytes written to the agent's terminal), so a writer can be told exactly what did not
+arrive when the keyboard changes hands, the agent exits, or it leaves before the agent read its keys. An agent
+that takes none of its waiting keys for KEYS_STALL is stalled: further keys are refused, and counted, rather than
+holding the writer (and its detach, its hang-up) behind them for ever.
 """
 
 from __future__ import annotations
@@ -35,8 +42,10 @@ MAX_DIMENSION = 1000  # rows or columns: beyond this a size is a mistake, not a 
 REPLAY_BYTES = 32 * 1024
 READ_BYTES = 65536
 DRAIN_BYTES = 256 * 1024  # at most this much is read per wake-up, so one flood cannot starve the loop
-# Keys waiting for the agent to read them; beyond this a writer's input is refused rather than buffered.
+# Keys waiting for the agent to read them; beyond this a writer waits (`type_keys`) or is refused (`write`).
 MAX_PENDING_INPUT = 64 * 1024
+# An agent that takes none of its waiting keys for this long is stalled: further keys are refused (and counted).
+KEYS_STALL = 15.0
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,11 @@ class PtyHost:
         self._replay_bytes = 0
         self._seen = 0
         self._pending_input = bytearray()
+        # Whose keys `_pending_input` holds, in order: [viewer, bytes of it still pending].
+        self._input_owners: deque[list] = deque()
+        self._delivered: dict[Viewer, int] = {}
+        self._input_waiters: list[asyncio.Future[None]] = []
+        self._input_moved = 0.0  # when the agent last took keys (or keys came to wait for it)
         self._paused = 0
         self._reading = False
         self._loop = asyncio.get_running_loop()
@@ -224,6 +238,7 @@ class PtyHost:
         self._stop_reading()
         self._ring.feed_eof()
         self._eof.set()
+        self._wake_input()
         for viewer in list(self._viewers):
             viewer.closed()
         self._viewers.clear()
@@ -237,6 +252,7 @@ class PtyHost:
             os.close(self._master)
             self._master = None
         self._pending_input.clear()
+        self._input_owners.clear()
 
     # -- viewers and the keyboard ---------------------------------------------------------------------
 
@@ -247,6 +263,7 @@ class PtyHost:
         self._viewers.append(viewer)
 
     def detach(self, viewer: Viewer) -> None:
+        self._delivered.pop(viewer, None)  # keys of its still pending reach the agent all the same
         if viewer in self._viewers:
             self._viewers.remove(viewer)
         if self._holder is viewer:
@@ -271,6 +288,7 @@ class PtyHost:
 
     def _set_holder(self, holder: Viewer | None) -> None:
         self._holder = holder
+        self._wake_input()
         for viewer in list(self._viewers):
             viewer.role_changed(holder)
 
@@ -280,19 +298,69 @@ class PtyHost:
             return False
         if len(self._pending_input) + len(data) > MAX_PENDING_INPUT:
             return False
-        if not self._pending_input:
-            try:
-                written = os.write(self._master, data)
-            except BlockingIOError:
-                written = 0
-            except OSError:
-                return False
-            data = data[written:]
-            if not data:
-                return True
-            self._loop.add_writer(self._master, self._flush_input)
-        self._pending_input += data
+        self._queue_input(viewer, data)
         return True
+
+    async def type_keys(self, viewer: Viewer, data: bytes) -> int:
+        """Keys from `viewer`, queued whole and in order once fewer than MAX_PENDING_INPUT bytes wait for the
+        agent (until then this waits: the caller reads nothing more from the writer). Answers how many bytes
+        were taken: all of them, or 0 when `viewer` does not hold the keyboard, the terminal closed, or the
+        agent has read none of its keys for KEYS_STALL (`input_stalled`: a hung agent must not hold the writer,
+        and what it sends after, for ever)."""
+        while viewer is self._holder and self.open and len(self._pending_input) >= MAX_PENDING_INPUT:
+            if self.input_stalled():
+                return 0
+            await self._input_change(self._input_moved + KEYS_STALL - self._loop.time())
+        if viewer is not self._holder or self._master is None or not self.open:
+            return 0
+        self._queue_input(viewer, data)
+        return len(data)
+
+    def input_stalled(self) -> bool:
+        """Whether keys wait and the agent has taken none of them for KEYS_STALL seconds."""
+        return bool(self._pending_input) and self._loop.time() - self._input_moved >= KEYS_STALL
+
+    def input_delivered(self, viewer: Viewer) -> int:
+        """How many bytes of `viewer`'s keys were written to the agent's terminal so far."""
+        return self._delivered.get(viewer, 0)
+
+    def input_pending(self, viewer: Viewer) -> int:
+        """How many bytes of `viewer`'s keys still wait for the agent to read them."""
+        return sum(n for owner, n in self._input_owners if owner is viewer)
+
+    async def wait_input_sent(self, viewer: Viewer, timeout: float) -> None:
+        """Until none of `viewer`'s keys wait (or the terminal closed, or the agent stalled), at most `timeout`
+        seconds; what still waits then is dropped, so `input_delivered` is final for it."""
+        deadline = self._loop.time() + timeout
+        while self.open and self.input_pending(viewer) and not self.input_stalled():
+            left = deadline - self._loop.time()
+            if left <= 0:
+                break
+            await self._input_change(left)
+        self._drop_input(viewer)
+
+    async def _input_change(self, timeout: float) -> None:
+        """Until the keys move (some written, the holder changed, the terminal closed) or `timeout` passes."""
+        waiter = self._loop.create_future()
+        self._input_waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, max(timeout, 0.01))
+        except TimeoutError:
+            pass
+        finally:
+            if waiter in self._input_waiters:
+                self._input_waiters.remove(waiter)
+
+    def _queue_input(self, viewer: Viewer, data: bytes) -> None:
+        self._delivered.setdefault(viewer, 0)
+        self._input_owners.append([viewer, len(data)])
+        if not self._pending_input:
+            self._input_moved = self._loop.time()
+        self._pending_input += data
+        if len(self._pending_input) == len(data):  # nothing was waiting: try at once, then when writable
+            self._flush_input()
+            if self._pending_input and self._master is not None:
+                self._loop.add_writer(self._master, self._flush_input)
 
     def _flush_input(self) -> None:
         if self._master is None:
@@ -302,10 +370,50 @@ class PtyHost:
         except BlockingIOError:
             return
         except OSError:
-            written = len(self._pending_input)
+            # The terminal is going (EIO): nothing more reaches the agent; its keys stay counted as undelivered.
+            self._loop.remove_writer(self._master)
+            return
         del self._pending_input[:written]
+        if written:
+            self._input_moved = self._loop.time()
+        self._count_written(written)
         if not self._pending_input:
             self._loop.remove_writer(self._master)
+        self._wake_input()
+
+    def _count_written(self, written: int) -> None:
+        while written and self._input_owners:
+            owner = self._input_owners[0]
+            taken = min(written, owner[1])
+            owner[1] -= taken
+            written -= taken
+            if owner[0] in self._delivered:
+                self._delivered[owner[0]] += taken
+            if not owner[1]:
+                self._input_owners.popleft()
+
+    def _drop_input(self, viewer: Viewer) -> None:
+        """Take `viewer`'s keys that still wait out of the queue (the others' stay, in order)."""
+        if not any(owner is viewer for owner, _ in self._input_owners):
+            return
+        kept = bytearray()
+        owners: deque[list] = deque()
+        offset = 0
+        for owner, n in self._input_owners:
+            if owner is not viewer:
+                kept += self._pending_input[offset:offset + n]
+                owners.append([owner, n])
+            offset += n
+        self._pending_input, self._input_owners = kept, owners
+        if not kept and self._master is not None:
+            self._loop.remove_writer(self._master)
+        self._wake_input()
+
+    def _wake_input(self) -> None:
+        for waiter in self._input_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._input_waiters.clear()
 
     def resize(self, viewer: Viewer | None, size: WindowSize) -> bool:
         """Set the window size (the kernel then sends SIGWINCH to the agent's foreground process group).

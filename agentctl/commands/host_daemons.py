@@ -1,7 +1,8 @@
 """The daemons on this host: `agentctl ls` (alias `ps`) lists them, and `stop --wait` waits until one is gone.
 
 A listing asks each daemon for its status in parallel with a short timeout of its own, so one hung daemon
-costs its own entry (`unresponsive`), never the whole listing. A socket nobody listens on is shown as
+costs its own entry (`unresponsive`), never the whole listing; the listing as a whole ends within that timeout
+too (plus the socket checks): a daemon not asked by then is `unresponsive`, however many sockets hang. A socket nobody listens on is shown as
 `dead` and left where it is; another user's is shown as `not_yours` and never asked.
 """
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from agentctl.control.client import ControlClient
 
 LIST_TIMEOUT = 2.0  # per daemon; they are asked side by side
-MAX_PARALLEL = 16
+MAX_PARALLEL = 64
 STOP_WAIT = 10.0  # `stop --wait` with no number
 STOP_WAIT_MAX = 3600.0
 _STATE_TEXT = {"not_ready": "not ready", "not_yours": "not yours"}
@@ -181,8 +182,14 @@ def list_daemons(timeout: float) -> DaemonListing:
     if paths:
         from concurrent.futures import ThreadPoolExecutor  # only here: every CLI call imports this module
 
+        deadline = time.monotonic() + timeout
+
+        def probe(path: Path) -> DaemonEntry | None:
+            # What waits behind hung sockets gets what is left (a dead or foreign socket is still told apart).
+            return probe_daemon(path, max(deadline - time.monotonic(), 0.001))
+
         with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(paths))) as pool:
-            entries = [e for e in pool.map(lambda p: probe_daemon(p, timeout), paths) if e is not None]
+            entries = [e for e in pool.map(probe, paths) if e is not None]
     return DaemonListing(runtime_dir=str(base), daemons=entries)
 
 

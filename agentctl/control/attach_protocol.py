@@ -40,19 +40,30 @@ class RoleChanged(msgspec.Struct, tag="role", tag_field="type"):
 
 
 class Closed(msgspec.Struct, tag="closed", tag_field="type"):
-    """The terminal is gone (the agent exited, or the daemon stops); the server closes the socket next."""
+    """The terminal is gone (the agent exited, or the daemon stops); the server closes the socket next.
+    `delivered`: how many bytes of this viewer's keys were written to the agent's terminal, in all."""
 
     reason: str
+    delivered: int = 0
+
+
+class Detached(msgspec.Struct, tag="detached", tag_field="type"):
+    """The answer to `detach`, once this viewer's keys reached the agent (or a bound passed and the rest was
+    dropped): `delivered` bytes of its keys were written to the agent's terminal, in all; the server closes next."""
+
+    delivered: int
 
 
 class Notice(msgspec.Struct, tag="notice", tag_field="type"):
-    """A request this viewer made was refused or ignored (e.g. keys from a reader), with a reason code."""
+    """A request this viewer made was refused or ignored (e.g. keys from a reader), with a reason code;
+    `undelivered`: bytes of this viewer's keys that this refusal kept from the agent."""
 
     reason_code: str
     message: str
+    undelivered: int = 0
 
 
-ServerMessage = Hello | RoleChanged | Closed | Notice
+ServerMessage = Hello | RoleChanged | Closed | Detached | Notice
 
 
 class Resize(msgspec.Struct, tag="resize", tag_field="type", forbid_unknown_fields=True):
@@ -68,4 +79,8 @@ class Release(msgspec.Struct, tag="release", tag_field="type", forbid_unknown_fi
     """Give the keyboard up (to the viewer attached longest)."""
 
 
-ClientMessage = Resize | Take | Release
+class Detach(msgspec.Struct, tag="detach", tag_field="type", forbid_unknown_fields=True):
+    """Leave once the keys sent before this reached the agent; answered with `detached`."""
+
+
+ClientMessage = Resize | Take | Release | Detach

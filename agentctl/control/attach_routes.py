@@ -4,6 +4,12 @@ Behind the same guard as every /v1/ route (the control socket only; the daemon's
 watch; one holds the keyboard (the first to come, or one that asks with `take`), and every viewer is told its role
 when it connects and whenever the keyboard changes hands. No viewer slows the agent: one that falls behind skips
 ahead to the screen's recent tail, one that stops reading is cut off. What the terminal shows passes through here only: never logged, never persisted.
+
+Every per-viewer queue is bounded: output by MAX_VIEWER_BACKLOG (then the skip), messages to it by MAX_QUEUED_TEXT
+(past it nothing more is read from that viewer until they drain, so a flood of bad requests costs the daemon that
+much and the kernel's socket buffer, however long it goes on), keys by the terminal's MAX_PENDING_INPUT (past it the
+writer is not read: back-pressure to its terminal). Keys are never dropped silently: a viewer is told how many bytes
+of its keys were refused (`notice.undelivered`), and `detached` / `closed` say how many reached the agent in all.
 """
 
 from __future__ import annotations
@@ -18,11 +24,13 @@ import msgspec
 from aiohttp import web
 from aiohttp.http import WSMsgType  # not from the package: its __init__ is deferred (sdk_imports)
 
-from agentctl.agent.pty_host import PtyHost, Viewer, WindowSize
+from agentctl.agent.pty_host import KEYS_STALL, PtyHost, Viewer, WindowSize
 from agentctl.control.attach_protocol import (
     TERMINAL_ROUTE,
     ClientMessage,
     Closed,
+    Detach,
+    Detached,
     Hello,
     Notice,
     Release,
@@ -44,6 +52,10 @@ MAX_VIEWER_BACKLOG = 1024 * 1024
 SEND_TIMEOUT = 5.0
 MAX_FRAME = 64 * 1024  # a frame of keys or a control message
 MAX_VIEWERS = 16
+# Messages (JSON text) queued for one viewer; past this its requests are not read until they drain.
+MAX_QUEUED_TEXT = 64 * 1024
+# On `detach`: how long the viewer's keys may still take to reach an agent that reads slowly.
+DETACH_DRAIN = 10.0
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(ClientMessage)
 
@@ -57,6 +69,9 @@ class _SocketViewer(Viewer):
         self.host: PtyHost | None = None
         self._queue: asyncio.Queue[bytes | str | None] = asyncio.Queue()
         self._backlog = 0
+        self._queued_text = 0
+        self._room = asyncio.Event()
+        self._room.set()
         self.too_slow = False
         self.greeted = False  # role changes are told after the Hello, never before it
         self.ended = asyncio.Event()
@@ -79,21 +94,32 @@ class _SocketViewer(Viewer):
             if not isinstance(item, bytes):
                 kept.append(item)  # its messages (and the end) are never dropped
         self._backlog = len(tail)
-        self._queue.put_nowait(_encoder.encode(Notice(reason_code="output_skipped",
-                                                      message="output skipped: this viewer fell behind")).decode())
+        self._queue_text(_encoder.encode(Notice(reason_code="output_skipped",
+                                                message="output skipped: this viewer fell behind")).decode())
         self._queue.put_nowait(tail)
         for item in kept:
             self._queue.put_nowait(item)
 
     def send(self, message: ServerMessage) -> None:
-        self._queue.put_nowait(_encoder.encode(message).decode())
+        self._queue_text(_encoder.encode(message).decode())
+
+    def _queue_text(self, text: str) -> None:
+        self._queued_text += len(text)
+        if self._queued_text > MAX_QUEUED_TEXT:
+            self._room.clear()
+        self._queue.put_nowait(text)
+
+    async def wait_room(self) -> None:
+        """Until the messages queued for this viewer are within their bound (or it has ended)."""
+        await self._room.wait()
 
     def role_changed(self, holder: Viewer | None) -> None:
         if self.greeted:
             self.send(RoleChanged(role="writer" if holder is self else "reader", held=holder is not None))
 
     def closed(self) -> None:
-        self.send(Closed(reason="the agent's terminal closed (the agent exited)"))
+        delivered = self.host.input_delivered(self) if self.host is not None else 0
+        self.send(Closed(reason="the agent's terminal closed (the agent exited)", delivered=delivered))
         self._queue.put_nowait(None)
 
     async def pump(self) -> None:
@@ -104,6 +130,9 @@ class _SocketViewer(Viewer):
                     await asyncio.wait_for(self.ws.send_bytes(item), SEND_TIMEOUT)
                 else:
                     await asyncio.wait_for(self.ws.send_str(item), SEND_TIMEOUT)
+                    self._queued_text -= len(item)
+                    if self._queued_text <= MAX_QUEUED_TEXT:
+                        self._room.set()
         except TimeoutError:
             # Its socket is full, so no goodbye would reach it: the connection is cut, the agent unaffected.
             self.too_slow = True
@@ -113,6 +142,7 @@ class _SocketViewer(Viewer):
             pass  # the client went away
         finally:
             self.ended.set()
+            self._room.set()
             with contextlib.suppress(Exception):
                 await self.ws.close()
 
@@ -178,17 +208,29 @@ def install_attach_routes(app: web.Application, ctx_key: web.AppKey[DaemonContex
 
 
 async def _read_client(ws: web.WebSocketResponse, host: PtyHost, viewer: _SocketViewer) -> None:
-    told_read_only = False
-    async for msg in ws:
+    told = ""  # the refusal of keys last explained to this viewer: the words once, the count of bytes each time
+    while True:
+        await viewer.wait_room()  # nothing more is read from a viewer that does not read what it is told
+        if viewer.ended.is_set():
+            return
+        msg = await ws.receive()
         if viewer.ended.is_set():
             return
         if msg.type == WSMsgType.BINARY:
-            if not host.write(viewer, msg.data) and not told_read_only and host.holder is not viewer:
-                told_read_only = True  # once: a reader's every key would be a message
-                viewer.send(Notice(reason_code="read_only",
-                                   message="read-only: another viewer holds the keyboard (attach with --take to take it)"))
+            # Waits while the agent has not read the keys before these: the viewer is not read meanwhile.
+            if await host.type_keys(viewer, msg.data):
+                told = ""
+                continue
+            if host.holder is viewer and host.input_stalled():
+                code = "input_stalled"
+                message = f"the agent has read none of its input for {KEYS_STALL:g} s: keys refused until it does"
             elif host.holder is viewer:
-                told_read_only = False
+                continue  # taken by nobody: the terminal closed, and `closed` says what reached the agent
+            else:
+                code = "read_only"
+                message = "read-only: another viewer holds the keyboard (attach with --take to take it)"
+            viewer.send(Notice(reason_code=code, message=message if told != code else "", undelivered=len(msg.data)))
+            told = code
         elif msg.type == WSMsgType.TEXT:
             try:
                 request = _decoder.decode(msg.data)
@@ -202,5 +244,9 @@ async def _read_client(ws: web.WebSocketResponse, host: PtyHost, viewer: _Socket
                 host.claim(viewer, take=True)
             elif isinstance(request, Release):
                 host.release(viewer)
+            elif isinstance(request, Detach):
+                await host.wait_input_sent(viewer, DETACH_DRAIN)
+                viewer.send(Detached(delivered=host.input_delivered(viewer)))
+                return
         elif msg.type in (WSMsgType.ERROR, WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
             return

@@ -1,5 +1,9 @@
 """The CLI's client for the control socket: `http.client` over AF_UNIX, answers decoded into contract structs.
 
+Every request has a total deadline (connect, send, status line, headers and body together: a peer that answers a
+byte at a time cannot stretch it) and a bounded answer size (the declared length is checked before anything is
+read), so whatever listens on a socket in the runtime dir cannot hang or exhaust `ls`, `status`, `health`, `stop`.
+
 No aiohttp here: `import aiohttp` alone costs about 0.2 s, and `agentctl status` / `agentctl health`
 should answer at once; msgspec and the contract cost about 30 ms.
 """
@@ -10,6 +14,7 @@ import http.client
 import json
 import os
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -21,6 +26,11 @@ from agentctl.evidence.contract import ControlError, PromptStreamItem
 from agentctl.evidence.decode_errors import describe_decode_error
 
 T = TypeVar("T")
+
+# The largest answer read (a report of a long execution is a few MiB at most); a bigger one is refused unread.
+MAX_ANSWER = 32 * 1024 * 1024
+# The longest line of a prompt stream.
+MAX_STREAM_LINE = 4 * 1024 * 1024
 
 
 class ControlClientError(Exception):
@@ -45,15 +55,43 @@ class ControlRefused(ControlClientError):
         self.error = error
 
 
+class _DeadlineSocket(socket.socket):
+    """A socket whose every send and receive gets only what is left of one deadline (a socket timeout alone
+    bounds each call, and a peer that sends a byte just before each expires keeps a reader forever)."""
+
+    deadline = float("inf")
+    per_call: float | None = None  # a bound of each call besides (the prompt stream's wait between lines)
+
+    def _left(self) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("deadline passed")
+        self.settimeout(min(left, self.per_call) if self.per_call else left)
+
+    def recv_into(self, *args: Any, **kwargs: Any) -> int:
+        self._left()
+        return super().recv_into(*args, **kwargs)
+
+    def recv(self, *args: Any, **kwargs: Any) -> bytes:
+        self._left()
+        return super().recv(*args, **kwargs)
+
+    def sendall(self, *args: Any, **kwargs: Any) -> None:
+        self._left()
+        return super().sendall(*args, **kwargs)
+
+
 class _UnixHTTPConnection(http.client.HTTPConnection):
     def __init__(self, path: Path, timeout: float) -> None:
         super().__init__("localhost", timeout=timeout)
         self._unix_path = path
         self.peer_pid: int | None = None
+        self.deadline = time.monotonic() + timeout
 
     def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
+        sock = _DeadlineSocket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.deadline = self.deadline
+        sock.settimeout(max(0.001, self.deadline - time.monotonic()))
         try:
             sock.connect(os.fspath(self._unix_path))
         except BaseException:
@@ -138,7 +176,7 @@ class ControlClient:
             try:
                 conn.request(method, path, body=payload, headers=headers)
                 response = conn.getresponse()
-                return response.status, response.read()
+                return response.status, self._bounded_body(method, path, response)
             except TimeoutError:
                 raise ControlProtocolError(
                     f"the agentctl daemon at {self.path} did not answer {method} {path} within {self.timeout:g} s"
@@ -151,13 +189,33 @@ class ControlClient:
         finally:
             conn.close()
 
+    def _bounded_body(self, method: str, path: str, response: http.client.HTTPResponse) -> bytes:
+        """The whole body, refused (before any of it is read when its length is declared) past MAX_ANSWER."""
+        declared = response.length  # None when chunked or until the connection closes
+        if declared is not None and declared <= MAX_ANSWER:
+            return response.read()  # exactly that much (a shorter body is IncompleteRead)
+        if declared is None:
+            body = bytearray()
+            while piece := response.read1(65536):
+                body += piece
+                # A chunk declares its size too (http.client keeps what is left of it as `chunk_left`).
+                if len(body) + (getattr(response, "chunk_left", None) or 0) > MAX_ANSWER:
+                    break
+            else:
+                return bytes(body)
+        raise ControlProtocolError(
+            f"the agentctl daemon at {self.path} answered {method} {path} with more than {MAX_ANSWER // (1 << 20)} MiB "
+            f"({declared if declared is not None else 'an unbounded number of'} bytes); is it an agentctl daemon?"
+        )
+
     def stream(self, path: str, body: Any = None, timeout: float | None = None) -> Iterator[PromptStreamItem]:
         """POST and yield each line of an NDJSON answer as it arrives (the prompt stream); ControlRefused when
         the daemon refuses before streaming. A line this contract cannot read is skipped.
 
-        `timeout` bounds each read, not the whole stream: an agent may think for a while between updates.
+        The request and the answer's head must come within the client's timeout; then `timeout` bounds each
+        read, not the whole stream (an agent may think for a while between updates), and each line is bounded.
         """
-        conn = _UnixHTTPConnection(self.path, timeout if timeout is not None else self.timeout)
+        conn = _UnixHTTPConnection(self.path, self.timeout)
         try:
             try:
                 conn.connect()
@@ -168,8 +226,14 @@ class ControlClient:
                 conn.request("POST", path, body=payload, headers={"Content-Type": "application/json"})
                 response = conn.getresponse()
                 if response.status != 200:
-                    raise ControlRefused(path, _refusal(response.status, response.read()))
-                for line in response:
+                    raise ControlRefused(path, _refusal(response.status, self._bounded_body("POST", path, response)))
+                assert isinstance(conn.sock, _DeadlineSocket)
+                conn.sock.deadline = float("inf")
+                conn.sock.per_call = timeout if timeout is not None else self.timeout
+                while line := response.readline(MAX_STREAM_LINE + 1):
+                    if len(line) > MAX_STREAM_LINE and not line.endswith(b"\n"):
+                        raise ControlProtocolError(f"the agentctl daemon at {self.path} answered {path} with a line "
+                                                   f"over {MAX_STREAM_LINE // (1 << 20)} MiB")
                     line = line.strip()
                     if not line:
                         continue

@@ -16,7 +16,7 @@ import signal
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 
-from agentctl.agent.pty_host import PtyHost, Viewer, get_window_size
+from agentctl.agent.pty_host import KEYS_STALL, PtyHost, Viewer, get_window_size
 from agentctl.agent.pty_local import ScreenModes, raw_mode, write_all
 from agentctl.agent.spawn import ExitInfo
 
@@ -103,6 +103,7 @@ async def attach_local(host: PtyHost, wait_exit: asyncio.Future[object],
         return
     loop = asyncio.get_running_loop()
     local = LocalTerminal(host, out_fd)
+    typing: list[asyncio.Task[None]] = []  # the keys being queued for the agent, when any
 
     def follow_size() -> None:
         size = get_window_size(out_fd) or get_window_size(in_fd)
@@ -119,7 +120,18 @@ async def attach_local(host: PtyHost, wait_exit: asyncio.Future[object],
         if not data:  # the person's terminal hung up: the agent goes on, unwatched, until it exits
             loop.remove_reader(in_fd)
             return
-        host.write(local, data)
+        # Keys whole and in order: while the agent has not read the ones before, this terminal is not read
+        # (its own buffer, then the person's typing, waits: back-pressure, as on any terminal).
+        loop.remove_reader(in_fd)
+        typing.append(loop.create_task(type_then_read(data), name="run-terminal-keys"))
+
+    async def type_then_read(data: bytes) -> None:
+        if not await host.type_keys(local, data) and host.holder is local and host.input_stalled():
+            local.output(f"\r\n[agentctl: the agent has read none of its input for {KEYS_STALL:g} s: "
+                         f"{len(data)} bytes of your keys were not delivered]\r\n".encode())
+        typing.clear()
+        if host.open and not local.gone.is_set():
+            loop.add_reader(in_fd, on_input)
 
     host.attach(local)
     host.claim(local, take=True)
@@ -138,6 +150,8 @@ async def attach_local(host: PtyHost, wait_exit: asyncio.Future[object],
             finally:
                 loop.remove_signal_handler(signal.SIGWINCH)
                 loop.remove_reader(in_fd)
+                for task in typing:
+                    task.cancel()
                 host.detach(local)
                 await local.finish()
     finally:

@@ -64,8 +64,10 @@ def test_two_viewers_one_writer_detach_reattach_take_and_the_agents_exit(served,
     assert "echo nope" not in a.output().decode() and "echo nope" not in b.output().decode()
 
     b.send(b"\x1d")  # Ctrl-]: detach
-    assert b.wait() == 0
+    assert b.wait() == 1, "keys it typed were refused: never exit 0 with input lost"
     assert "detached; the agent keeps running" in b.output().decode()
+    assert ("5 of the 5 bytes of your input did not reach the agent: another viewer held the keyboard"
+            in b.output().decode())
     assert b.stty() == b_before, "the reader's terminal is restored when it detaches"
 
     c = on_pty([*attach, "--take"])
@@ -77,7 +79,8 @@ def test_two_viewers_one_writer_detach_reattach_take_and_the_agents_exit(served,
     a.wait_for("echo mine")
     assert "echo ignored" not in c.output().decode()
     c.send(b"quit\r")  # the agent exits 7: every viewer is told, and leaves
-    assert a.wait() == 0 and c.wait() == 0
+    assert c.wait() == 0, "all its keys reached the agent"
+    assert a.wait() == 1 and "8 of the 20 bytes of your input did not reach the agent" in a.output().decode()
     assert "the agent's terminal closed (the agent exited)" in a.output().decode()
     assert a.stty() == a_before
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 
 import pytest
@@ -67,6 +68,12 @@ async def test_a_terminal_keeps_its_bounds_a_huge_output_and_a_writer_nobody_rea
         while term.write(viewer, b"y" * 4096):
             sent += 4096
             assert sent <= MAX_PENDING_INPUT + 64 * 1024, "pending input grew past its bound"
+        # `type_keys` takes keys whole (it waits past the bound instead of refusing: tests/pty/test_attach_input.py),
+        # and what each byte came to is counted exactly: written to the terminal, or still waiting.
+        assert await asyncio.wait_for(term.type_keys(viewer, b"z" * 4096), 30) == 4096
+        sent += 4096
+        assert term.input_delivered(viewer) + term.input_pending(viewer) == sent
+        assert term.input_pending(viewer) <= MAX_PENDING_INPUT + 4096
         # Stopping hangs the terminal up: the agent gets SIGHUP within the grace, no SIGTERM needed.
         info = await sup.stop(grace=30)
         assert info.signal == signal.SIGHUP and info.stopped
