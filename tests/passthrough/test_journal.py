@@ -78,10 +78,14 @@ def test_a_journal_directory_of_another_user_or_a_symlink_is_refused(tmp_path, w
     assert list(workdir.iterdir()) == []
 
 
-def test_an_unreadable_entry_is_kept_reported_and_refuses_a_merge_into_its_file(tmp_path, workdir):
+@pytest.mark.parametrize("content", [
+    pytest.param(b"not json at all", id="not_json"),
+    pytest.param(b'{"x": ' + b"[" * 200_000 + b"]" * 200_000 + b"}", id="an_unknown_field_200000_levels_deep"),
+])
+def test_an_unreadable_entry_is_kept_reported_and_refuses_a_merge_into_its_file(tmp_path, workdir, content):
     target = user_file(workdir)
     entry = planted(tmp_path / "state", workdir, b"{}")
-    entry.write_bytes(b"not json at all")
+    entry.write_bytes(content)
     (outcome,) = Journal(tmp_path / "state").recover()
     assert (outcome.done, outcome.detail) == (False, "unreadable journal entry; left in place")
     assert outcome.file == str(entry), "the entry itself is named: removing it is the user's call"

@@ -284,7 +284,8 @@ class Journal:
                 return Outcome(str(self.path / name), False, "not a journal entry of this user; left alone")
             try:
                 record = msgspec.json.decode(read_all(fd), type=MergeRecord)
-            except (msgspec.DecodeError, msgspec.ValidationError, OSError):
+            except (msgspec.DecodeError, msgspec.ValidationError, OSError, RecursionError):
+                # RecursionError: msgspec skips an unknown field nested thousands deep by recursing.
                 return Outcome(str(self.path / name), False, "unreadable journal entry; left in place")
             if not _valid_parts(record.parts) or not os.path.isabs(record.workdir):
                 return Outcome(str(self.path / name), False, "journal entry names no file below a workdir; left in place")
