@@ -51,10 +51,13 @@ def strip_comments(text: str) -> str:
     return _TOKEN.sub(_keep_strings, text)
 
 
-def check_bounds(text: str, *, max_depth: int = MAX_DEPTH, max_number_chars: int = MAX_NUMBER_CHARS) -> None:
+def check_bounds(text: str, *, max_depth: int = MAX_DEPTH, max_number_chars: int = MAX_NUMBER_CHARS,
+                 skeleton: str | None = None) -> None:
     """Raise Unparseable when comment-free JSON text nests deeper than `max_depth` or holds a number token
-    longer than `max_number_chars` (strings are not looked into)."""
-    skeleton = _STRING_ONLY.sub('""', text)
+    longer than `max_number_chars` (strings are not looked into; `skeleton` is the text with every string
+    emptied, when the caller has it)."""
+    if skeleton is None:
+        skeleton = _STRING_ONLY.sub('""', text)
     brackets = _NOT_BRACKET.sub("", skeleton)
     if brackets and max(accumulate(map(_STEP.__getitem__, brackets))) > max_depth:
         raise Unparseable(f"is nested deeper than {max_depth} levels")
@@ -89,10 +92,14 @@ def loads(data: bytes | str, *, max_bytes: int = MAX_BYTES, max_depth: int = MAX
             raise Unparseable("is not UTF-8 text") from None
     elif data.startswith("\ufeff"):
         data = data[1:]
-    text = strip_comments(data)
-    if not text.strip():
+    skeleton = _STRING_ONLY.sub('""', data)
+    if "/" in skeleton:  # a comment, or a stray slash: only then is the slower comment pass needed
+        data = strip_comments(data)
+        skeleton = _STRING_ONLY.sub('""', data)
+    text = data
+    if not skeleton.strip():
         raise Unparseable(_EMPTY)
-    check_bounds(text, max_depth=max_depth, max_number_chars=max_number_chars)
+    check_bounds(text, max_depth=max_depth, max_number_chars=max_number_chars, skeleton=skeleton)
     try:
         return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite)
     except Unparseable:

@@ -5,7 +5,6 @@ quadratic time; comments and strings are read as Cursor and Gemini CLI read them
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -68,12 +67,10 @@ def test_comments_are_whitespace_and_strings_are_kept_whole() -> None:
     pytest.param('"\\' * (MAX_BYTES // 4), id="megabytes_of_unclosed_strings"),
     pytest.param("[" * (MAX_BYTES // 2), id="megabytes_of_brackets"),
 ])
-def test_the_worst_texts_within_the_size_bound_take_linear_time(text: str) -> None:
-    # A backtracking pattern takes hours on these; the bound here is generous for a loaded 2-core machine.
-    started = time.monotonic()
+def test_the_worst_texts_within_the_size_bound_are_refused_in_one_pass(text: str) -> None:
+    # A backtracking pattern takes hours on these (the test's timeout ends it); bench/bounded_json.py times them.
     with pytest.raises(Unparseable):
         loads(text)
-    assert time.monotonic() - started < 15
 
 
 json_values = st.recursive(
