@@ -203,10 +203,10 @@ def _read(path: Path) -> str | None:
         return None
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
+            raise OSError(errno.EINVAL, "not a regular file")  # a FIFO would block the read for good
         data = f.read(bounded_json.MAX_BYTES + 1)
     if len(data) > bounded_json.MAX_BYTES:
-        raise OSError(errno.EFBIG, "too large")
+        raise OSError(errno.EFBIG, f"larger than {bounded_json.MAX_BYTES} bytes")
     return data.decode("utf-8")
 
 
@@ -267,5 +267,6 @@ def decide_for(workdir: str | os.PathLike[str], env: Mapping[str, str], argv: Se
     try:
         inputs = read_inputs(workdir, env, argv)
     except (OSError, UnicodeDecodeError) as exc:
-        return TrustDecision(None, "error", error=f"a trust file could not be read ({exc.__class__.__name__})")
+        why = f"{exc.__class__.__name__}: {exc.strerror}" if getattr(exc, "strerror", None) else exc.__class__.__name__
+        return TrustDecision(None, "error", error=f"a trust file could not be read ({why})")
     return decide(inputs, _existing_realpath)
