@@ -186,17 +186,19 @@ def cmd_recover(args: argparse.Namespace) -> int:
     from agentctl.agent.passthrough.recovery import recover
     from agentctl.evidence.store import resolve_state_dir
 
+    from agentctl.safetext import neutralize
+
     state_dir = resolve_state_dir(args.state_dir)
-    outcomes = recover(state_dir)
+    outcomes = recover(state_dir)  # raises nothing: a leftover it cannot deal with is one `left` line, kept
     if args.json:
         done = [vars(o) for o in outcomes if o.done]
         left = [vars(o) for o in outcomes if not o.done]
         print(json.dumps({"state_dir": str(state_dir), "recovered": done, "left": left}, indent=2))
     elif not outcomes:
-        print(f"nothing to recover (state directory {state_dir})")
+        print(f"nothing to recover (state directory {neutralize(str(state_dir))})")
     else:
-        for outcome in outcomes:
-            print(f"{'recovered' if outcome.done else 'left'}  {outcome.file}: {outcome.detail}")
+        for outcome in outcomes:  # one line each: a path or a detail never starts another line
+            print(f"{'recovered' if outcome.done else 'left'}  {neutralize(outcome.file)}: {neutralize(outcome.detail)}")
     return EXIT_OK if all(o.done for o in outcomes) else EXIT_FAILED
 
 

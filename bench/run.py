@@ -39,6 +39,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "redact_fragments": ([], ["--rounds", "300", "--repeat", "1"]),
     "legacy_sessions": ([], ["--rounds", "1", "--abandon", "300"]),
     "listener_flood": ([], ["--rounds", "1", "--seconds", "12", "--probes", "60", "--calls", "30"]),
+    "bounded_json": ([], ["--rounds", "1"]),
 }
 
 

@@ -22,15 +22,16 @@ settings values. Nothing here writes a file: agentctl never changes the user's G
 
 from __future__ import annotations
 
-import json
+import errno
 import os
 import posixpath
-import re
 import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+from agentctl.agent import bounded_json
 
 TRUST_LEVELS = ("TRUST_FOLDER", "TRUST_PARENT", "DO_NOT_TRUST")
 REASON_UNTRUSTED = "untrusted_folder"  # the reason the gemini strategy filters every server with
@@ -38,9 +39,6 @@ Source = Literal["env", "flag", "setting", "file", "default", "error"]
 _HOW_TO_TRUST = ("run `gemini` in the folder and choose \"Trust folder\", add a TRUST_FOLDER rule for it to "
                  "Gemini's trusted-folders file, or add --skip-trust to the agent's command")
 
-# Strings first so a `//` inside one is kept: what strip-json-comments removes, and nothing more (a trailing
-# comma stays an error, as it is for Gemini; a JSON5 reader would accept files the CLI refuses).
-_COMMENT_OR_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|//[^\n]*|/\*.*?\*/', re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -75,13 +73,9 @@ def untrusted_summary(decision: TrustDecision) -> str:
 
 
 def parse_jsonc(text: str) -> Any:
-    """JSON with `//` and `/* */` comments, as Gemini reads its settings and trusted-folders files."""
-    stripped = _COMMENT_OR_STRING.sub(lambda m: m.group(0) if m.group(0).startswith('"') else " ", text)
-    return json.loads(stripped, parse_constant=_refuse_constant)
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
+    """JSON with `//` and `/* */` comments, as Gemini reads its settings and trusted-folders files, within
+    agentctl.agent.bounded_json's bounds (an agent can write these files too): a ValueError otherwise."""
+    return bounded_json.loads(text)
 
 
 def decide(inputs: TrustInputs, realpath: Callable[[str], str] = lambda p: p) -> TrustDecision:
@@ -131,8 +125,8 @@ def _object(text: str | None, what: str) -> tuple[dict[str, Any], str | None]:
         return {}, None
     try:
         parsed = parse_jsonc(text)
-    except ValueError as exc:
-        return {}, f"not valid JSON ({exc.__class__.__name__})"
+    except bounded_json.Unparseable as exc:
+        return {}, "not valid JSON" if exc.reason == "is not valid JSON" else f"not valid JSON: it {exc.reason}"
     if not isinstance(parsed, dict):
         return {}, f"{what} file is not a valid JSON object."
     return parsed, None
@@ -201,10 +195,19 @@ def _home(env: Mapping[str, str]) -> Path:
 
 
 def _read(path: Path) -> str | None:
+    """The file's text (symlinks followed, as Gemini follows them); never hangs on a FIFO, never reads more
+    than bounded_json.MAX_BYTES: anything else is an OSError, which decide_for turns into the error decision."""
     try:
-        return path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")  # a FIFO would block the read for good
+        data = f.read(bounded_json.MAX_BYTES + 1)
+    if len(data) > bounded_json.MAX_BYTES:
+        raise OSError(errno.EFBIG, f"larger than {bounded_json.MAX_BYTES} bytes")
+    return data.decode("utf-8")
 
 
 def _existing_realpath(path: str) -> str:
@@ -264,5 +267,6 @@ def decide_for(workdir: str | os.PathLike[str], env: Mapping[str, str], argv: Se
     try:
         inputs = read_inputs(workdir, env, argv)
     except (OSError, UnicodeDecodeError) as exc:
-        return TrustDecision(None, "error", error=f"a trust file could not be read ({exc.__class__.__name__})")
+        why = f"{exc.__class__.__name__}: {exc.strerror}" if getattr(exc, "strerror", None) else exc.__class__.__name__
+        return TrustDecision(None, "error", error=f"a trust file could not be read ({why})")
     return decide(inputs, _existing_realpath)

@@ -176,6 +176,24 @@ def test_the_reader_reports_an_unreadable_file_as_an_error_and_writes_nothing(tm
     assert sorted(os.walk(tmp_path)) == before
 
 
+@pytest.mark.parametrize("kind", ["fifo", "deep", "long_number", "huge"])
+def test_a_hostile_trusted_folders_file_is_an_error_decision_never_a_hang_or_a_crash(tmp_path: Path, kind) -> None:
+    # The agent runs as the same user and can write Gemini's own files too.
+    home = tmp_path / "home"
+    (home / ".gemini").mkdir(parents=True)
+    folders = home / ".gemini" / "trustedFolders.json"
+    if kind == "fifo":
+        os.mkfifo(folders)  # read with a plain open(), this blocked the daemon's start for good
+    else:
+        folders.write_text({"deep": "[" * 200_000 + "]" * 200_000, "long_number": '{"a": ' + "9" * 5_000 + "}",
+                            "huge": '{"a": "' + "x" * (5 << 20) + '"}'}[kind])
+    decision = decide_for(tmp_path, {"HOME": str(home), "GEMINI_CLI_SYSTEM_SETTINGS_PATH": str(tmp_path / "s")})
+    assert decision.trusted is None and decision.source == "error" and "\n" not in decision.error
+    assert decision.error.endswith({"fifo": "(OSError: not a regular file)", "deep": "it is nested deeper than 64 levels",
+                                    "long_number": "it holds a number longer than 100 characters",
+                                    "huge": "(OSError: larger than 4194304 bytes)"}[kind]), decision.error
+
+
 def test_the_untrusted_folder_reason_is_registered_and_says_how_to_trust_the_folder() -> None:
     reason = REASONS["untrusted_folder"]
     assert reason.where == "row" and "trustedFolders.json" in reason.action and "--skip-trust" in reason.action

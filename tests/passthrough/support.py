@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from agentctl.agent.passthrough.base import BuiltinEndpoint, MaterializeRequest
 from agentctl.spec import Spec, parse_spec
-from tests.conftest import spec_toml
+from tests.conftest import REPO, agentctl_cmd, spec_toml, write_spec
 
 TOKEN = "TOKEN-CANARY-0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 HEADER_CANARY = "HDR-CANARY-61a7e0c2"
@@ -102,3 +104,60 @@ def mode(path: Path) -> int:
 
 def tree(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@dataclass
+class World:
+    """A real daemon's surroundings for the journal tests: a workdir, a state dir, a private TMPDIR."""
+
+    root: Path
+    workdir: Path
+    state: Path
+    private: Path  # TMPDIR of every daemon here: where their private config directories go
+    short: Path
+
+    @property
+    def target(self) -> Path:
+        return self.workdir / ".cursor" / "mcp.json"
+
+    def spec(self, execution_id: str = "exec-test", strategy: str = "cursor", workdir: Path | None = None) -> Path:
+        directory = self.root / execution_id
+        directory.mkdir(exist_ok=True)
+        return write_spec(directory, agent_section(strategy, SLEEPER, workdir or self.workdir), state_dir=self.state,
+                          execution_id=execution_id)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {**os.environ, "TMPDIR": str(self.private), **extra}
+
+    def serve(self, spec: Path, sock: str = "c.sock", **env: str) -> subprocess.Popen:
+        log = open(self.root / f"{spec.parent.name}.log", "ab")  # noqa: SIM115 - closed with the process
+        try:
+            return subprocess.Popen(agentctl_cmd("serve", str(spec), "--socket", str(self.short / sock)), cwd=REPO,
+                                    env=self.env(**env), stdout=subprocess.PIPE, stderr=log)
+        finally:
+            log.close()
+
+    def recover(self, *, json_output: bool = True) -> subprocess.CompletedProcess[str]:
+        args = ("recover", "--state-dir", str(self.state), *(("--json",) if json_output else ()))
+        return subprocess.run(agentctl_cmd(*args), cwd=REPO, env=self.env(), capture_output=True, text=True,
+                              timeout=60)
+
+    def leftovers(self) -> list[str]:
+        """Every file below the workdir, the state dir and the private temp dir that may hold a secret."""
+        return [str(p) for base in (self.workdir, self.state, self.private) for p in base.rglob("*") if p.is_file()]
+
+
+def ready(proc: subprocess.Popen) -> dict:
+    line = proc.stdout.readline()
+    assert line, "agentctl serve exited before ready"
+    return json.loads(line)
+
+
+def kill(proc: subprocess.Popen) -> None:
+    proc.kill()
+    proc.wait(timeout=10)
+
+
+def journal(world: World) -> list[Path]:
+    directory = world.state / "journal"
+    return sorted(directory.iterdir()) if directory.exists() else []

@@ -9,17 +9,15 @@ there for good and drops a marker file), then SIGKILLed: the crash is real, only
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, agentctl_cmd, poll, write_spec
-from tests.passthrough.support import CANARIES, SLEEPER, agent_section, mode, tree
+from tests.conftest import REPO, agentctl_cmd, poll
+from tests.passthrough.support import CANARIES, World, journal, kill, mode, ready, tree
 
 ORIGINAL = b"""// the user's own servers, with a comment agentctl must give back too
 {
@@ -33,67 +31,10 @@ ORIGINAL = b"""// the user's own servers, with a comment agentctl must give back
 OURS = {"kandev", "docs", "events", "fs"}  # what the spec's servers put into the file
 
 
-@dataclass
-class World:
-    root: Path
-    workdir: Path
-    state: Path
-    private: Path  # TMPDIR of every daemon here: where their private config directories go
-    short: Path
-
-    @property
-    def target(self) -> Path:
-        return self.workdir / ".cursor" / "mcp.json"
-
-    def spec(self, execution_id: str = "exec-test", strategy: str = "cursor") -> Path:
-        directory = self.root / execution_id
-        directory.mkdir(exist_ok=True)
-        return write_spec(directory, agent_section(strategy, SLEEPER, self.workdir), state_dir=self.state,
-                          execution_id=execution_id)
-
-    def env(self, **extra: str) -> dict[str, str]:
-        return {**os.environ, "TMPDIR": str(self.private), **extra}
-
-    def serve(self, spec: Path, sock: str = "c.sock", **env: str) -> subprocess.Popen:
-        log = open(self.root / f"{spec.parent.name}.log", "ab")  # noqa: SIM115 - closed with the process
-        try:
-            return subprocess.Popen(agentctl_cmd("serve", str(spec), "--socket", str(self.short / sock)), cwd=REPO,
-                                    env=self.env(**env), stdout=subprocess.PIPE, stderr=log)
-        finally:
-            log.close()
-
-    def recover(self) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(agentctl_cmd("recover", "--state-dir", str(self.state), "--json"), cwd=REPO,
-                              env=self.env(), capture_output=True, text=True, timeout=60)
-
-    def leftovers(self) -> list[str]:
-        """Every file below the workdir, the state dir and the private temp dir that may hold a secret."""
-        return [str(p) for base in (self.workdir, self.state, self.private) for p in base.rglob("*") if p.is_file()]
-
-
-@pytest.fixture
-def world(tmp_path: Path, short_tmp: Path) -> World:
-    w = World(tmp_path, tmp_path / "work", tmp_path / "state", tmp_path / "private", short_tmp)
-    for d in (w.workdir, w.private):
-        d.mkdir()
-    return w
-
-
 def user_file(world: World) -> None:
     world.target.parent.mkdir()
     world.target.write_bytes(ORIGINAL)
     world.target.chmod(0o644)
-
-
-def ready(proc: subprocess.Popen) -> dict:
-    line = proc.stdout.readline()
-    assert line, "agentctl serve exited before ready"
-    return json.loads(line)
-
-
-def kill(proc: subprocess.Popen) -> None:
-    proc.kill()
-    proc.wait(timeout=10)
 
 
 def killed_at(world: World, step: str | None) -> None:
@@ -112,11 +53,6 @@ def killed_at(world: World, step: str | None) -> None:
             assert marker.read_text() == step
     finally:
         kill(proc)
-
-
-def journal(world: World) -> list[Path]:
-    directory = world.state / "journal"
-    return sorted(directory.iterdir()) if directory.exists() else []
 
 
 def secrets_in(paths: list[str]) -> list[str]:

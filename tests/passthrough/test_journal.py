@@ -78,10 +78,14 @@ def test_a_journal_directory_of_another_user_or_a_symlink_is_refused(tmp_path, w
     assert list(workdir.iterdir()) == []
 
 
-def test_an_unreadable_entry_is_kept_reported_and_refuses_a_merge_into_its_file(tmp_path, workdir):
+@pytest.mark.parametrize("content", [
+    pytest.param(b"not json at all", id="not_json"),
+    pytest.param(b'{"x": ' + b"[" * 200_000 + b"]" * 200_000 + b"}", id="an_unknown_field_200000_levels_deep"),
+])
+def test_an_unreadable_entry_is_kept_reported_and_refuses_a_merge_into_its_file(tmp_path, workdir, content):
     target = user_file(workdir)
     entry = planted(tmp_path / "state", workdir, b"{}")
-    entry.write_bytes(b"not json at all")
+    entry.write_bytes(content)
     (outcome,) = Journal(tmp_path / "state").recover()
     assert (outcome.done, outcome.detail) == (False, "unreadable journal entry; left in place")
     assert outcome.file == str(entry), "the entry itself is named: removing it is the user's call"
@@ -105,3 +109,30 @@ def test_a_merge_is_journaled_0600_before_the_file_changes_and_the_entry_goes_wi
     assert sorted(tuple(c) for c in record.changed) == [("mcpServers", n) for n in ("docs", "events", "fs", "kandev")]
     cleanup(mat)
     assert target.read_bytes() == original and list((state / "journal").iterdir()) == []
+
+
+def test_an_entry_whose_undo_fails_unexpectedly_is_kept_in_one_line_and_another_entry_is_still_recovered(tmp_path):
+    import hashlib
+
+    from agentctl.agent.passthrough.recovery import recover
+
+    state, bad, good = tmp_path / "state", tmp_path / "bad", tmp_path / "good"
+    for wd in (bad, good):
+        wd.mkdir()
+    bad_target = user_file(bad)
+    before = bad_target.read_bytes()
+    entry = planted(state, bad, b"{}")
+    record = msgspec.json.decode(entry.read_bytes(), type=MergeRecord)
+    entry.write_bytes(msgspec.json.encode(msgspec.structs.replace(record, changed=[[]])))  # a key path of nothing
+    good_target = user_file(good)
+    good_target.write_bytes(b'{"ours": 1}')
+    good_entry = planted(state, good, b'{"the user": "original"}')
+    record = msgspec.json.decode(good_entry.read_bytes(), type=MergeRecord)
+    good_entry.write_bytes(msgspec.json.encode(msgspec.structs.replace(
+        record, written_sha256=hashlib.sha256(b'{"ours": 1}').hexdigest())))
+    outcomes = {o.file: o for o in recover(state, tmp_path / "no-private-dirs")}
+    kept = outcomes[str(bad_target)]
+    assert not kept.done and "(IndexError)" in kept.detail and "kept for a person to decide" in kept.detail
+    assert bad_target.read_bytes() == before and entry.exists()
+    assert outcomes[str(good_target)].done and good_target.read_bytes() == b'{"the user": "original"}'
+    assert not good_entry.exists()

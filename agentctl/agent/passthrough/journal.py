@@ -221,10 +221,15 @@ class Journal:
             return []
         outcomes: list[Outcome] = []
         try:
-            for name in sorted(os.listdir(dir_fd)):
+            try:
+                names = sorted(os.listdir(dir_fd))
+            except OSError as exc:
+                return [Outcome(str(self.path), False, f"cannot list the journal directory: {exc.strerror}")]
+            for name in names:
                 if name.startswith("." + _PREFIX) and name.endswith(_TMP_SUFFIX):
                     self._remove_stale_temp(dir_fd, name)
                 elif name.startswith(_PREFIX) and name.endswith(_SUFFIX):
+                    # Each entry on its own: whatever one holds or names, the others are still recovered.
                     outcome = self._recover_entry(dir_fd, name)
                     if outcome is not None and outcome.detail != _IN_USE:  # a live daemon's: not a leftover
                         outcomes.append(outcome)
@@ -247,7 +252,16 @@ class Journal:
             os.close(fd)
 
     def _recover_entry(self, dir_fd: int, name: str) -> Outcome | None:
-        """Undo one entry if its owner is gone. None: there is no such entry (any more)."""
+        """Undo one entry if its owner is gone. None: there is no such entry (any more). Raises nothing:
+        an entry that cannot be dealt with is kept and its one line says why, so it never blocks another
+        entry's recovery nor a daemon's start."""
+        try:
+            return self._undo_entry(dir_fd, name)
+        except Exception as exc:  # noqa: BLE001 - see above; the type names the cause, a message could hold a value
+            return Outcome(str(self.path / name), False, f"cannot recover this journal entry ({type(exc).__name__}); "
+                           "left in place")
+
+    def _undo_entry(self, dir_fd: int, name: str) -> Outcome | None:
         try:
             fd = open_nofollow(name, dir_fd=dir_fd)
         except FileNotFoundError:
@@ -270,7 +284,8 @@ class Journal:
                 return Outcome(str(self.path / name), False, "not a journal entry of this user; left alone")
             try:
                 record = msgspec.json.decode(read_all(fd), type=MergeRecord)
-            except (msgspec.DecodeError, msgspec.ValidationError, OSError):
+            except (msgspec.DecodeError, msgspec.ValidationError, OSError, RecursionError):
+                # RecursionError: msgspec skips an unknown field nested thousands deep by recursing.
                 return Outcome(str(self.path / name), False, "unreadable journal entry; left in place")
             if not _valid_parts(record.parts) or not os.path.isabs(record.workdir):
                 return Outcome(str(self.path / name), False, "journal entry names no file below a workdir; left in place")
@@ -281,7 +296,8 @@ class Journal:
             )
             problem, what = undo_merge(restore)
             if problem is not None:
-                return Outcome(_describe(record), False, problem)
+                return Outcome(_describe(record), False, f"{problem}; its journal entry ({name}) is kept "
+                               f"for a person to decide")
             os.unlink(name, dir_fd=dir_fd)
             fsync_dir(dir_fd)
             return Outcome(_describe(record), True, what)

@@ -313,7 +313,16 @@ class PassthroughManager:
 
 
 def _remove(mat: Materialization | None, private: PrivateDir | None) -> None:
-    if mat is not None:
-        cleanup(mat)
+    """Raises nothing: this runs in a task nobody may await (an exit's cleanup), and a file's trouble is one
+    line (the journal keeps what a later `agentctl recover` needs), never a traceback."""
+    try:
+        if mat is not None:
+            cleanup(mat)
+    except Exception as exc:  # noqa: BLE001 - see above; cleanup() itself isolates each file
+        log.warning("could not restore the workspace files at stop (%s); the journal keeps them for "
+                    "`agentctl recover`", type(exc).__name__)
     if private is not None:
-        private.remove()
+        try:
+            private.remove()
+        except Exception as exc:  # noqa: BLE001 - a dead daemon's directory is swept by the next start
+            log.warning("could not remove the private config directory at stop (%s)", type(exc).__name__)

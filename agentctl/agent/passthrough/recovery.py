@@ -85,7 +85,10 @@ def sweep_private_dirs(root: Path | None = None) -> list[Outcome]:
             continue
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
             continue  # a symlink, a file, or another user's: never ours to remove
-        outcome = _sweep_one(path)
+        try:
+            outcome = _sweep_one(path)
+        except Exception as exc:  # noqa: BLE001 - one directory never stops the sweep of the others
+            outcome = Outcome(str(path), False, f"cannot sweep this private directory ({type(exc).__name__})")
         if outcome is not None:
             outcomes.append(outcome)
     return outcomes
@@ -123,12 +126,23 @@ def _sweep_one(path: Path) -> Outcome | None:
 
 
 def recover(state_dir: Path, tmp_root: Path | None = None) -> list[Outcome]:
-    """Undo the merges of dead daemons recorded in `state_dir`'s journal and remove their private dirs."""
+    """Undo the merges of dead daemons recorded in `state_dir`'s journal and remove their private dirs.
+
+    Raises nothing: what cannot be dealt with is an Outcome that is not `done` (one line, the entry kept),
+    so a daemon's start and `agentctl recover` always finish, whatever one leftover holds."""
+    journal = Path(state_dir) / "journal"
     try:
         outcomes = Journal(state_dir).recover()
     except MaterializeError as exc:
-        outcomes = [Outcome(str(Path(state_dir) / "journal"), False, exc.summary)]
-    return outcomes + sweep_private_dirs(tmp_root)
+        outcomes = [Outcome(str(journal), False, exc.summary)]
+    except Exception as exc:  # noqa: BLE001 - each entry is isolated inside; this is the last line of defence
+        outcomes = [Outcome(str(journal), False, f"cannot recover the journal ({type(exc).__name__})")]
+    try:
+        swept = sweep_private_dirs(tmp_root)
+    except Exception as exc:  # noqa: BLE001 - as above
+        swept = [Outcome(str(tmp_root or tempfile.gettempdir()), False,
+                         f"cannot sweep the private directories ({type(exc).__name__})")]
+    return outcomes + swept
 
 
 def log_outcomes(outcomes: list[Outcome]) -> None:

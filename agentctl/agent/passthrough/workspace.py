@@ -16,13 +16,14 @@ from __future__ import annotations
 import copy
 import errno
 import hashlib
-import json
+import logging
 import os
 import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentctl.agent.bounded_json import Unparseable, loads_object
 from agentctl.agent.passthrough.base import (
     MAX_WORKSPACE_FILE_BYTES,
     Materialization,
@@ -38,10 +39,11 @@ from agentctl.safe_files import (
     is_own_temp,
     open_below,
     open_nofollow,
-    read_all,
     unlink_quietly,
     write_atomic_at,
 )
+
+log = logging.getLogger(__name__)
 
 # -- file operations (agentctl.safe_files), errors naming a path relative to the workdir -----------
 
@@ -95,13 +97,25 @@ def _read_existing(dir_fd: int, name: str, where: str) -> tuple[bytes | None, in
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise MaterializeError(f"{where} is not a regular file")
-        if st.st_size > MAX_WORKSPACE_FILE_BYTES:
+        data = _read_bounded(fd, MAX_WORKSPACE_FILE_BYTES) if st.st_size <= MAX_WORKSPACE_FILE_BYTES else None
+        if data is None:
             raise MaterializeError(f"{where} is larger than {MAX_WORKSPACE_FILE_BYTES} bytes; left untouched")
-        return read_all(fd), stat.S_IMODE(st.st_mode)
+        return data, stat.S_IMODE(st.st_mode)
     except OSError as exc:
         raise MaterializeError(_fs_summary(exc, where)) from None
     finally:
         os.close(fd)
+
+
+def _read_bounded(fd: int, limit: int) -> bytes | None:
+    """At most `limit` bytes; None when there are more (the file grew past its size at fstat while read)."""
+    chunks, total = [], 0
+    while chunk := os.read(fd, min(1 << 16, limit + 1 - total)):
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > limit:
+            return None
+    return b"".join(chunks)
 
 
 def _atomic_write(dir_fd: int, name: str, data: bytes, mode: int, where: str, step: str | None = None) -> None:
@@ -212,46 +226,12 @@ def _take_out(doc: dict[str, Any], original: dict[str, Any], paths: list[tuple[s
 
 
 def _parse_json_object(raw: bytes, where: str) -> dict[str, Any]:
+    """The file as a JSON object (comments tolerated, empty is {}), parsed within agentctl.agent.bounded_json's
+    size, depth and number bounds: anything else is the user's (or the agent's) and is refused, never guessed at."""
     try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise MaterializeError(f"{where} is not UTF-8 text; left untouched") from None
-    if not text.strip():
-        return {}
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError:
-        try:
-            doc = json.loads(strip_json_comments(text))
-        except json.JSONDecodeError:
-            raise MaterializeError(f"{where} is not valid JSON; left untouched") from None
-    if not isinstance(doc, dict):
-        raise MaterializeError(f"{where} is not a JSON object; left untouched")
-    return doc
-
-
-def strip_json_comments(text: str) -> str:
-    """JSON with `//` and `/* */` comments (as Gemini CLI and Cursor accept) as plain JSON."""
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i : j + 1])
-            i = j + 1
-        elif text.startswith("//", i):
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            i = n if j < 0 else j + 2
-        else:
-            out.append(ch)
-            i += 1
-    return "".join(out)
+        return loads_object(raw, max_bytes=MAX_WORKSPACE_FILE_BYTES)
+    except Unparseable as exc:
+        raise MaterializeError(f"{where} {exc.reason}; left untouched") from None
 
 
 # -- cleanup ---------------------------------------------------------------------------------------
@@ -268,25 +248,39 @@ def undo_merge(restore: Restore) -> tuple[str | None, str]:
     """Undo a merge: the original back (byte for byte, original mode; or no file) when the file still
     holds exactly what agentctl wrote; when the user edited it since, only agentctl's entries taken out
     (the originals of same-named entries put back); a file removed since stays removed. Temp files a
-    killed writer left beside it are removed, then the directories we created, if empty.
+    killed writer left beside it are removed, then the directories we created, if empty. What is in the
+    file's place and cannot be read as a bounded JSON object (a symlink, a FIFO, a directory, a huge,
+    deep or binary file) is the user's: left exactly as it is.
 
     Returns (None, what was done), or (why not, "") in one line naming a relative path: the caller keeps
-    the journal then, so the user's original is not lost.
+    the journal then, so the user's original is not lost. Raises nothing: whatever goes wrong is that line.
     """
-    where, name = _label(restore.parts), restore.parts[-1]
+    where = _label(restore.parts)
     try:
-        present = _existing_dirs(restore.workdir, restore.parts[:-1])
-        if present < len(restore.parts) - 1:
-            _remove_created_dirs(restore)
-            return None, NOTHING_LEFT  # the directory is gone, and our file with it
-        fd = _open_dirs(restore.workdir, restore.parts[:-1], create=False)
+        return _undo(restore, where)
     except MaterializeError as exc:
         return exc.summary, ""
+    except OSError as exc:
+        return _fs_summary(exc, where), ""
+    except Exception as exc:  # noqa: BLE001 - one file's undo must never take its caller (a stop, a start) down
+        return f"cannot undo agentctl's merge into {where} ({type(exc).__name__})", ""
+
+
+def _undo(restore: Restore, where: str) -> tuple[str | None, str]:
+    name = restore.parts[-1]
+    present = _existing_dirs(restore.workdir, restore.parts[:-1])
+    if present < len(restore.parts) - 1:
+        _remove_created_dirs(restore)
+        return None, NOTHING_LEFT  # the directory is gone, and our file with it
+    fd = _open_dirs(restore.workdir, restore.parts[:-1], create=False)
     try:
         for leftover in os.listdir(fd):
             if is_own_temp(leftover, name):
                 unlink_quietly(leftover, fd)
-        current, current_mode = _read_existing(fd, name, where)
+        try:
+            current, current_mode = _read_existing(fd, name, where)
+        except MaterializeError as exc:
+            return f"{exc.summary.removesuffix('; left untouched')}: left as it is", ""
         if current is None or current == restore.original:
             # Removed since, never replaced (killed before the rename), or already restored.
             what = NOTHING_LEFT
@@ -298,19 +292,25 @@ def undo_merge(restore: Restore) -> tuple[str | None, str]:
             else:
                 _atomic_write(fd, name, restore.original, restore.mode, where, step="restore")
                 what = RESTORED
+        elif not current.strip():
+            # Emptied since: nothing says whose that is, and the original is worth more than an empty file.
+            return f"{where} was emptied since agentctl merged into it: left as it is", ""
         else:
             try:
                 doc = _parse_json_object(current, where)
-            except MaterializeError:
-                return f"{where} was edited since agentctl merged into it and is no longer a JSON object", ""
+            except MaterializeError as exc:
+                why = exc.summary.removeprefix(f"{where} ").removesuffix("; left untouched")
+                return (f"{where} was edited since agentctl merged into it and is no longer a JSON object "
+                        f"agentctl reads ({why}): left as it is"), ""
             original = _parse_json_object(restore.original, where) if restore.original is not None else {}
+            before = dump_json(doc)
             _take_out(doc, original, restore.changed)
-            _atomic_write(fd, name, dump_json(doc), current_mode, where, step="restore")
-            what = ENTRIES_REMOVED
-    except MaterializeError as exc:
-        return exc.summary, ""
-    except OSError as exc:
-        return _fs_summary(exc, where), ""
+            after = dump_json(doc)
+            if after == before:
+                what = NOTHING_LEFT  # the user's file as it is: never rewritten (reformatted) for nothing
+            else:
+                _atomic_write(fd, name, after, current_mode, where, step="restore")
+                what = ENTRIES_REMOVED
     finally:
         os.close(fd)
     _remove_created_dirs(restore)
@@ -322,6 +322,8 @@ def restore_workspace(restore: Restore) -> None:
     undo that cannot finish keeps the journal (the user's original stays recoverable)."""
     problem, _what = undo_merge(restore)
     if restore.journal is None:
+        if problem is not None:
+            log.warning("could not undo agentctl's merge into %s: %s", _label(restore.parts), problem)
         return
     if problem is None:
         restore.journal.complete()
@@ -347,6 +349,6 @@ def cleanup(mat: Materialization) -> None:
         except OSError:
             pass
     for restore in mat.restores:
-        restore_workspace(restore)
+        restore_workspace(restore)  # raises nothing: one file's trouble never keeps another's restore from running
     mat.files.clear()
     mat.restores.clear()
