@@ -208,3 +208,13 @@ def test_a_relative_agent_path_resolves_in_the_workdir_and_names_on_path_or_bund
     assert load_spec(_agent_spec(tmp_path, "'./bin/agent'", f"workdir = '{tmp_path}'\n")).agent.command[0] == "./bin/agent"
     assert load_spec(_agent_spec(tmp_path, "'sh'")).agent is not None
     assert load_spec(_agent_spec(tmp_path, "'agentctl-reference-agent'")).agent is not None
+
+
+def test_an_auth_method_is_an_acp_method_id_and_only_for_an_acp_agent():
+    spec = parse_spec(MINIMAL.decode().encode() + b"\n[agent]\ncommand = ['x']\nauth_method = 'api-key'\n")
+    assert spec.agent.auth_method == "api-key"
+    msg = _err(MINIMAL.decode() + "\n[agent]\ncommand = ['x']\nauth_method = 'a b " + CANARY + "'\n")
+    assert msg.startswith("spec.toml: agent.auth_method:") and CANARY not in msg
+    msg = _err(MINIMAL.decode() + "\n[agent]\ncommand = ['x']\nprotocol = 'passthrough'\nstrategy = 'claude'\n"
+               "auth_method = 'api-key'\n")
+    assert msg.startswith("spec.toml: agent.auth_method:") and "acp" in msg

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +29,7 @@ from acp.schema import (
 )
 
 from agentctl import __version__
-from agentctl.agent import acp_notices, gemini_acp
+from agentctl.agent import acp_auth, acp_notices, gemini_acp
 from agentctl.agent.attribution import attribute, error_text
 from agentctl.agent.delivery import Planned, plan_delivery
 from agentctl.agent.outcome import AgentError, SessionOutcome
@@ -116,6 +116,7 @@ class AcpRuntime:
         builtin_base: Callable[[], str],
         seeds: Callable[[], list[ServerSeed]],
         gone: Callable[[], str] | None = None,
+        agent_env: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         assert spec.agent is not None
         self.spec = spec
@@ -125,6 +126,9 @@ class AcpRuntime:
         self._seeds = seeds
         # Why there is no usable agent, for an attempt that cannot be delivered (the manager knows how it ended).
         self._gone = gone or (lambda: "no ACP connection")
+        # The environment the agent runs with: read for variable names (and to register a chosen credential
+        # as a secret), never stored.
+        self._agent_env = agent_env or (lambda: self.agent_spec.env)
         self._conn: ClientSideConnection | None = None
         self._transport: AgentStdioTransport | None = None
         self.caps = McpCapabilities()
@@ -188,6 +192,7 @@ class AcpRuntime:
         self.agent_name = info.name if info is not None and isinstance(info.name, str) else None
         if gemini_acp.is_gemini(self.agent_name, self.agent_spec.command):
             self._gemini_trust = gemini_acp.trust_for(self._cwd(), self.agent_spec.env, self.agent_spec.command)
+        await self._authenticate(resp.auth_methods)
         self.ledger.update_agent(
             state="running",
             name=bounded_text(info.name, secrets=self._known()) if info is not None else None,
@@ -196,6 +201,41 @@ class AcpRuntime:
             mcp_capabilities=self.caps,
         )
         self.initialized = True
+
+    async def _authenticate(self, advertised: Any) -> None:
+        """ACP `authenticate` with the method agentctl/agent/acp_auth.py picks: its id only; the agent reads the
+        credential from its own environment. A refusal is recorded, not fatal: the session answer says more."""
+        env = self._agent_env()
+        decision = acp_auth.decide(
+            acp_auth.advertised_methods(advertised), self.agent_spec.auth_method, acp_auth.present_names(env))
+        if decision.not_advertised:
+            self.ledger.update_agent(auth_method=self.agent_spec.auth_method, auth_result="not_advertised")
+            return
+        method_id = decision.method_id
+        if method_id is None:
+            return
+        for var in decision.variables:
+            if env.get(var, "").strip():
+                self._known().add(env[var].strip())  # an echo of the key in any later text is scrubbed
+        shown = bounded_text(method_id, 64, secrets=self._known())
+        try:
+            await asyncio.wait_for(self._conn.authenticate(method_id=method_id), self.agent_spec.initialize_timeout)
+        except TimeoutError:
+            self.ledger.update_agent(auth_method=shown, auth_result="rejected",
+                                     auth_note="the agent did not answer authenticate in time")
+            return
+        except acp.RequestError as exc:
+            self.ledger.update_agent(auth_method=shown, auth_result="rejected",
+                                     auth_note=self._summary(error_text(str(exc), getattr(exc, "data", None))))
+            return
+        except (ConnectionError, OSError):
+            return  # the agent is gone: the session attempt says so
+        except Exception as exc:  # an answer the SDK could not validate
+            self.ledger.update_agent(auth_method=shown, auth_result="rejected",
+                                     auth_note=f"unusable authenticate answer ({type(exc).__name__})")
+            return
+        self.ledger.update_agent(auth_method=shown, auth_result="accepted", auth_note=None)
+        log.info("the agent accepted ACP authenticate (method %s)", shown)
 
     @property
     def connected(self) -> bool:

@@ -261,6 +261,18 @@ def agent_report_line(agent: AgentState | None) -> str | None:
     return None
 
 
+def auth_text(agent: AgentState | None) -> str | None:
+    """Which ACP `authenticate` method was sent (its id only) and how the agent answered; None when none was."""
+    if agent is None or agent.auth_result is None:
+        return None
+    method = agent.auth_method or "?"
+    if agent.auth_result == "accepted":
+        return f"ACP authenticate with method {method}: accepted"
+    if agent.auth_result == "not_advertised":
+        return f"ACP authenticate not sent: the agent did not advertise the method {method} ([agent] auth_method)"
+    return f"ACP authenticate with method {method}: rejected" + (f" ({agent.auth_note})" if agent.auth_note else "")
+
+
 def notice_lines(notices: list[AgentNotice], count: int) -> list[str]:
     """Report level: the agent's session notices in its own (redacted) words. Weak: they change no row."""
     lines = []
@@ -404,6 +416,9 @@ def render_status(status: StatusResponse | AttachmentHistory | Attempt, color: b
     lines.append("")
     if attempt:
         lines += _detail("attempt", _attempt_line(attempt), color)
+    auth = auth_text(agent)
+    if auth:
+        lines += _detail("auth", auth, color)
     owner = identity or attempt
     if owner is not None and owner.execution_id:
         lines += _detail("execution", owner.execution_id, color)

@@ -314,6 +314,13 @@ class AgentState(Base, kw_only=True):
     # A passthrough CLI on a pseudo-terminal the daemon owns (`[agent] terminal = true`): its screen can be
     # attached to, and an upstream may ask for its recent screen (`terminal_read`).
     terminal: bool = False
+    # ACP `authenticate` (`[agent] auth_method`, or the advertised method whose credential variable is set in
+    # the agent's environment): the method id sent (never a credential), and how the agent answered it:
+    # `accepted`, `rejected` (`auth_note` says why), or `not_advertised` (the spec named a method the agent
+    # did not advertise; nothing was sent).
+    auth_method: str | None = None
+    auth_result: Literal["accepted", "rejected", "not_advertised"] | None = None
+    auth_note: str | None = None
 
 
 class RefusalCount(Base, kw_only=True):
