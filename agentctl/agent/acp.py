@@ -203,39 +203,10 @@ class AcpRuntime:
         self.initialized = True
 
     async def _authenticate(self, advertised: Any) -> None:
-        """ACP `authenticate` with the method agentctl/agent/acp_auth.py picks: its id only; the agent reads the
-        credential from its own environment. A refusal is recorded, not fatal: the session answer says more."""
-        env = self._agent_env()
-        decision = acp_auth.decide(
-            acp_auth.advertised_methods(advertised), self.agent_spec.auth_method, acp_auth.present_names(env))
-        if decision.not_advertised:
-            self.ledger.update_agent(auth_method=self.agent_spec.auth_method, auth_result="not_advertised")
-            return
-        method_id = decision.method_id
-        if method_id is None:
-            return
-        for var in decision.variables:
-            if env.get(var, "").strip():
-                self._known().add(env[var].strip())  # an echo of the key in any later text is scrubbed
-        shown = bounded_text(method_id, 64, secrets=self._known())
-        try:
-            await asyncio.wait_for(self._conn.authenticate(method_id=method_id), self.agent_spec.initialize_timeout)
-        except TimeoutError:
-            self.ledger.update_agent(auth_method=shown, auth_result="rejected",
-                                     auth_note="the agent did not answer authenticate in time")
-            return
-        except acp.RequestError as exc:
-            self.ledger.update_agent(auth_method=shown, auth_result="rejected",
-                                     auth_note=self._summary(error_text(str(exc), getattr(exc, "data", None))))
-            return
-        except (ConnectionError, OSError):
-            return  # the agent is gone: the session attempt says so
-        except Exception as exc:  # an answer the SDK could not validate
-            self.ledger.update_agent(auth_method=shown, auth_result="rejected",
-                                     auth_note=f"unusable authenticate answer ({type(exc).__name__})")
-            return
-        self.ledger.update_agent(auth_method=shown, auth_result="accepted", auth_note=None)
-        log.info("the agent accepted ACP authenticate (method %s)", shown)
+        fields = await authenticate(self._conn, advertised, self.agent_spec.auth_method, self._agent_env(),
+                                    self._known(), self.agent_spec.initialize_timeout)
+        if fields:
+            self.ledger.update_agent(**fields)
 
     @property
     def connected(self) -> bool:
@@ -477,6 +448,40 @@ class AcpRuntime:
 
     def _summary(self, text: str) -> str:
         return summarize("x", text, self._known()).summary
+
+
+async def authenticate(conn: Any, advertised: Any, configured: str | None, env: Mapping[str, str],
+                       secrets: SecretRegistry, timeout: float) -> dict[str, Any]:
+    """ACP `authenticate` with the method agentctl/agent/acp_auth.py picks, for the daemon and the probe: the id
+    only (the agent reads the credential from its own environment). Returns the AgentState fields to record
+    (`auth_method`, `auth_result`, `auth_note`), empty when nothing was sent. A refusal is not fatal: the
+    session's own answer says more."""
+    decision = acp_auth.decide(acp_auth.advertised_methods(advertised), configured, acp_auth.present_names(env))
+    if decision.not_advertised:
+        return {"auth_method": configured, "auth_result": "not_advertised"}
+    method_id = decision.method_id
+    if method_id is None:
+        return {}
+    for var in decision.variables:
+        if env.get(var, "").strip():
+            secrets.add(env[var].strip())  # an echo of the key in any later text is scrubbed
+    shown = bounded_text(method_id, 64, secrets=secrets)
+    note = None
+    try:
+        await asyncio.wait_for(conn.authenticate(method_id=method_id), timeout)
+    except TimeoutError:
+        note = "the agent did not answer authenticate in time"
+    except acp.RequestError as exc:
+        note = summarize("x", error_text(str(exc), getattr(exc, "data", None)), secrets).summary
+    except (ConnectionError, OSError):
+        return {}  # the agent is gone: the session attempt says so
+    except Exception as exc:  # an answer the SDK could not validate
+        note = f"unusable authenticate answer ({type(exc).__name__})"
+    if note is not None:
+        log.info("the agent refused ACP authenticate (method %s)", shown)
+        return {"auth_method": shown, "auth_result": "rejected", "auth_note": note}
+    log.info("the agent accepted ACP authenticate (method %s)", shown)
+    return {"auth_method": shown, "auth_result": "accepted", "auth_note": None}
 
 
 def _to_model(planned: Planned) -> Any:

@@ -118,3 +118,16 @@ async def test_a_refused_authenticate_is_shown_with_the_agents_reason_and_the_da
     assert "ACP authenticate with method api-key: rejected" in render_status(daemon.ledger.history, False)
     outcome = await daemon.agent.acp.new_session()
     assert not outcome.accepted and "authentication required" in (outcome.summary or "").lower()
+
+
+async def test_probe_mcp_authenticates_codex_acp_the_same_way_and_gets_its_session(real_cli, tmp_path: Path) -> None:
+    from agentctl.probe.run import ProbeOptions, run_probe
+
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    home.mkdir()
+    ws.mkdir()
+    env = {**{k: v for k, v in clean_env(home).items() if k != "PATH"}, "OPENAI_API_KEY": CANARY}
+    report, _ = await run_probe(ProbeOptions(command=[str(real_cli("codex-acp"))], timeout=60, workdir=str(ws), env=env))
+    assert (report.agent.auth_method, report.agent.auth_result) == ("api-key", "accepted")
+    assert report.session is not None and report.session.accepted, report.session
+    assert CANARY not in repr(report)
