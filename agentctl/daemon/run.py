@@ -103,8 +103,7 @@ async def _run_main_job(
     signals: Signals | None = None,
     hub_dir: Path | None = None,
 ) -> int:
-    from agentctl.control.render import render_status, use_color
-    from agentctl.control.server import build_status
+    from agentctl.control.render import agent_gone, render_status, use_color
 
     out = out or sys.stdout
     # Every progress line quotes evidence (names, the agent's own words): no control character reaches the terminal.
@@ -125,13 +124,7 @@ async def _run_main_job(
             show(line)
 
     async def job(_ready: object) -> int:
-        code = await _job(daemon, prompt, show)
-        if not as_json:
-            assert daemon.persister is not None
-            await daemon.persister.flush()
-            out.write("\n" + render_status(build_status(daemon.ctx), color=use_color(out)))
-            out.write(f"report persisted to {daemon.ctx.report_path}\n")
-        return code
+        return await _job(daemon, prompt, show)
 
     stops = StopStack(log)
 
@@ -165,6 +158,12 @@ async def _run_main_job(
     if as_json and daemon.ctx.report_path is not None:
         # After the stop: the same final report the file holds (the agent's exit included).
         out.write(encode(daemon.ledger.history).decode() + "\n")
+    elif not as_json and outcome.signum is None and daemon.ctx.report_path is not None:
+        # The table is the final report the file holds, rendered after the stop: evidence that lands after the
+        # session was accepted (a tools/list 0.6 s later) is in both or in neither, never only in the file.
+        gone = agent_gone(daemon.ledger.history.agent)
+        out.write("\n" + (f"Agent: {gone}\n" if gone else "") + render_status(daemon.ledger.history, color=use_color(out)))
+        out.write(f"report persisted to {daemon.ctx.report_path}\n")
     if outcome.signum is None:
         return outcome.result or EXIT_OK
     # Ctrl-C or SIGTERM: the agent tree is stopped and the report is final all the same.
