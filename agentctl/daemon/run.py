@@ -47,8 +47,8 @@ def progress_line(event: EvidenceEvent, passthrough: bool = False) -> str | None
         return f"  filtered    {server}: {meaning(event.reason_code)} [{event.reason_code}]"
     if kind == "session_accepted":
         if passthrough:
-            # A passthrough CLI accepts nothing: its process started with the configuration, that is all.
-            return "  started     the agent's process started with its MCP configuration"
+            # A passthrough CLI has no handshake: this is the first sign its session runs (never its start).
+            return "  session     the CLI's session began (its first contact with the built-in server, or its own report)"
         return "  accepted    the agent accepted the session"
     if kind == "initialize_observed":
         client = event.client.name if event.client else "unknown client"
@@ -188,7 +188,7 @@ async def _job(daemon: Daemon, prompt: str | None, show) -> int:
         explain_refusal(agent, "did not start", str(agent.start_error))
     elif agent.kind == "passthrough":
         # A passthrough CLI: its start was the attempt, and it works (and exits) on its own.
-        show("agent started (passthrough: its process start is the attempt)")
+        show("agent started (passthrough: its process start is the attempt, not a session acceptance)")
         if prompt is not None:
             show("  note        --prompt needs an ACP agent; a passthrough CLI takes its task from its own argv")
             code = EXIT_AGENT_FAILED

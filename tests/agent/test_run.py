@@ -201,7 +201,8 @@ def test_run_whose_passthrough_cli_exits_with_an_error_at_once_exits_one_and_nev
     out = done.stdout
     assert done.returncode == 1, out + done.stderr
     assert "accepted" not in out, "a passthrough CLI accepts nothing, least of all one that failed at once"
-    assert re.search(r"^\s+started\s+the agent's process started with its MCP configuration$", out, re.M), out
+    assert "session began" not in out, "a process start is not a session acceptance"
+    assert "NO SESSION: the agent process exited [agent_exited]" in " ".join(out.split()), out
     assert re.search(r"^\s+exited\s+the agent exited with code 3$", out, re.M), out
     assert re.search(r"^\s+error\s+session: the agent process exited \[agent_exited: exited with code 3\]$", out, re.M), out
     flat = " ".join(out.split())
