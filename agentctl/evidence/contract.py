@@ -15,7 +15,8 @@ import msgspec
 # 2 added agent-reported evidence (kind `agent_reported`, ServerRow.reported and status_source), the
 # built-in catalog's hash (ToolCatalog.hash, ServerRow.catalog_hash) and the agent's session notices
 # (Attempt.notices and notice_count, AttemptDiagnostics likewise), each legacy connection's own state
-# (ServerRow.connections) and ACP authentication (AgentState.auth_method, auth_result, auth_note).
+# (ServerRow.connections), ACP authentication (AgentState.auth_method, auth_result, auth_note) and dropped
+# session notices (AgentState.notices_dropped).
 CONTRACT_VERSION = 2
 # Every version this release reads. A version-1 report is a subset of version 2 (nothing was removed or
 # renamed), so it decodes with these types as it is; a newer version is refused by name, never guessed at.
@@ -335,6 +336,9 @@ class AgentState(Base, kw_only=True):
     auth_method: str | None = None
     auth_result: Literal["accepted", "rejected", "not_advertised"] | None = None
     auth_note: str | None = None
+    # ACP session notices that named no session agentctl opened or was opening (no id, an unknown one, or one
+    # a refused session/new never confirmed): counted, never kept (agentctl/agent/acp.py says the rule).
+    notices_dropped: int = 0
 
 
 class RefusalCount(Base, kw_only=True):

@@ -88,8 +88,11 @@ class ReferenceAgent:
             "description": f"connecting to {entry.url or entry.command} with {header[0]}: {header[1]} failed; "
                            "continuing without its tools",
         }
-        frame = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session.id, "update": update}}
-        self._writer.write(json.dumps(frame).encode() + b"\n")
+        ids: list[str | None] = [None, "ref-no-such-session", session.id] if self._opts.stray_notices else [session.id]
+        for session_id in ids:  # stray-notices: the two that name no session first, on the wire before the own one
+            params = {"update": update} if session_id is None else {"sessionId": session_id, "update": update}
+            frame = {"jsonrpc": "2.0", "method": "session/update", "params": params}
+            self._writer.write(json.dumps(frame).encode() + b"\n")
 
     def garbage(self, text: str | None = None) -> None:
         """Write one non-JSON line straight to stdout (between frames: each frame is one write)."""

@@ -11,10 +11,11 @@ Modes, as flags or in `AGENTCTL_REF_MODE` (comma list; valued ones as `name=valu
 e.g. `lazy,strict,crash-after=5`): ignore-mcp, lazy, strict, modern, sse-only,
 no-mcp-capabilities, crash-after=S, crash-before-initialize, delay-initialize=S, flood-stderr=MB,
 garbage-stdout, hang-on-shutdown, fork-grandchildren, stubborn-grandchildren, request-permission,
-refuse-auth, send-notice, passthrough=claude|codex, builtin-name=NAME, connect-timeout=S, call-timeout=S. In
+refuse-auth, send-notice, stray-notices, passthrough=claude|codex, builtin-name=NAME, connect-timeout=S, call-timeout=S. In
 passthrough mode `--prompt TEXT` chooses the call (`CALL <tool> <json-args>`), as a prompt does over ACP.
 send-notice sends, during session/new, an ACP session notice naming the last delivered server with its full
 URL and a header value in its text (deliberately: what agentctl must redact before keeping it).
+stray-notices sends two more, before it: one without a session id and one naming a session that does not exist.
 
 stdout carries only ACP frames (plus, in garbage-stdout mode, deliberate non-JSON lines);
 diagnostics go to stderr and never contain header values, env values or URL queries.
@@ -65,6 +66,7 @@ class Options:
     request_permission: bool = False
     refuse_auth: bool = False
     send_notice: bool = False
+    stray_notices: bool = False
     passthrough: str | None = None
     builtin_name: str = "kandev"
     connect_timeout: float = 10.0
@@ -107,6 +109,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="refuse session/new as an agent with no credentials does (auth-style lines on stderr first)")
     p.add_argument("--send-notice", action="store_true",
                    help="during session/new, send an ACP session notice naming a server (its URL and a header value in the text)")
+    p.add_argument("--stray-notices", action="store_true",
+                   help="with --send-notice, first one notice without a session id and one naming no session")
     p.add_argument("--passthrough", choices=["claude", "codex"], help="not ACP: read that CLI's MCP config")
     p.add_argument("--builtin-name", help="name of the built-in MCP server (default kandev)")
     p.add_argument("--connect-timeout", type=float, metavar="SECONDS", help="per-server connect timeout (10)")
