@@ -69,6 +69,9 @@ class AgentSpec(_S):
     # Passthrough: read the CLI's own report of its MCP servers when its arguments ask for one ("auto"),
     # also add the arguments that make a print-mode run report ("request", Claude Code), or never ("off").
     report: Literal["auto", "request", "off"] = "auto"
+    # ACP: the `authenticate` method id to send after initialize ("none": never). Unset: the advertised method
+    # whose credential variable is set in the agent's environment (agentctl/agent/acp_auth.py), if any.
+    auth_method: str | None = None
 
 
 class ServerSpec(_S):
@@ -261,6 +264,11 @@ def _check(spec: Spec, source: str) -> None:
             raise _fail(source, "agent.strategy", "only valid with protocol = \"passthrough\"")
         if agent.protocol == "acp" and agent.terminal:
             raise _fail(source, "agent.terminal", "only valid with protocol = \"passthrough\" (ACP speaks over stdio)")
+        if agent.auth_method is not None and agent.protocol != "acp":
+            raise _fail(source, "agent.auth_method", "only valid with protocol = \"acp\" (ACP authenticate)")
+        if agent.auth_method is not None and not _NAME_RE.fullmatch(agent.auth_method):
+            raise _fail(source, "agent.auth_method", "must be an ACP auth method id (1-64 characters of letters, "
+                        "digits, '_', '.' or '-'), or \"none\"")
         if agent.protocol == "passthrough" and agent.strategy is None:
             known = ", ".join(get_args(StrategyName))
             raise _fail(source, "agent.strategy", f"required with protocol = \"passthrough\" (one of {known}; "

@@ -261,3 +261,13 @@ def test_the_spec_schema_comes_from_the_structs_and_refuses_unknown_keys_as_the_
     command = defs["ServerSpec"]["properties"]["command"]["anyOf"]
     assert {"type": "string"} in command and {"type": "array", "items": {"type": "string"}} in command
     assert defs["AgentSpec"]["properties"]["protocol"]["enum"] == ["acp", "passthrough"]
+
+
+def test_an_auth_method_is_an_acp_method_id_and_only_for_an_acp_agent():
+    spec = parse_spec(MINIMAL.decode().encode() + b"\n[agent]\ncommand = ['x']\nauth_method = 'api-key'\n")
+    assert spec.agent.auth_method == "api-key"
+    msg = _err(MINIMAL.decode() + "\n[agent]\ncommand = ['x']\nauth_method = 'a b " + CANARY + "'\n")
+    assert msg.startswith("spec.toml: agent.auth_method:") and CANARY not in msg
+    msg = _err(MINIMAL.decode() + "\n[agent]\ncommand = ['x']\nprotocol = 'passthrough'\nstrategy = 'claude'\n"
+               "auth_method = 'api-key'\n")
+    assert msg.startswith("spec.toml: agent.auth_method:") and "acp" in msg

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +29,7 @@ from acp.schema import (
 )
 
 from agentctl import __version__
-from agentctl.agent import acp_notices, gemini_acp
+from agentctl.agent import acp_auth, acp_notices, gemini_acp
 from agentctl.agent.attribution import attribute, error_text
 from agentctl.agent.delivery import Planned, plan_delivery
 from agentctl.agent.outcome import AgentError, SessionOutcome
@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 # session/update, so a sink that waits on a slow reader lets them pile up without bound.
 UpdateSink = Callable[[PromptStreamItem], None]
 CANCEL_TIMEOUT = 5.0
+MAX_HELD_NOTICES = 16  # notices with a not-yet-known id held while session/new is in flight; more are dropped
 
 _ACP_DIR = os.path.dirname(os.path.abspath(acp.__file__)) + os.sep
 # The only arguments the SDK's log lines may keep: protocol method names (an agent-chosen one is content).
@@ -116,6 +117,7 @@ class AcpRuntime:
         builtin_base: Callable[[], str],
         seeds: Callable[[], list[ServerSeed]],
         gone: Callable[[], str] | None = None,
+        agent_env: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         assert spec.agent is not None
         self.spec = spec
@@ -125,6 +127,9 @@ class AcpRuntime:
         self._seeds = seeds
         # Why there is no usable agent, for an attempt that cannot be delivered (the manager knows how it ended).
         self._gone = gone or (lambda: "no ACP connection")
+        # The environment the agent runs with: read for variable names (and to register a chosen credential
+        # as a secret), never stored.
+        self._agent_env = agent_env or (lambda: self.agent_spec.env)
         self._conn: ClientSideConnection | None = None
         self._transport: AgentStdioTransport | None = None
         self.caps = McpCapabilities()
@@ -143,6 +148,8 @@ class AcpRuntime:
         # the accepted session: where a session notice is kept.
         self._opening: tuple[str, str | None] | None = None
         self._session_attempt: str | None = None
+        # Notices naming an id not yet known while session/new is in flight: decided when its answer comes.
+        self._held: list[tuple[str, dict[str, Any]]] = []
         self.agent_name: str | None = None  # as the agent declared it in initialize (raw: for matching only)
         # Gemini CLI's folder trust, decided once when it has started: it reads its trusted-folders file once.
         self._gemini_trust: Any = None
@@ -188,6 +195,7 @@ class AcpRuntime:
         self.agent_name = info.name if info is not None and isinstance(info.name, str) else None
         if gemini_acp.is_gemini(self.agent_name, self.agent_spec.command):
             self._gemini_trust = gemini_acp.trust_for(self._cwd(), self.agent_spec.env, self.agent_spec.command)
+        await self._authenticate(resp.auth_methods)
         self.ledger.update_agent(
             state="running",
             name=bounded_text(info.name, secrets=self._known()) if info is not None else None,
@@ -196,6 +204,12 @@ class AcpRuntime:
             mcp_capabilities=self.caps,
         )
         self.initialized = True
+
+    async def _authenticate(self, advertised: Any) -> None:
+        fields = await authenticate(self._conn, advertised, self.agent_spec.auth_method, self._agent_env(),
+                                    self._known(), self.agent_spec.initialize_timeout)
+        if fields:
+            self.ledger.update_agent(**fields)
 
     @property
     def connected(self) -> bool:
@@ -291,24 +305,43 @@ class AcpRuntime:
         finally:
             self._pending_delivery = None
             self._opening = None
+            held, self._held = self._held, []
         session_id = load_id if load_id is not None else getattr(resp, "session_id", None)
         self.acp_session_id = session_id
         self._session_attempt = attempt_id
         ledger.record("session_accepted", attempt_id, acp_session_id=opaque_id(session_id, secrets=self._known()))
+        for held_id, update in held:  # in arrival order, after the acceptance they depend on
+            self._keep_notice(attempt_id, update) if held_id == session_id else self._drop_notice()
         return SessionOutcome(attempt_id, True, acp_session_id=session_id)
 
     def _on_notice(self, session_id: str | None, update: dict[str, Any]) -> None:
-        """A session notice: kept on the attempt of its session (the one being opened, while session/new or
-        session/load is in flight and the id is not the accepted session's); any other is not kept."""
-        attempt_id = None
+        """A session notice belongs to the session whose id it names, decided by that id, never by when it came:
+
+        - the accepted session's id: that session's attempt; the id session/load is loading: that attempt;
+        - another id while session/new is in flight: held (at most MAX_HELD_NOTICES) until the answer, then kept
+          on the new attempt if the answer gave that id, else dropped;
+        - no id, or an id of no session agentctl opened or is opening: dropped.
+        A dropped notice is counted (`AgentState.notices_dropped`), never kept or logged."""
         opening = self._opening
-        if opening is not None and (session_id == opening[1] or (opening[1] is None and session_id != self.acp_session_id)):
-            attempt_id = opening[0]
-        elif session_id is not None and session_id == self.acp_session_id:
-            attempt_id = self._session_attempt
-        attempt = find_attempt(self.ledger.history, attempt_id) if attempt_id else None
-        if attempt is None:
-            log.debug("a session notice for no kept session was not recorded")
+        if session_id is None:
+            self._drop_notice()
+        elif session_id == self.acp_session_id and self._session_attempt is not None:
+            self._keep_notice(self._session_attempt, update)
+        elif opening is not None and opening[1] is not None and session_id == opening[1]:
+            self._keep_notice(opening[0], update)
+        elif opening is not None and opening[1] is None and len(self._held) < MAX_HELD_NOTICES:
+            self._held.append((session_id, update))
+        else:
+            self._drop_notice()
+
+    def _drop_notice(self) -> None:
+        agent = self.ledger.history.agent
+        self.ledger.update_agent(notices_dropped=(agent.notices_dropped if agent else 0) + 1)
+
+    def _keep_notice(self, attempt_id: str, update: dict[str, Any]) -> None:
+        attempt = find_attempt(self.ledger.history, attempt_id)
+        if attempt is None:  # the attempt has left the bounded history
+            self._drop_notice()
             return
         names = [row.name for row in attempt.servers if row.status != "filtered"]  # a notice names a delivered one
         notice = acp_notices.parse_notice(update, names, self.ledger.now(), self._known())
@@ -345,6 +378,9 @@ class AcpRuntime:
         else:
             self.ledger.record("explicit_error", attempt_id, reason_code=reason_code, summary=summary)
         self.acp_session_id = None
+        for _ in self._held:  # the refused session/new gave no id: none of them can be tied to a session
+            self._drop_notice()
+        self._held = []
         return SessionOutcome(
             attempt_id, False, reason_code=reason_code, summary=summary, failed_servers=found.servers
         )
@@ -437,6 +473,40 @@ class AcpRuntime:
 
     def _summary(self, text: str) -> str:
         return summarize("x", text, self._known()).summary
+
+
+async def authenticate(conn: Any, advertised: Any, configured: str | None, env: Mapping[str, str],
+                       secrets: SecretRegistry, timeout: float) -> dict[str, Any]:
+    """ACP `authenticate` with the method agentctl/agent/acp_auth.py picks, for the daemon and the probe: the id
+    only (the agent reads the credential from its own environment). Returns the AgentState fields to record
+    (`auth_method`, `auth_result`, `auth_note`), empty when nothing was sent. A refusal is not fatal: the
+    session's own answer says more."""
+    decision = acp_auth.decide(acp_auth.advertised_methods(advertised), configured, acp_auth.present_names(env))
+    if decision.not_advertised:
+        return {"auth_method": configured, "auth_result": "not_advertised"}
+    method_id = decision.method_id
+    if method_id is None:
+        return {}
+    for var in decision.variables:
+        if env.get(var, "").strip():
+            secrets.add(env[var].strip())  # an echo of the key in any later text is scrubbed
+    shown = bounded_text(method_id, 64, secrets=secrets)
+    note = None
+    try:
+        await asyncio.wait_for(conn.authenticate(method_id=method_id), timeout)
+    except TimeoutError:
+        note = "the agent did not answer authenticate in time"
+    except acp.RequestError as exc:
+        note = summarize("x", error_text(str(exc), getattr(exc, "data", None)), secrets).summary
+    except (ConnectionError, OSError):
+        return {}  # the agent is gone: the session attempt says so
+    except Exception as exc:  # an answer the SDK could not validate
+        note = f"unusable authenticate answer ({type(exc).__name__})"
+    if note is not None:
+        log.info("the agent refused ACP authenticate (method %s)", shown)
+        return {"auth_method": shown, "auth_result": "rejected", "auth_note": note}
+    log.info("the agent accepted ACP authenticate (method %s)", shown)
+    return {"auth_method": shown, "auth_result": "accepted", "auth_note": None}
 
 
 def _to_model(planned: Planned) -> Any:

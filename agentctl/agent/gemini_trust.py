@@ -7,6 +7,9 @@ server agentctl gives it there never reaches the agent. The rules, as Gemini CLI
    `GEMINI_CLI_TRUST_WORKSPACE=true`, or the `--skip-trust` flag (which sets that variable): trusted.
 2. `security.folderTrust.enabled` (default true; system defaults, then user settings, then system settings,
    each overriding the one before; the workspace's settings are never consulted) switched off: trusted.
+   Gemini's settings schema first turns the strings `"true"` and `"false"` (any letter case, nothing
+   trimmed) into booleans; any other value is kept as written and read with JavaScript's truthiness
+   (`0`, `-0` and `""` are off; `"no"`, `1`, `[]`, `{}` are on; `null` is the default).
    A system file counts only when it and every folder above it are root's and writable by no one else
    (Gemini skips it with a security warning otherwise: one under /tmp never counts).
 3. The trusted-folders file (`~/.gemini/trustedFolders.json`, JSON with comments) maps paths to
@@ -16,8 +19,9 @@ server agentctl gives it there never reaches the agent. The rules, as Gemini CLI
 4. A trusted-folders file that is not an object of valid levels, or a settings file that is not a JSON
    object, stops the CLI before it starts any server: the decision is then `trusted=None` with the error.
 
-Not modelled: an IDE companion's own trust answer (no IDE runs under agentctl) and `$VAR` expansion inside
-settings values. Nothing here writes a file: agentctl never changes the user's Gemini settings.
+Not modelled: an IDE companion's own trust answer (no IDE runs under agentctl), `$VAR` expansion inside
+settings values, and a file that fails Gemini's schema somewhere else (Gemini then keeps every value of that
+file uncoerced, so `"false"` there reads as on: agentctl decides trusted and delivers, and Gemini disables). Nothing here writes a file: agentctl never changes the user's Gemini settings.
 """
 
 from __future__ import annotations
@@ -96,7 +100,7 @@ def decide(inputs: TrustInputs, realpath: Callable[[str], str] = lambda p: p) ->
         settings, error = _object(text, "Settings")
         if error:
             return TrustDecision(None, "error", error=f"{name}: {error}")
-        value = _enabled(settings)
+        value = _coerce_boolean(_enabled(settings))
         if value is not _UNSET:
             enabled = True if value is None else value  # `enabled ?? true`
     if not _truthy(enabled):
@@ -108,6 +112,14 @@ def decide(inputs: TrustInputs, realpath: Callable[[str], str] = lambda p: p) ->
 
 
 _UNSET: Any = object()
+
+
+def _coerce_boolean(value: Any) -> Any:
+    """Gemini's settings schema preprocesses a boolean setting: the strings "true"/"false" in any case become
+    booleans (no trimming); every other value passes through unchanged."""
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    return value
 
 
 def _truthy(value: Any) -> bool:

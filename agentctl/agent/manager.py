@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
 from agentctl.agent.outcome import AgentError
-from agentctl.agent.supervisor import AgentStartError, ExitInfo, Supervisor
+from agentctl.agent.supervisor import AgentStartError, ExitInfo, Supervisor, build_agent_env
 from agentctl.bundled import bundled_command
 from agentctl.context import DaemonContext
 from agentctl.evidence.ledger import ServerSeed
@@ -125,7 +125,8 @@ class AgentManager:
 
         ctx = self.ctx
         self.acp = AcpRuntime(
-            ctx.spec, ledger, builtin_base=lambda: ctx.mcp_base or "", seeds=self._seeds, gone=self.gone_reason
+            ctx.spec, ledger, builtin_base=lambda: ctx.mcp_base or "", seeds=self._seeds, gone=self.gone_reason,
+            agent_env=lambda: build_agent_env(self.agent_spec.env, secret_env_names=self.supervisor.secret_env_names),
         )
         if spawn_error is not None:
             self._failed("agent_start_failed", str(spawn_error))

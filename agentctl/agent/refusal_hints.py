@@ -47,8 +47,9 @@ HINTS: tuple[RefusalHint, ...] = (
         "authentication_required",
         ("authentication required", "auth_required", "not logged in", "please log in", "please login",
          "unauthorized", "unauthenticated", "/login"),
-        "The agent wants to be authenticated first: log its CLI in as the user agentctl runs as, or set "
-        "its API key variable in [agent] env.",
+        "The agent wants to be authenticated first: set its API key variable in [agent] env (agentctl then "
+        "sends ACP authenticate with the matching advertised method), name the method in [agent] auth_method, "
+        "or log its CLI in as the user agentctl runs as.",
     ),
     RefusalHint(
         "untrusted_folder",

@@ -261,6 +261,18 @@ def agent_report_line(agent: AgentState | None) -> str | None:
     return None
 
 
+def auth_text(agent: AgentState | None) -> str | None:
+    """Which ACP `authenticate` method was sent (its id only) and how the agent answered; None when none was."""
+    if agent is None or agent.auth_result is None:
+        return None
+    method = agent.auth_method or "?"
+    if agent.auth_result == "accepted":
+        return f"ACP authenticate with method {method}: accepted"
+    if agent.auth_result == "not_advertised":
+        return f"ACP authenticate not sent: the agent did not advertise the method {method} ([agent] auth_method)"
+    return f"ACP authenticate with method {method}: rejected" + (f" ({agent.auth_note})" if agent.auth_note else "")
+
+
 def notice_lines(notices: list[AgentNotice], count: int) -> list[str]:
     """Report level: the agent's session notices in its own (redacted) words. Weak: they change no row."""
     lines = []
@@ -366,10 +378,34 @@ def upstream_text(upstream: UpstreamStatus) -> str:
     return upstream.state
 
 
+# Reason codes of a session request that did not open a session (agentctl/agent/acp.py): the agent refused it,
+# never answered, or was not there to ask.
+_NOT_OPENED = frozenset({"session_rejected", "session_timeout", "session_error", "agent_exited", "agent_not_running"})
+
+
+def refusal_headline(attempt: Attempt) -> str | None:
+    """First line of an attempt whose session was not accepted, so that green rows above a refusal (servers the
+    agent connected to before refusing) never read as a healthy attempt at a glance. None once accepted."""
+    if attempt.accepted_at is not None:
+        return None
+    error = attempt.session_error
+    code = error.reason_code if error is not None else None
+    if code is None:
+        failed = [row for row in attempt.servers if row.status == "failed" and row.reason_code in _NOT_OPENED]
+        code = failed[0].reason_code if failed else None
+    if code is None or code not in _NOT_OPENED:
+        return None
+    return (f"NO SESSION: {meaning(code)} [{code}]. The agent has no session with these servers; each row "
+            f"below is only what happened before that")
+
+
 def render_attempt(attempt: Attempt, color: bool, agent: AgentState | None = None) -> list[str]:
-    """The server rows of one attempt, plus its session-level error (a diagnostic, not a row failure)."""
+    """The server rows of one attempt, plus its session-level error (a diagnostic, not a row failure); an
+    attempt whose session was not accepted says so first."""
     attempt = neutralize_data(attempt)
-    lines = render_rows(attempt.servers, color, agent=agent)
+    headline = refusal_headline(attempt)
+    lines = [paint(line, RED, color) for line in wrap(headline, 2)] if headline else []
+    lines += render_rows(attempt.servers, color, agent=agent)
     report = agent_report_line(agent)
     if report:
         lines.extend(paint(line, GREY, color) for line in wrap(report, 2))
@@ -404,6 +440,9 @@ def render_status(status: StatusResponse | AttachmentHistory | Attempt, color: b
     lines.append("")
     if attempt:
         lines += _detail("attempt", _attempt_line(attempt), color)
+    auth = auth_text(agent)
+    if auth:
+        lines += _detail("auth", auth, color)
     owner = identity or attempt
     if owner is not None and owner.execution_id:
         lines += _detail("execution", owner.execution_id, color)

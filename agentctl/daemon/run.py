@@ -47,8 +47,8 @@ def progress_line(event: EvidenceEvent, passthrough: bool = False) -> str | None
         return f"  filtered    {server}: {meaning(event.reason_code)} [{event.reason_code}]"
     if kind == "session_accepted":
         if passthrough:
-            # A passthrough CLI accepts nothing: its process started with the configuration, that is all.
-            return "  started     the agent's process started with its MCP configuration"
+            # A passthrough CLI has no handshake: this is the first sign its session runs (never its start).
+            return "  session     the CLI's session began (its first contact with the built-in server, or its own report)"
         return "  accepted    the agent accepted the session"
     if kind == "initialize_observed":
         client = event.client.name if event.client else "unknown client"
@@ -103,8 +103,7 @@ async def _run_main_job(
     signals: Signals | None = None,
     hub_dir: Path | None = None,
 ) -> int:
-    from agentctl.control.render import render_status, use_color
-    from agentctl.control.server import build_status
+    from agentctl.control.render import agent_gone, render_status, use_color
 
     out = out or sys.stdout
     # Every progress line quotes evidence (names, the agent's own words): no control character reaches the terminal.
@@ -125,13 +124,7 @@ async def _run_main_job(
             show(line)
 
     async def job(_ready: object) -> int:
-        code = await _job(daemon, prompt, show)
-        if not as_json:
-            assert daemon.persister is not None
-            await daemon.persister.flush()
-            out.write("\n" + render_status(build_status(daemon.ctx), color=use_color(out)))
-            out.write(f"report persisted to {daemon.ctx.report_path}\n")
-        return code
+        return await _job(daemon, prompt, show)
 
     stops = StopStack(log)
 
@@ -165,6 +158,12 @@ async def _run_main_job(
     if as_json and daemon.ctx.report_path is not None:
         # After the stop: the same final report the file holds (the agent's exit included).
         out.write(encode(daemon.ledger.history).decode() + "\n")
+    elif not as_json and outcome.signum is None and daemon.ctx.report_path is not None:
+        # The table is the final report the file holds, rendered after the stop: evidence that lands after the
+        # session was accepted (a tools/list 0.6 s later) is in both or in neither, never only in the file.
+        gone = agent_gone(daemon.ledger.history.agent)
+        out.write("\n" + (f"Agent: {gone}\n" if gone else "") + render_status(daemon.ledger.history, color=use_color(out)))
+        out.write(f"report persisted to {daemon.ctx.report_path}\n")
     if outcome.signum is None:
         return outcome.result or EXIT_OK
     # Ctrl-C or SIGTERM: the agent tree is stopped and the report is final all the same.
@@ -189,7 +188,7 @@ async def _job(daemon: Daemon, prompt: str | None, show) -> int:
         explain_refusal(agent, "did not start", str(agent.start_error))
     elif agent.kind == "passthrough":
         # A passthrough CLI: its start was the attempt, and it works (and exits) on its own.
-        show("agent started (passthrough: its process start is the attempt)")
+        show("agent started (passthrough: its process start is the attempt, not a session acceptance)")
         if prompt is not None:
             show("  note        --prompt needs an ACP agent; a passthrough CLI takes its task from its own argv")
             code = EXIT_AGENT_FAILED

@@ -14,7 +14,9 @@ import msgspec
 
 # 2 added agent-reported evidence (kind `agent_reported`, ServerRow.reported and status_source), the
 # built-in catalog's hash (ToolCatalog.hash, ServerRow.catalog_hash) and the agent's session notices
-# (Attempt.notices and notice_count, AttemptDiagnostics likewise).
+# (Attempt.notices and notice_count, AttemptDiagnostics likewise), each legacy connection's own state
+# (ServerRow.connections), ACP authentication (AgentState.auth_method, auth_result, auth_note) and dropped
+# session notices (AgentState.notices_dropped).
 CONTRACT_VERSION = 2
 # Every version this release reads. A version-1 report is a subset of version 2 (nothing was removed or
 # renamed), so it decodes with these types as it is; a newer version is refused by name, never guessed at.
@@ -68,6 +70,7 @@ MAX_ATTEMPTS = 3
 MAX_EVENTS_PER_ATTEMPT = 64
 MAX_SUMMARY_BYTES = 256
 MAX_CATALOG_TOOLS = 128
+MAX_CONNECTIONS_PER_ROW = 8  # legacy connections tracked per row: every open one first, then the newest closed
 MAX_NOTICES_PER_ATTEMPT = 8  # the first ones are kept (a flood cannot push them out); Attempt.notice_count counts all
 MAX_DESCRIPTION_BYTES = 1024
 MAX_SCHEMA_BYTES = 64 * 1024
@@ -203,12 +206,23 @@ class AgentNotice(Base, kw_only=True):
     server: str | None = None
 
 
+class ConnectionState(Base, kw_only=True):
+    """One legacy connection of a row: its newest contact and its close (None while open, or once a contact
+    after the close reopened it). A close seen before any contact has `seen_at` None."""
+
+    connection_id: str
+    seen_at: datetime | None = None
+    closed_at: datetime | None = None
+
+
 class ServerRow(Base, kw_only=True):
     """What is known about one MCP server in one attempt. `status` is always the strongest current evidence.
 
-    `connection_id` is the newest legacy connection seen (`connection_seen_at` its newest contact) and
-    `disconnected_at` says it has closed: a closed connection is never shown as the current one. A later
-    modern-era contact carries no connection; it shows in the contact times and `era`, not here.
+    `connections` tracks each legacy connection on its own. `connection_id` is the newest open one (else the
+    newest seen; `connection_seen_at` its newest contact) and `disconnected_at` is set only when every
+    connection has closed: a second connection with the same token that opened and closed never makes a row
+    read "disconnected" while the agent's own connection is still open. A modern-era contact carries no
+    connection; it shows in the contact times and `era`, not here.
 
     `status_source` says whose evidence `status` rests on: `observed` (agentctl's own) or `reported` (the
     agent's report in `reported`, for a delivered row with no observation of contact or failure). Host
@@ -240,7 +254,8 @@ class ServerRow(Base, kw_only=True):
     tools_list_observed_at: datetime | None = None
     tool_call_observed_at: datetime | None = None
     failed_at: datetime | None = None  # the newest attachment failure, current or not (see last_failure)
-    disconnected_at: datetime | None = None  # when connection_id (the newest legacy connection) closed
+    disconnected_at: datetime | None = None  # when connection_id closed, once no legacy connection is open
+    connections: list[ConnectionState] = []
     endpoint_test: EndpointTestResult | None = None
     catalog: ToolCatalog | None = None
     # The newest attachment failure (reason and redacted summary; its time is failed_at). It is kept as
@@ -314,6 +329,16 @@ class AgentState(Base, kw_only=True):
     # A passthrough CLI on a pseudo-terminal the daemon owns (`[agent] terminal = true`): its screen can be
     # attached to, and an upstream may ask for its recent screen (`terminal_read`).
     terminal: bool = False
+    # ACP `authenticate` (`[agent] auth_method`, or the advertised method whose credential variable is set in
+    # the agent's environment): the method id sent (never a credential), and how the agent answered it:
+    # `accepted`, `rejected` (`auth_note` says why), or `not_advertised` (the spec named a method the agent
+    # did not advertise; nothing was sent).
+    auth_method: str | None = None
+    auth_result: Literal["accepted", "rejected", "not_advertised"] | None = None
+    auth_note: str | None = None
+    # ACP session notices that named no session agentctl opened or was opening (no id, an unknown one, or one
+    # a refused session/new never confirmed): counted, never kept (agentctl/agent/acp.py says the rule).
+    notices_dropped: int = 0
 
 
 class RefusalCount(Base, kw_only=True):

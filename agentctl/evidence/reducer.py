@@ -7,7 +7,7 @@ only the history they are given, so the daemon's ledger and the hub apply exactl
 from __future__ import annotations
 
 import bisect
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Literal
 
 import msgspec
@@ -15,6 +15,7 @@ import msgspec
 from agentctl.evidence import reasons
 from agentctl.evidence.contract import (
     MAX_ATTEMPTS,
+    MAX_CONNECTIONS_PER_ROW,
     MAX_EVENTS_PER_ATTEMPT,
     MAX_NOTICES_PER_ATTEMPT,
     AgentNotice,
@@ -22,6 +23,7 @@ from agentctl.evidence.contract import (
     Attempt,
     AttachmentHistory,
     AttemptOrigin,
+    ConnectionState,
     EndpointTestResult,
     ErrorSummary,
     EvidenceEvent,
@@ -276,14 +278,12 @@ def _apply_row(attempt: Attempt, row: ServerRow, event: EvidenceEvent) -> None:
                 reason_code=event.reason_code or ATTACHMENT_ERROR, summary=event.summary or ""
             )
     elif kind == "connection_closed":
-        # A close counts only for the row's connection, and only if no contact on it came after it.
-        if (
-            event.connection_id is not None
-            and event.connection_id == row.connection_id
-            and _newer(t, row.connection_seen_at)
-            and (row.disconnected_at is None or t > row.disconnected_at)
-        ):
-            row.disconnected_at = t
+        # A close counts for its own connection, and only if no contact on it came after it.
+        if event.connection_id is not None:
+            conn = _connection(row, event.connection_id)
+            if _newer(t, conn.seen_at) and _newer(t, conn.closed_at):
+                conn.closed_at = t
+            _show_connection(row)
     elif kind in _CONTACT_KINDS:
         _apply_contact(attempt, row, event)
     elif kind == "agent_reported":
@@ -346,20 +346,41 @@ def _last_contact(row: ServerRow) -> datetime | None:
     return max(times) if times else None
 
 
-def _close_after_last_contact(attempt: Attempt, row: ServerRow) -> datetime | None:
-    """A close for the row's connection that arrived before the contact it follows (occurrence order)."""
-    last = row.connection_seen_at
-    found: datetime | None = None
-    for e in attempt.evidence:
-        if (
-            e.kind == "connection_closed"
-            and e.server == row.name
-            and e.connection_id == row.connection_id
-            and _newer(e.occurred_at, last)
-            and (found is None or e.occurred_at > found)
-        ):
-            found = e.occurred_at
-    return found
+def _connection(row: ServerRow, connection_id: str) -> ConnectionState:
+    """The row's state of one legacy connection, added when new (bounded: an open one is never dropped before a
+    closed one, and among equals the oldest goes)."""
+    for conn in row.connections:
+        if conn.connection_id == connection_id:
+            return conn
+    conn = ConnectionState(connection_id=connection_id)
+    if len(row.connections) >= MAX_CONNECTIONS_PER_ROW:
+        row.connections.remove(min(row.connections, key=_keep_rank))
+    row.connections.append(conn)
+    row.connections.sort(key=lambda c: c.connection_id)  # the same list whatever order the events came in
+    return conn
+
+
+_EPOCH = datetime.min.replace(tzinfo=timezone.utc)
+
+
+def _keep_rank(conn: ConnectionState) -> tuple[bool, datetime, str]:
+    is_open = conn.seen_at is not None and conn.closed_at is None
+    return (is_open, conn.seen_at or conn.closed_at or _EPOCH, conn.connection_id)
+
+
+def _show_connection(row: ServerRow) -> None:
+    """connection_id / connection_seen_at / disconnected_at from the connections: the newest open one, else the
+    one that closed last, and its close. The order the events arrived in does not matter."""
+    seen = [c for c in row.connections if c.seen_at is not None]
+    if not seen:
+        return
+    open_ = [c for c in seen if c.closed_at is None]
+    if open_:
+        shown = max(open_, key=lambda c: (c.seen_at, c.connection_id))
+    else:  # every one closed: the row lost its last connection when the last of them closed
+        shown = max(seen, key=lambda c: (c.closed_at, c.seen_at, c.connection_id))
+    row.connection_id, row.connection_seen_at = shown.connection_id, shown.seen_at
+    row.disconnected_at = None if open_ else shown.closed_at
 
 
 def _apply_contact(attempt: Attempt, row: ServerRow, event: EvidenceEvent) -> None:
@@ -396,13 +417,12 @@ def _apply_contact(attempt: Attempt, row: ServerRow, event: EvidenceEvent) -> No
         # A modern-era (stateless) contact has no connection: it neither reopens nor replaces a closed
         # legacy connection, which stays on the row as detail with its disconnected_at.
         return
-    if connection == row.connection_id and row.disconnected_at is not None and t > row.disconnected_at:
-        row.disconnected_at = None  # contact on this connection after its close: the close is old news
-    if _newer(t, row.connection_seen_at):
-        row.connection_seen_at = t
-        if connection != row.connection_id:
-            row.connection_id = connection
-            row.disconnected_at = _close_after_last_contact(attempt, row)
+    conn = _connection(row, connection)
+    if _newer(t, conn.seen_at):
+        conn.seen_at = t
+    if conn.closed_at is not None and t > conn.closed_at:
+        conn.closed_at = None  # contact on this connection after its close: the close is old news
+    _show_connection(row)
 
 
 def _set_reason(row: ServerRow, event: EvidenceEvent) -> None:

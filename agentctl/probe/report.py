@@ -7,7 +7,7 @@ all reads "unobserved: the agent did not contact the sentinel within N s". Pure:
 
 from __future__ import annotations
 
-from agentctl.control.render import AMBER, GREEN, GREY, RED, RESET
+from agentctl.control.render import AMBER, GREEN, GREY, RED, RESET, auth_text
 from agentctl.evidence.contract import ProbeContact, ProbePassthroughReport, ProbeReport
 from agentctl.evidence.display import reporter_name
 from agentctl.safetext import neutralize_data
@@ -73,6 +73,9 @@ def render_report(report: ProbeReport, *, color: bool = False, jsonl_path: str |
     caps = agent.mcp_capabilities if agent is not None else None
     advertised = [name for name in ("http", "sse") if caps is not None and getattr(caps, name)]
     row(report.advertised_elapsed_s, "advertised", "mcpCapabilities: " + (", ".join(advertised) or "none (stdio only)"))
+    auth = auth_text(agent)
+    if auth:
+        row(None, "auth", auth)
 
     session = report.session
     if session is not None:

@@ -46,9 +46,9 @@ from acp.schema import (
 )
 
 from agentctl import __version__
-from agentctl.agent.acp import install_sdk_log_scrubber
+from agentctl.agent.acp import authenticate, install_sdk_log_scrubber
 from agentctl.agent.manager import DAEMON_SECRET_ENV_PREFIXES, resolve_command
-from agentctl.agent.supervisor import AgentStartError, Supervisor
+from agentctl.agent.supervisor import AgentStartError, Supervisor, build_agent_env
 from agentctl.agent.transports import AgentStdioTransport
 from agentctl.bundled import self_command
 from agentctl.exit_codes import EXIT_NO_DAEMON, EXIT_OK
@@ -95,6 +95,7 @@ class ProbeOptions:
     jsonl: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     stop_grace: float = 2.0
+    auth_method: str | None = None  # as `[agent] auth_method`: None picks by the agent's environment
 
 
 class Recorder:
@@ -288,6 +289,11 @@ class Probe:
         self.agent.protocol_version = resp.protocol_version if isinstance(resp.protocol_version, int) else None
         self.agent.mcp_capabilities = McpCapabilities(http=bool(mcp_caps and mcp_caps.http), sse=bool(mcp_caps and mcp_caps.sse))
         self.advertised = self.rec.step("initialized")
+        env = build_agent_env(opts.env, secret_env_names=self.supervisor.secret_env_names)
+        auth = await authenticate(self._conn, resp.auth_methods, opts.auth_method, env, self.secrets,
+                                  max(opts.timeout, INITIALIZE_TIMEOUT))
+        for name, value in auth.items():
+            setattr(self.agent, name, value)
 
     async def _exit_reason(self) -> str:
         with contextlib.suppress(asyncio.TimeoutError, RuntimeError):

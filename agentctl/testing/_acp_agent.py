@@ -90,8 +90,11 @@ class ReferenceAgent:
             "description": f"connecting to {entry.url or entry.command} with {header[0]}: {header[1]} failed; "
                            "continuing without its tools",
         }
-        frame = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session.id, "update": update}}
-        self._writer.write(json.dumps(frame).encode() + b"\n")
+        ids: list[str | None] = [None, "ref-no-such-session", session.id] if self._opts.stray_notices else [session.id]
+        for session_id in ids:  # stray-notices: the two that name no session first, on the wire before the own one
+            params = {"update": update} if session_id is None else {"sessionId": session_id, "update": update}
+            frame = {"jsonrpc": "2.0", "method": "session/update", "params": params}
+            self._writer.write(json.dumps(frame).encode() + b"\n")
 
     def hostile_echo(self, session: _Session) -> None:
         """hostile-echo: every handed secret in every form, on stderr and in this session's notices."""

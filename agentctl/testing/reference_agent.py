@@ -11,10 +11,11 @@ Modes, as flags or in `AGENTCTL_REF_MODE` (comma list; valued ones as `name=valu
 e.g. `lazy,strict,crash-after=5`): ignore-mcp, lazy, strict, modern, sse-only,
 no-mcp-capabilities, crash-after=S, crash-before-initialize, delay-initialize=S, flood-stderr=MB,
 garbage-stdout, hang-on-shutdown, fork-grandchildren, stubborn-grandchildren, request-permission,
-refuse-auth, send-notice, hostile-echo, passthrough=claude|codex, builtin-name=NAME, connect-timeout=S, call-timeout=S. In
+refuse-auth, send-notice, stray-notices, hostile-echo, passthrough=claude|codex, builtin-name=NAME, connect-timeout=S, call-timeout=S. In
 passthrough mode `--prompt TEXT` chooses the call (`CALL <tool> <json-args>`), as a prompt does over ACP.
 send-notice sends, during session/new, an ACP session notice naming the last delivered server with its full
 URL and a header value in its text (deliberately: what agentctl must redact before keeping it).
+stray-notices sends two more, before it: one without a session id and one naming a session that does not exist.
 hostile-echo echoes every secret it was handed (its *SECRET env values, delivered header credentials and env
 values) in every mangled form of agentctl.testing.secret_forms: in its agent name, notices, stderr and a
 refused session/load (agentctl.testing._hostile_echo).
@@ -69,6 +70,7 @@ class Options:
     refuse_auth: bool = False
     send_notice: bool = False
     hostile_echo: bool = False
+    stray_notices: bool = False
     passthrough: str | None = None
     builtin_name: str = "kandev"
     connect_timeout: float = 10.0
@@ -113,6 +115,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="during session/new, send an ACP session notice naming a server (its URL and a header value in the text)")
     p.add_argument("--hostile-echo", action="store_true",
                    help="echo every handed secret, mangled every way, in its name, notices, stderr and a refused load")
+    p.add_argument("--stray-notices", action="store_true",
+                   help="with --send-notice, first one notice without a session id and one naming no session")
     p.add_argument("--passthrough", choices=["claude", "codex"], help="not ACP: read that CLI's MCP config")
     p.add_argument("--builtin-name", help="name of the built-in MCP server (default kandev)")
     p.add_argument("--connect-timeout", type=float, metavar="SECONDS", help="per-server connect timeout (10)")

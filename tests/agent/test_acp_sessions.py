@@ -232,3 +232,33 @@ async def test_session_new_and_reset_on_a_passthrough_agent_restart_it_as_a_new_
         assert daemon.ledger.history.current.origin == "passthrough_start"
         load = await asyncio.to_thread(ControlClient(sock).post, "/v1/session/load", {"session_id": "x"})
         assert load[0] == 409 and "passthrough" in load[1]["error"]
+
+
+NOTICE = {"sessionUpdate": "notice", "severity": "warning", "title": "MCP server 'docs' unavailable"}
+
+
+def _kept(ledger) -> int:
+    return ledger.history.current.notice_count
+
+
+def test_a_notice_without_a_session_id_or_with_one_no_session_has_is_dropped_and_counted_whenever_it_comes(tmp_path):
+    # The rule decides by the id alone: the same notices give the same answer in flight and at rest.
+    runtime, ledger, attempt_id, _ = _runtime_with_attempt(tmp_path, ["docs"])
+    for opening in (None, (attempt_id, None)):  # at rest, then while a session/new is in flight
+        runtime._opening = opening
+        runtime._on_notice(None, NOTICE)
+    runtime._opening = None
+    runtime._on_notice("sess-unknown", NOTICE)
+    assert _kept(ledger) == 0 and ledger.history.agent.notices_dropped == 3
+
+
+async def test_notices_during_session_new_are_kept_only_when_they_name_the_session_it_returns(tmp_path, in_process_daemon):
+    # The reference agent sends, before its answer: one notice without an id, one naming no session, and one with
+    # the id it is about to return. Decided by the ids alone: one kept, two dropped and counted.
+    daemon = await in_process_daemon(agent_spec(tmp_path, "--send-notice", "--stray-notices", servers=(
+        '\n[[mcp.servers]]\nname = "docs"\ntype = "http"\nurl = "http://127.0.0.1:9/mcp"\n')))
+    outcome = await daemon.agent.acp.new_session()
+    assert outcome.accepted
+    current, agent = daemon.ledger.history.current, daemon.ledger.history.agent
+    assert (current.notice_count, agent.notices_dropped) == (1, 2)
+    assert current.notices[0].server == "docs"

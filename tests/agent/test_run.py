@@ -206,11 +206,12 @@ def test_run_whose_passthrough_cli_exits_with_an_error_at_once_exits_one_and_nev
     out = done.stdout
     assert done.returncode == 1, out + done.stderr
     assert "accepted" not in out, "a passthrough CLI accepts nothing, least of all one that failed at once"
-    assert re.search(r"^\s+started\s+the agent's process started with its MCP configuration$", out, re.M), out
+    assert "session began" not in out, "a process start is not a session acceptance"
+    assert "NO SESSION: the agent process exited [agent_exited]" in " ".join(out.split()), out
     assert re.search(r"^\s+exited\s+the agent exited with code 3$", out, re.M), out
     assert re.search(r"^\s+error\s+session: the agent process exited \[agent_exited: exited with code 3\]$", out, re.M), out
     flat = " ".join(out.split())
-    assert "Daemon: not ready (the agent has exited, exit code 3)" in flat
+    assert "Agent: the agent has exited, exit code 3" in flat
     assert "kandev delivered · connection unverified" in flat
     assert "the agent has exited, exit code 3; no more evidence will come from it" in flat
     assert "Traceback" not in done.stderr and "report persisted to" in out
@@ -229,5 +230,21 @@ async def test_run_whose_acp_agent_is_killed_after_accepting_the_session_exits_o
     _, code, text = await _run_killing_the_agent_at(tmp_path, short_tmp, "  accepted", None)
     assert code == 1, text
     assert re.search(r"^\s+error\s+session: the agent process exited \[agent_exited: killed by SIGKILL\]$", text, re.MULTILINE), text
-    assert "Daemon: not ready (the agent has exited, killed by SIGKILL)" in text
+    assert "Agent: the agent has exited, killed by SIGKILL" in text
     assert "waiting for agent" not in text
+
+
+async def test_the_table_run_prints_is_the_report_it_persists(tmp_path, short_tmp):
+    # The table is rendered from the final report (after the stop): whatever lands after the session was
+    # accepted (the agent's tools/list, its exit) is in both or in neither.
+    from agentctl.control.render import render_status
+
+    daemon = Daemon(load_spec(agent_spec(tmp_path)), socket_path=short_tmp / "c.sock")
+    out = io.StringIO()
+    assert await run_main_job(daemon, out=out) == 0
+    text = out.getvalue()
+    table = text.split("\n\n", 1)[1].rsplit("report persisted to ", 1)[0]
+    persisted = decode_history(_persisted(tmp_path, text).read_bytes())
+    head, rest = table.split("\n", 1)
+    assert head.startswith("Agent: the agent was stopped by the daemon") and rest == render_status(persisted, color=False)
+    assert persisted.current.servers[0].status == "active" and "kandev" in table

@@ -20,7 +20,7 @@ UNTRUSTED_WARNING = "disabled because this folder is untrusted"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def _settings(enabled: bool) -> str:
+def _settings(enabled) -> str:
     return json.dumps({"security": {"folderTrust": {"enabled": enabled}}})
 
 
@@ -36,6 +36,13 @@ LAYOUTS = {
     "restricted_mode_despite_a_rule": ({"{ws}": "TRUST_FOLDER"}, None, None, {"GEMINI_RESTRICTED_MODE": "true"}, False),
     "an_invalid_trust_level": ({"{ws}": "YES"}, None, None, {}, False),
 }
+# The value types of `security.folderTrust.enabled` (user settings, no trusted-folders rule): trusted exactly
+# where Gemini reads the setting as off.
+ENABLED_VALUES = {"the_string_false": "false", "the_string_FALSE": "FALSE", "the_string_false_untrimmed": " false",
+                  "the_string_true": "true", "the_string_no": "no", "the_empty_string": "", "zero": 0, "minus_zero": -0.0,
+                  "a_fraction": 0.5, "null": None, "an_empty_array": [], "an_empty_object": {}}
+LAYOUTS.update({f"folder_trust_enabled_is_{name}": (None, _settings(value), None, {}, False)
+                for name, value in ENABLED_VALUES.items()})
 
 
 def _layout(base: Path, rules, user, system, env, via_link) -> tuple[Path, dict[str, str]]:

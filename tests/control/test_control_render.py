@@ -86,6 +86,7 @@ def status_dict(rows=ROWS, **extra) -> dict:
             "acp_session_id": "acp-1",
             "started_at": T0,
             "updated_at": T0,
+            "accepted_at": T0,
             "servers": rows,
         },
         "report_path": "/var/lib/agentctl/report.json",
@@ -315,3 +316,29 @@ def test_a_closed_legacy_connection_with_later_modern_requests_says_both() -> No
     out = flat(render_status(status_body(rows=[later]), color=False))
     assert ("legacy connection closed at 2026-01-02 03:05:00; modern-era requests since (stateless: they have no "
             "connection)") in out
+
+
+def test_an_attempt_whose_session_was_refused_says_so_above_its_green_rows() -> None:
+    # Qwen Code's shape: it connected to every server and listed the tools, then refused session/new.
+    active = {"name": "kandev", "source": "builtin", "status": "active", "tool_count": 10}
+    refused = status_dict([active])
+    refused["current"].update(accepted_at=None, acp_session_id=None,
+                              session_error={"reason_code": "session_rejected", "summary": "Internal error"})
+    out = render_status(msgspec.convert(refused, StatusResponse), color=False)
+    lines = out.splitlines()
+    first_row = next(i for i, line in enumerate(lines) if line.strip().startswith("kandev"))
+    assert "NO SESSION: the agent refused the session [session_rejected]" in " ".join(lines[:first_row])
+    assert "NO SESSION" not in render_status(status_body([active]), color=False), "an accepted session has none"
+    colored = render_status(msgspec.convert(refused, StatusResponse), color=True)
+    assert "\x1b[31m  NO SESSION" in colored
+
+
+def test_a_refusal_that_failed_a_named_server_heads_the_attempt_too_and_one_still_in_flight_does_not() -> None:
+    failed = {"name": "docs", "source": "profile", "status": "failed", "reason_code": "session_rejected"}
+    delivered = {"name": "docs", "source": "profile", "status": "delivered"}
+    body = status_dict([failed])
+    body["current"].update(accepted_at=None, acp_session_id=None)
+    assert "NO SESSION" in render_status(msgspec.convert(body, StatusResponse), color=False)
+    body = status_dict([delivered])
+    body["current"].update(accepted_at=None, acp_session_id=None)
+    assert "NO SESSION" not in render_status(msgspec.convert(body, StatusResponse), color=False)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agentctl.evidence import reducer
-from agentctl.evidence.contract import ClientInfo, EndpointTestResult, ErrorSummary
+from agentctl.evidence.contract import MAX_CONNECTIONS_PER_ROW, ClientInfo, EndpointTestResult, ErrorSummary
 from tests.evidence.fixed import T0
 from tests.evidence.test_reducer import World, catalog, expected_status
 
@@ -144,6 +144,7 @@ def test_a_filter_reason_never_replaces_a_failure_and_a_recovered_row_shows_no_r
 
 CLOSE_A: dict[str, Any] = {"connection_id": "conn_a", "era": "legacy"}
 LEGACY_B: dict[str, Any] = {"connection_id": "conn_b", "era": "legacy", "client": ClientInfo(name="legacy-b")}
+CLOSE_B: dict[str, Any] = {"connection_id": "conn_b", "era": "legacy"}
 
 # (observations, connection_id, minute of disconnected_at or None)
 CONNECTION_CASES = [
@@ -168,6 +169,12 @@ CONNECTION_CASES = [
     pytest.param([(1, "initialize_observed", MODERN), (2, "tools_list_observed", {**LIST, **MODERN}),
                   (3, "connection_closed", {"era": "modern"})],
                  None, None, id="modern_contact_alone_has_no_connection_and_no_close"),
+    pytest.param([(1, "tools_list_observed", {**LIST, **LEGACY_A}), (2, "initialize_observed", LEGACY_B),
+                  (3, "connection_closed", CLOSE_B)],
+                 "conn_a", None, id="a_second_connection_that_opened_and_closed_leaves_the_agents_own_open"),
+    pytest.param([(1, "tools_list_observed", {**LIST, **LEGACY_A}), (2, "initialize_observed", LEGACY_B),
+                  (3, "connection_closed", CLOSE_B), (4, "connection_closed", CLOSE_A)],
+                 "conn_a", 4, id="disconnected_only_when_the_last_open_connection_closes"),
 ]
 
 
@@ -194,3 +201,14 @@ def test_a_modern_contact_after_a_legacy_close_is_row_evidence_without_a_connect
     # The legacy connection is history: its id, its last contact and its close, all older than the contact.
     assert (row.connection_id, row.connection_seen_at, row.disconnected_at) == (
         "conn_a", T0 + timedelta(minutes=2), T0 + timedelta(minutes=3))
+
+
+def test_connections_tracked_per_row_stay_bounded_and_an_open_one_outlives_every_closed_one(world: World) -> None:
+    world.apply("initialize_observed", "kandev", at=T0 + timedelta(minutes=1), **LEGACY_A)
+    for n in range(2, 30):  # a client reconnecting over and over with the same token
+        conn = {"connection_id": f"conn_x{n:02d}", "era": "legacy"}
+        world.apply("initialize_observed", "kandev", at=T0 + timedelta(minutes=n), **conn)
+        world.apply("connection_closed", "kandev", at=T0 + timedelta(minutes=n, seconds=30), **conn)
+    row = world.row()
+    assert len(row.connections) == MAX_CONNECTIONS_PER_ROW
+    assert (row.connection_id, row.disconnected_at) == ("conn_a", None), "the agent's own connection is still open"

@@ -91,3 +91,23 @@ async def test_an_idle_legacy_session_times_out_with_connection_closed(make_harn
     )
     assert status == 404  # the expired session is gone: counted as a refusal, no evidence
     await harness.wait_refusal(("/mcp", "POST", 404))
+
+
+async def test_a_second_connection_with_the_same_token_that_closes_never_makes_the_open_one_read_disconnected(
+    harness: Harness,
+):
+    attempt, token = harness.new_attempt()
+    async with harness.client(token, mode="legacy") as agent:  # the agent's own connection stays open
+        await agent.list_tools()
+        (own,) = await harness.wait_events(attempt, "initialize_observed")
+        async with harness.client(token, mode="legacy") as other:  # e.g. `mcp list` run with the same config
+            await other.list_tools()
+        (closed,) = await harness.wait_events(attempt, "connection_closed")
+        assert closed.connection_id != own.connection_id
+        row = harness.row(attempt)
+        assert (row.connection_id, row.disconnected_at) == (own.connection_id, None)
+        assert {c.connection_id: c.closed_at is None for c in row.connections} == {
+            own.connection_id: True, closed.connection_id: False}
+    (*_, last) = await harness.wait_events(attempt, "connection_closed", 2)
+    row = harness.row(attempt)
+    assert (row.connection_id, row.disconnected_at) == (own.connection_id, last.occurred_at), "now both are closed"

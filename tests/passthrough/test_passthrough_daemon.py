@@ -89,7 +89,9 @@ def test_claude_cli_gets_its_config_connects_and_the_builtin_server_becomes_acti
     log = daemon.stderr_text()
     report = (tmp_path / "state" / "exec-test" / "report.json").read_text()
     kinds = [e["kind"] for e in json.loads(report)["current"]["evidence"] if e.get("server") in (None, "kandev")]
-    assert kinds[:3] == ["configured", "delivered", "session_accepted"] and "tools_list_observed" in kinds
+    assert kinds[:2] == ["configured", "delivered"] and "tools_list_observed" in kinds
+    # Accepted at the CLI's first contact, never at its process start.
+    assert kinds.index("session_accepted") > kinds.index("initialize_observed")
     assert "explicit_error" not in kinds  # exit code 0 is a finished print-mode CLI, not an error
     for secret in (token, *CANARIES):
         assert secret not in report and secret not in log and not any(secret in t for t in status_texts)
@@ -196,7 +198,8 @@ async def test_without_a_strategy_every_server_is_unavailable_and_the_cli_still_
     current = d.ledger.history.current
     assert {r.name: (r.status, r.reason_code) for r in current.servers} == dict.fromkeys(
         ("kandev", "docs", "events", "fs"), ("unavailable", "no_passthrough_strategy"))
-    assert current.origin == "passthrough_start" and current.accepted_at is not None
+    assert current.origin == "passthrough_start" and current.accepted_at is None, (
+        "a CLI with no configuration shows no session: its process start is not one")
     assert d.agent.supervisor.running and tree(workdir) == []
 
 

@@ -464,17 +464,26 @@ class LedgerMachine(RuleBasedStateMachine):
             if not legacy:
                 assert (row.connection_id, row.connection_seen_at, row.disconnected_at) == (None, None, None)
                 continue
-            newest = _newest(legacy)
-            # The row's connection is the newest legacy one (a tie may go either way), whatever modern-era
-            # (connection-less) contact came later.
-            assert row.connection_id in {o.fields["connection_id"] for o in newest}
-            assert row.connection_seen_at == newest[0].t
-            closes = [o.t for o in seen if o.kind == "connection_closed"
-                      and o.fields.get("connection_id") == row.connection_id and o.t >= newest[0].t]
-            if attempt.dropped_events == 0:  # the whole log is there: the answer is exact
-                assert row.disconnected_at == max(closes, default=None), f"{row.name}: {row.connection_id}"
-            else:  # a close that arrived before its connection's contact may have left the bounded log
-                assert row.disconnected_at is None or row.disconnected_at in closes
+            # Each legacy connection on its own: its newest contact, and its close (the newest close at or after
+            # that contact; a later contact reopened it otherwise). The row shows the newest open connection and
+            # no close while any is open; once all are closed, the one that closed last, with its close. Modern-era
+            # (connection-less) contact never counts.
+            state: dict[str, tuple[datetime, datetime | None]] = {}
+            for conn in {o.fields["connection_id"] for o in legacy}:
+                seen_at = max(o.t for o in legacy if o.fields["connection_id"] == conn)
+                closes = [o.t for o in seen if o.kind == "connection_closed"
+                          and o.fields.get("connection_id") == conn and o.t >= seen_at]
+                state[conn] = (seen_at, max(closes, default=None))
+            open_ = {c: v for c, v in state.items() if v[1] is None}
+            if open_:
+                newest = max(v[0] for v in open_.values())
+                assert row.connection_id in {c for c, v in open_.items() if v[0] == newest}
+                assert (row.connection_seen_at, row.disconnected_at) == (newest, None), row.name
+                continue
+            last = max(v[1] for v in state.values())  # type: ignore[type-var]
+            assert row.connection_id in {c for c, v in state.items() if v[1] == last}
+            assert row.connection_seen_at == state[row.connection_id][0]
+            assert row.disconnected_at == last, f"{row.name}: {row.connection_id}"
 
     def _check_row(self, attempt: Attempt, current: bool, row: Any) -> None:
         seen = self.rows[(attempt.attempt_id, row.name)]

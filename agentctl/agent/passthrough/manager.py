@@ -4,7 +4,8 @@ is materialized in the CLI's own format, with honest evidence of what was writte
 Same component interface as agentctl/agent/manager.py AgentManager (start, stop, start_error,
 supervisor), plus `restart()`. Order per start: new attempt (configured, via the seeds) -> materialize
 (filtered; or, when agentctl cannot write the configuration, one report-level explicit_error, the
-servers `unavailable` and no process) -> spawn -> delivered + session_accepted. With no strategy every
+servers `unavailable` and no process) -> spawn -> delivered; session_accepted only later, at the first
+evidence of a running session (agentctl/agent/passthrough/acceptance.py). With no strategy every
 server is `unavailable` (`no_passthrough_strategy`) and the CLI still runs, without MCP config.
 Writing and removing configuration (fsync included) runs in a worker thread, never on the event loop.
 
@@ -42,6 +43,7 @@ from agentctl.agent.passthrough.base import (
     insert_args,
     plan_materialization,
 )
+from agentctl.agent.passthrough.acceptance import watch_acceptance
 from agentctl.agent.passthrough.journal import Journal
 from agentctl.agent.passthrough.recovery import PrivateDir
 from agentctl.agent.passthrough.workspace import cleanup
@@ -73,6 +75,7 @@ class PassthroughManager:
         self._cleanups: set[asyncio.Task[None]] = set()
         self._drain: asyncio.Task[None] | None = None
         self._feed: ReportFeed = NULL_FEED  # the current run's own report, read from its output
+        self._unwatch: Callable[[], None] | None = None  # the current run's acceptance watch
         self._linger: asyncio.TimerHandle | None = None
         self._stopping = False
         self._lock = asyncio.Lock()
@@ -162,7 +165,8 @@ class PassthroughManager:
         assert process is not None
         for entry in mat.delivered:
             ledger.record("delivered", attempt_id, entry.name, transport=entry.transport, target=entry.target)
-        ledger.record("session_accepted", attempt_id)
+        self._stop_watch()
+        self._unwatch = watch_acceptance(ledger, attempt_id)
         self._feed = open_feed(ledger, attempt_id, report, [entry.name for entry in mat.delivered])
         if process.terminal is not None:
             # On its terminal the CLI reads the keys of whoever is attached; its output reaches the window
@@ -249,6 +253,7 @@ class PassthroughManager:
     # -- endings ------------------------------------------------------------------------------------
 
     async def _halt(self) -> None:
+        self._stop_watch()
         if self.supervisor.process is not None:  # idempotent: a stopped process is not stopped twice
             await self.supervisor.stop(grace=self.agent_spec.stop_grace)
         if self._drain is not None:
@@ -310,6 +315,12 @@ class PassthroughManager:
         if self.agent_spec.linger is not None:
             loop = asyncio.get_running_loop()
             self._linger = loop.call_later(self.agent_spec.linger, ctx.request_stop)
+
+
+    def _stop_watch(self) -> None:
+        unwatch, self._unwatch = self._unwatch, None
+        if unwatch is not None:
+            unwatch()
 
 
 def _remove(mat: Materialization | None, private: PrivateDir | None) -> None:
