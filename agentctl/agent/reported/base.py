@@ -23,6 +23,8 @@ class ServerReport:
     tool_count: int | None = None
     reason_code: str | None = None
     summary: str | None = None
+    # The built-in server's tools as the agent lists them for the model (names only; never a third party's).
+    exposed_tools: list[str] | None = None
 
 
 def record(ledger: Ledger, attempt_id: str, source: str, reports: Iterable[ServerReport]) -> int:
@@ -30,7 +32,7 @@ def record(ledger: Ledger, attempt_id: str, source: str, reports: Iterable[Serve
     kept = 0
     for report in reports:
         fields: dict[str, Any] = {"reported_state": report.state, "report_source": source, "raw_state": report.raw_state}
-        for name in ("tool_count", "reason_code", "summary"):
+        for name in ("tool_count", "reason_code", "summary", "exposed_tools"):
             if getattr(report, name) is not None:
                 fields[name] = getattr(report, name)
         if ledger.record("agent_reported", attempt_id, report.name, **fields) is not None:

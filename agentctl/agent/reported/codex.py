@@ -11,13 +11,22 @@ request `mcpServerStatus/list` is answered with `{"result":{"data":[{"name","run
 
 Error texts name the server and embed URLs and Rust type paths: only a redacted, bounded summary is kept (the
 URL reduced to its origin), and only for delivered servers.
+
+The ACP adapter `@agentclientprotocol/codex-acp` (2.6.0, dist/index.js, `McpStartupReporter`) relays Codex's
+startup outcome for the servers its client gave it as a synthetic ACP `tool_call` update, once the startup
+settled: `toolCallId` `mcp_startup.<encodeURIComponent(name)>.<uuid>`, title `mcp__<name>__startup`, status
+`failed` and one text content, `[codex-acp forwarded startup error] MCP server `NAME` failed to start: ERROR`,
+`... startup was cancelled.`, or `[codex-acp] MCP server `NAME` was not started, because the Codex config
+already defines ...`. 2.6.0 relays failures only; a `completed` status (a later version's success) reads as
+connected. Read as `codex-acp:mcp-startup` (the contract's source names allow no underscore).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
+from urllib.parse import unquote
 
 import msgspec
 
@@ -46,6 +55,11 @@ RUNTIME_STATES: dict[str, ReportedState] = {
 }
 REASON_FAILED = "agent_reported_failed"
 REASON_NEEDS_AUTH = "agent_reported_needs_auth"
+ACP_SOURCE = "codex-acp:mcp-startup"
+ACP_TOOL_CALL_PREFIX = "mcp_startup."
+ACP_STATES: dict[str, ReportedState] = {"failed": "failed", "completed": "connected"}
+_ACP_CANCELLED = "startup was cancelled."
+_ACP_PREFIX = re.compile(r"^\[codex-acp[^\]]{0,48}\]\s*")
 # `Transport [codex_rmcp_client::tool_list_changes::ToolListChanges<...>]`: a type path, not a reason.
 _RUST_TYPE = re.compile(r"\s*\[[A-Za-z_]\w*(?:::\w+)+(?:<[^\[\]]*>)?\]")
 
@@ -58,6 +72,19 @@ class _Message(msgspec.Struct):
 
 
 _decoder = msgspec.json.Decoder(_Message)
+
+
+def is_app_server(argv: Sequence[str]) -> bool:
+    """Whether a Codex command line runs `codex app-server` (its first positional argument)."""
+    args, i = list(argv[1:]), 0
+    while i < len(args):
+        if args[i] in ("-c", "--config"):  # the options Codex takes a value with, as the strategy writes them
+            i += 2
+        elif args[i].startswith("-"):
+            i += 1
+        else:
+            return args[i] == "app-server"
+    return False
 
 
 def parse_message(
@@ -107,6 +134,41 @@ def _report(name: str, state: ReportedState, raw: str, count: int | None, error:
         if isinstance(error, str) and error:
             summary = summarize(reason, _RUST_TYPE.sub("", error), secrets).summary or None
     return ServerReport(name=name, state=state, raw_state=raw, tool_count=count, reason_code=reason, summary=summary)
+
+
+def parse_acp_update(
+    update: Any, delivered: Collection[str], secrets: Iterable[str] | SecretRegistry = ()
+) -> tuple[str, list[ServerReport]] | None:
+    """(source, reports) of one ACP `session/update` payload when it is codex-acp's `mcp_startup` tool call,
+    else None. The server is the tool call id's (URL-decoded); the row is set from the status alone."""
+    if not isinstance(update, dict) or update.get("sessionUpdate") not in ("tool_call", "tool_call_update"):
+        return None
+    call_id = update.get("toolCallId")
+    if not isinstance(call_id, str) or not call_id.startswith(ACP_TOOL_CALL_PREFIX):
+        return None
+    encoded, dot, _uuid = call_id[len(ACP_TOOL_CALL_PREFIX):].rpartition(".")
+    name = unquote(encoded) if dot else None
+    raw = update.get("status")
+    if name is None or name not in delivered or not isinstance(raw, str) or raw not in ACP_STATES:
+        return ACP_SOURCE, []  # its shape, about no delivered server (or a status that says nothing yet)
+    text = _first_text(update.get("content"))
+    state: ReportedState = ACP_STATES[raw]
+    if state == "failed" and text is not None and text.rstrip().endswith(_ACP_CANCELLED):
+        state = "cancelled"
+    if text is not None:
+        text = _ACP_PREFIX.sub("", text[:4096])
+    return ACP_SOURCE, [_report(name, state, raw, None, text, secrets)]
+
+
+def _first_text(content: Any) -> str | None:
+    """The text of the first `{"type":"content","content":{"type":"text","text"}}` item."""
+    if not isinstance(content, list):
+        return None
+    for item in content[:4]:
+        inner = item.get("content") if isinstance(item, dict) else None
+        if isinstance(inner, dict) and isinstance(inner.get("text"), str):
+            return inner["text"]
+    return None
 
 
 class CodexAppServerReader(ReportReader):
