@@ -56,12 +56,15 @@ async def test_each_shape_sets_the_row_with_its_source_within_a_second_and_a_hea
         await daemon.agent.acp.prompt("hi")
         row = _row(daemon, "docs")
         assert (row.status, row.reported) == ("delivered", None)
+        assert daemon.ledger.history.current.notice_count == 1, "free text stays a weak notice line"
         return
     await eventually(lambda: _row(daemon, "docs").reported is not None, 5, what="the report")
     took = time.monotonic() - accepted
     row = _row(daemon, "docs")
     assert (row.status, row.reported.state, row.reported.source) == (status, reported, case["source"])
     assert took < 1.0, f"the row reached its reported state {took:.2f} s after the session was accepted"
+    if case["source"] == "claude-agent-acp:notice":
+        assert daemon.ledger.history.current.notice_count == 0, "the relay is the row's status, not a notice line"
     view = row_view(row)
     reporter = REPORTERS[case["source"].partition(":")[0]]
     if row.status_source == "reported":

@@ -3,7 +3,8 @@
 `AcpReportTap.take` sees every frame the agent sends before the ACP SDK does (agentctl/agent/transports.py's
 intercept). It hands a `session/update` of a known adapter's shape to that adapter's reader
 (claude-agent-acp's notice and `_meta` relay: agentctl/agent/reported/claude.py; codex-acp's `mcp_startup`
-tool call: agentctl/agent/reported/codex.py) and passes the frame on untouched; it takes every extension
+tool call: agentctl/agent/reported/codex.py) and passes the frame on untouched, except a notice that was a
+relay about a delivered server (its row says it; the notice line would only repeat it as free text); it takes every extension
 notification (a method starting with `_`, no id) off the wire: Kiro's MCP methods go to
 agentctl/agent/reported/kiro.py, any other is counted by nothing but its number (its method is agent-chosen
 text: never logged, never kept). Which attempt a frame is about is the owner's rule (`resolve`: the session
@@ -104,8 +105,7 @@ class AcpReportTap:
         params = message.get("params")
         params = params if isinstance(params, dict) else {}
         if method == "session/update":
-            self._update(params)
-            return False
+            return self._update(params)
         if not method.startswith("_"):
             return False
         if method in kiro.METHODS:
@@ -116,23 +116,27 @@ class AcpReportTap:
             self._sink.count_unknown()
         return True
 
-    def _update(self, params: dict[str, Any]) -> None:
+    def _update(self, params: dict[str, Any]) -> bool:
+        """Reads a relay; True (taken off the wire) only for a notice that is one: its row shows it, and the
+        weak notice line (agentctl/agent/acp_notices.py) would say that it changes no row."""
         update = params.get("update")
         if not isinstance(update, dict) or update.get("sessionUpdate") not in _UPDATE_KINDS:
-            return
+            return False
         kind = update["sessionUpdate"]
         if kind == "agent_message_chunk" and "_meta" not in update:
-            return  # the prompt's own output: not a relay (and the common case, so checked first)
+            return False  # the prompt's own output: not a relay (and the common case, so checked first)
         if kind.startswith("tool_call") and not str(update.get("toolCallId", "")).startswith(
                 codex.ACP_TOOL_CALL_PREFIX):
-            return
+            return False
         target = self._target(params)
         if target is None:
-            return
+            return False
         attempt_id, delivered = target
         found = claude.parse_acp_update(update, delivered) or codex.parse_acp_update(update, delivered, self._secrets)
-        if found is not None:
-            self._sink.add(attempt_id, found[0], found[1])
+        if found is None:
+            return False
+        self._sink.add(attempt_id, found[0], found[1])
+        return kind == "notice" and bool(found[1])
 
     def _target(self, params: dict[str, Any]) -> tuple[str, Collection[str]] | None:
         session_id = params.get("sessionId")
