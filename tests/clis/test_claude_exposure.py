@@ -4,7 +4,6 @@ exactly those two, as a finding beside kandev's row (reason `agent_exposure_gap`
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
@@ -23,14 +22,8 @@ def test_a_real_claude_run_that_exposes_fewer_kandev_tools_than_served_shows_the
     (tmp_path / "home").mkdir()
     command = [str(claude), "-p", "hi", "--output-format", "stream-json", "--verbose",
                "--disallowedTools", "mcp__kandev__ask_user,mcp__kandev__create_task"]
-    spec = write_spec(tmp_path, f"""
-[agent]
-command = {json.dumps(command)}
-protocol = "passthrough"
-strategy = "claude"
-workdir = "{tmp_path / 'work'}"
-stop_grace = 0.5
-""")
+    spec = write_spec(tmp_path, agent={"command": command, "protocol": "passthrough", "strategy": "claude",
+                                       "workdir": str(tmp_path / "work"), "stop_grace": 0.5})
     env = clean_env(tmp_path / "home", NO_COLOR="1", PYTHONPATH=os.environ.get("PYTHONPATH", ""))
     done = subprocess.run(agentctl_cmd("run", str(spec), "--socket", str(short_tmp / "x.sock")), cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=240)
