@@ -158,7 +158,8 @@ class AcpRuntime:
         reports = AcpReportTap(self._report_target, ReportSink(self.ledger), self._known()).take
         self._transport = AgentStdioTransport(
             stdout, stdin, on_sent=self._on_sent, on_eof=self._on_eof,
-            outgoing=acp_notices.advertise, intercept=lambda message: reports(message) or notices(message),
+            outgoing=acp_notices.advertise,
+            intercept=lambda message: self._note_new_session(message) or reports(message) or notices(message),
         )
         self._conn = acp.connect_to_agent(_DaemonClient(self), self._transport, use_unstable_protocol=True)
         try:
@@ -303,9 +304,10 @@ class AcpRuntime:
 
     def _attempt_of(self, session_id: str | None) -> Any:
         """The attempt a session's notice or report is about, by rule, whatever the timing: the accepted
-        session's; the one being opened for the id it loads, or (session/new in flight) for an id that is not
-        the accepted session's, since only the new session's id is not known yet. A frame without a session
-        id is about no attempt."""
+        session's; the one being opened for the id it loads or its session/new answer named (read off the
+        wire before the SDK hands the answer on); before that answer, for an id that is not the accepted
+        session's, since only the new session's id is not known yet. A frame without a session id is about
+        no attempt."""
         if session_id is None:
             return None
         attempt_id = None
@@ -315,6 +317,17 @@ class AcpRuntime:
         elif session_id == self.acp_session_id:
             attempt_id = self._session_attempt
         return find_attempt(self.ledger.history, attempt_id) if attempt_id else None
+
+    def _note_new_session(self, message: dict[str, Any]) -> bool:
+        """The answer to the session/new in flight names its session: from that frame on, that id (and no
+        other unknown one) is the opening attempt's. Never consumes the frame."""
+        opening = self._opening
+        result = message.get("result") if "id" in message else None
+        if opening is not None and opening[1] is None and isinstance(result, dict):
+            session_id = result.get("sessionId")
+            if isinstance(session_id, str):
+                self._opening = (opening[0], session_id)
+        return False
 
     def _report_target(self, session_id: str | None) -> tuple[str, list[str]] | None:
         """agentctl/agent/reported/acp_tap.py's resolver: the attempt and the servers it delivered."""

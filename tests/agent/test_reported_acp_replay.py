@@ -36,6 +36,12 @@ def _spec(tmp_path: Path, frames: list | Path, *, repeat: int = 1, servers: str 
     return write_spec(tmp_path, extra + (servers if servers is not None else canary_http_server(closed_port(), "31")))
 
 
+def _kiro(event: str, session: str | None = "$SESSION", **params: str) -> dict:
+    """A Kiro `_kiro.dev/mcp/<event>` notification about `docs` (no sessionId when `session` is None)."""
+    ids = {} if session is None else {"sessionId": session}
+    return {"method": f"_kiro.dev/mcp/{event}", "params": {**ids, "serverName": "docs", **params}}
+
+
 def _row(daemon, name: str):
     return next(r for r in daemon.ledger.history.current.servers if r.name == name)
 
@@ -91,9 +97,7 @@ async def test_a_report_about_a_server_agentctl_never_delivered_creates_no_row_a
 async def test_a_report_flip_flopping_100000_times_costs_a_few_records_and_ends_at_the_last_state(
     tmp_path, short_tmp, in_process_daemon
 ) -> None:
-    flip = [{"method": "_kiro.dev/mcp/server_initialized", "params": {"sessionId": "$SESSION", "serverName": "docs"}},
-            {"method": "_kiro.dev/mcp/server_init_failure",
-             "params": {"sessionId": "$SESSION", "serverName": "docs", "error": "down"}}]
+    flip = [_kiro("server_initialized"), _kiro("server_init_failure", error="down")]
     recorded = []
     daemon = await in_process_daemon(_spec(tmp_path, flip, repeat=50_000), socket=short_tmp / "f.sock")
     daemon.ledger.subscribe(lambda event: recorded.append(event) if event and event.kind == "agent_reported" else None)
@@ -151,3 +155,14 @@ async def test_an_unknown_extension_method_is_counted_never_logged_or_kept(
     report = (tmp_path / "state" / "exec-test" / "report.json").read_text()
     assert "CANARY" not in report and '"unknown_ext_notifications":3' in report.replace(" ", "")
     assert not [r for r in caplog.records if "CANARY" in r.getMessage()]
+
+
+async def test_a_report_without_a_session_id_or_for_another_session_is_kept_on_no_attempt(
+    tmp_path, short_tmp, in_process_daemon
+) -> None:
+    frames = [_kiro("server_init_failure", None, error="no id"),
+              _kiro("server_init_failure", "someone-else", error="other session")]
+    daemon = await in_process_daemon(_spec(tmp_path, frames), socket=short_tmp / "n.sock")
+    assert (await daemon.agent.acp.new_session()).accepted
+    await daemon.agent.acp.prompt("hi")  # answered after the frames: they were all read
+    assert (_row(daemon, "docs").status, _row(daemon, "docs").reported) == ("delivered", None)
