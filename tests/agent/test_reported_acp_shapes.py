@@ -83,3 +83,12 @@ def test_a_codex_app_server_run_is_read_for_its_startup_notifications_and_exec_s
     assert (plan.source, plan.note) == ("codex:app-server", None)
     note = plan_report("codex", ["codex", "exec", "hi"]).note
     assert "does not drive" not in note and "app-server" in note
+
+
+def test_opencode_serve_is_asked_only_at_a_loopback_address_it_printed() -> None:
+    assert opencode.is_serve(["opencode", "serve", "--port", "0"]) and not opencode.is_serve(["opencode", "run", "x"])
+    assert plan_report("opencode", ["opencode", "serve"]).source == "opencode:serve"
+    assert opencode.loopback_base("http://127.0.0.1:4096") == "http://127.0.0.1:4096"
+    assert opencode.loopback_base("http://[::1]:4096/") == "http://[::1]:4096"
+    for elsewhere in ("http://10.0.0.5:4096", "http://example.com:80", "https://127.0.0.1:1", "http://127.0.0.1"):
+        assert opencode.loopback_base(elsewhere) is None, elsewhere

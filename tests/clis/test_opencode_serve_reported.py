@@ -13,8 +13,10 @@ import urllib.request
 from pathlib import Path
 
 from agentctl.agent.reported.opencode import PATH, parse_status
+from agentctl.evidence.display import row_view
 from tests.clis.conftest import clean_env
-from tests.passthrough.support import STDIO_SERVER
+from tests.conftest import eventually, write_spec
+from tests.passthrough.support import STDIO_SERVER, reachable_and_closed_toml
 
 
 def test_real_opencode_serve_answers_each_servers_status_and_the_reader_labels_it(real_cli, tmp_path: Path) -> None:
@@ -58,3 +60,35 @@ def _poll(url: str, names: list[str], timeout: float):
             return reports
         time.sleep(0.25)
     raise AssertionError(f"GET /mcp did not settle in {timeout} s: {reports}")
+
+
+async def test_a_passthrough_opencode_serve_run_is_asked_get_mcp_and_its_rows_say_reported_by_opencode(
+    real_cli, tmp_path: Path, short_tmp: Path, in_process_daemon
+) -> None:
+    opencode = real_cli("opencode")
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    spec = write_spec(tmp_path, f"""
+[agent]
+command = {json.dumps([str(opencode), "serve"])}
+protocol = "passthrough"
+strategy = "opencode"
+workdir = "{work}"
+stop_grace = 0.5
+env = {{ HOME = "{home}" }}
+
+{reachable_and_closed_toml()}""")
+    daemon = await in_process_daemon(spec, socket=short_tmp / "o.sock")
+
+    def rows():
+        current = daemon.ledger.history.current
+        return {r.name: r for r in current.servers} if current else {}
+
+    await eventually(lambda: all(rows().get(n) and rows()[n].reported for n in ("research", "closed")), 90,
+                     what="OpenCode's GET /mcp answer")
+    views = {name: row_view(row) for name, row in rows().items()}
+    assert views["closed"].label == "failed · reported by OpenCode", views["closed"]
+    assert views["research"].label == "connected · reported by OpenCode", views["research"]
+    assert rows()["closed"].reported.source == "opencode:serve" and rows()["closed"].summary
+    assert daemon.ledger.history.agent.report_source == "opencode:serve"

@@ -129,7 +129,8 @@ _NO_REPORT = {
              "client driving it, and agentctl reads its startup notifications): no agent report is available "
              "for this run",
     "gemini": "Gemini CLI prints no MCP server status in its output: no agent report is available for this CLI",
-    "opencode": "OpenCode prints no MCP server status in its run output: no agent report is available for this CLI",
+    "opencode": "OpenCode prints no MCP server status in its run output (only `opencode serve` answers it, at "
+                "GET /mcp, which agentctl then asks): no agent report is available for this run",
     "cursor": "Cursor's agent CLI was not measured here: no agent report is read for it",
 }
 
@@ -155,6 +156,11 @@ def plan_report(strategy: str | None, argv: Sequence[str], mode: str = "auto") -
 
         if is_app_server(argv):
             return ReportPlan(source=CODEX)
+    if strategy == "opencode":
+        from agentctl.agent.reported.opencode import SOURCE as OPENCODE, is_serve
+
+        if is_serve(argv):
+            return ReportPlan(source=OPENCODE)
     return ReportPlan(note=_NO_REPORT.get(strategy, "this CLI has no known MCP status output: no agent report"))
 
 
@@ -177,6 +183,12 @@ def open_feed(
     ledger: Ledger, attempt_id: str, plan: ReportPlan, delivered: Collection[str], builtin: str | None = None
 ) -> ReportFeed:
     """The feed for one CLI run: a parser of `plan.source` recording on `attempt_id`, or `NULL_FEED`."""
+    from agentctl.agent.reported import opencode
+
+    if plan.source == opencode.SOURCE and delivered:
+        from agentctl.agent.reported.acp_tap import ReportSink
+
+        return opencode.ServeFeed(ReportSink(ledger), attempt_id, delivered, ledger.secrets)
     reader = open_reader(plan, delivered, builtin, ledger.secrets)
     if reader is None or plan.source is None:
         return NULL_FEED
