@@ -155,7 +155,8 @@ class AcpRuntime:
     async def connect(self, stdin: asyncio.StreamWriter, stdout: asyncio.StreamReader) -> None:
         """ACP initialize over the agent's pipes; records what the agent declared about itself."""
         notices = acp_notices.NoticeTap(self._on_notice).take
-        reports = AcpReportTap(self._report_target, ReportSink(self.ledger), self._known()).take
+        reports = AcpReportTap(self._report_target, ReportSink(self.ledger), self._known(),
+                               builtin=self.spec.mcp.builtin_name).take
         self._transport = AgentStdioTransport(
             stdout, stdin, on_sent=self._on_sent, on_eof=self._on_eof,
             outgoing=acp_notices.advertise,

@@ -92,3 +92,18 @@ def test_opencode_serve_is_asked_only_at_a_loopback_address_it_printed() -> None
     assert opencode.loopback_base("http://[::1]:4096/") == "http://[::1]:4096"
     for elsewhere in ("http://10.0.0.5:4096", "http://example.com:80", "https://127.0.0.1:1", "http://127.0.0.1"):
         assert opencode.loopback_base(elsewhere) is None, elsewhere
+
+
+def test_the_built_in_servers_tools_are_kept_as_codex_and_kiro_list_them_and_no_other_servers() -> None:
+    from tests.agent.reported_support import codex_stdout
+
+    reader = codex.CodexAppServerReader(["research", "closed"], builtin="research")
+    reports = reader.feed(codex_stdout()) + reader.close()
+    listed = [r for r in reports if r.name == "research" and r.raw_state == "connected"]
+    assert listed and listed[-1].exposed_tools == ["add", "echo"], "real Codex 0.171.0's status list"
+    assert all(r.exposed_tools is None for r in reports if r.name != "research")
+    status = {"sessionId": "s", "servers": [{"name": "kandev", "status": "connected",
+                                             "tools": [{"name": "get_task"}, {"name": "bad name"}, {}]},
+                                            {"name": "docs", "status": "connected", "tools": [{"name": "x"}]}]}
+    kandev, docs = kiro.parse_ext(kiro.STATUS, status, DELIVERED, builtin="kandev")
+    assert (kandev.exposed_tools, kandev.tool_count, docs.exposed_tools) == (["get_task"], 3, None)

@@ -92,8 +92,12 @@ class ReportSink:
 class AcpReportTap:
     """The transport intercept for agent reports: True only for an extension notification (consumed)."""
 
-    def __init__(self, resolve: Resolver, sink: ReportSink, secrets: SecretRegistry | Collection[str] = ()) -> None:
+    def __init__(
+        self, resolve: Resolver, sink: ReportSink, secrets: SecretRegistry | Collection[str] = (),
+        builtin: str | None = None,
+    ) -> None:
         self._resolve = resolve
+        self._builtin = builtin  # the built-in server: its listed tools are kept for the exposure check
         self._sink = sink
         self._secrets = secrets
         self.unresolved = 0  # report-shaped frames about no kept session
@@ -111,7 +115,8 @@ class AcpReportTap:
         if method in kiro.METHODS:
             target = self._target(params)
             if target is not None:
-                self._sink.add(target[0], kiro.SOURCE, kiro.parse_ext(method, params, target[1], self._secrets) or [])
+                reports = kiro.parse_ext(method, params, target[1], self._secrets, self._builtin)
+                self._sink.add(target[0], kiro.SOURCE, reports or [])
         else:
             self._sink.count_unknown()
         return True

@@ -6,8 +6,10 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import re
+
 from agentctl.agent.reported.lines import LineScanner
-from agentctl.evidence.contract import ReportedState
+from agentctl.evidence.contract import MAX_EXPOSED_TOOLS, ReportedState
 
 if TYPE_CHECKING:
     from agentctl.evidence.ledger import Ledger
@@ -25,6 +27,20 @@ class ServerReport:
     summary: str | None = None
     # The built-in server's tools as the agent lists them for the model (names only; never a third party's).
     exposed_tools: list[str] | None = None
+
+
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
+
+def exposed_names(names: Iterable[Any]) -> list[str]:
+    """The built-in server's tool names as an agent lists them: MCP tool-name tokens only, bounded, sorted."""
+    out: set[str] = set()
+    for name in names:
+        if isinstance(name, str) and _TOOL_NAME.fullmatch(name):
+            out.add(name)
+            if len(out) >= MAX_EXPOSED_TOOLS:
+                break
+    return sorted(out)
 
 
 def record(ledger: Ledger, attempt_id: str, source: str, reports: Iterable[ServerReport]) -> int:

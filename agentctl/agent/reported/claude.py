@@ -32,8 +32,8 @@ from typing import Any
 
 import msgspec
 
-from agentctl.agent.reported.base import ReportReader, ServerReport
-from agentctl.evidence.contract import MAX_EXPOSED_TOOLS, ReportedState
+from agentctl.agent.reported.base import ReportReader, ServerReport, exposed_names
+from agentctl.evidence.contract import ReportedState
 
 SOURCE = "claude:stream-json-init"
 ACP_NOTICE_SOURCE = "claude-agent-acp:notice"
@@ -47,7 +47,7 @@ _ACP_TITLE_STATES: dict[str, tuple[ReportedState, str]] = {
     "failed to start": ("failed", "failed"),
     "needs authentication": ("needs_auth", "needs-auth"),
 }
-_TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
 # Far above any init event (6 KiB with every built-in tool and skill; a server adds a few dozen bytes a tool).
 MAX_LINE = 1024 * 1024
 STATES: dict[str, ReportedState] = {
@@ -129,14 +129,8 @@ def _exposed(tools: Any, server: str, names: set[str]) -> list[str] | None:
     """The built-in server's tools in the agent's list (their MCP names), bounded; None without a list."""
     if not isinstance(tools, list):
         return None
-    out: list[str] = []
-    for tool in tools:
-        found = split_tool(tool, names) if isinstance(tool, str) else None
-        if found is not None and found[0] == server and _TOOL_NAME.fullmatch(found[1]):
-            out.append(found[1])
-            if len(out) >= MAX_EXPOSED_TOOLS:
-                break
-    return sorted(set(out))
+    found = (split_tool(tool, names) if isinstance(tool, str) else None for tool in tools)
+    return exposed_names(split[1] for split in found if split is not None and split[0] == server)
 
 
 def parse_acp_update(update: Any, delivered: Collection[str]) -> tuple[str, list[ServerReport]] | None:

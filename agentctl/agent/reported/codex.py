@@ -24,13 +24,14 @@ connected. Read as `codex-acp:mcp-startup` (the contract's source names allow no
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 from urllib.parse import unquote
 
 import msgspec
 
-from agentctl.agent.reported.base import ReportReader, ServerReport
+from agentctl.agent.reported.base import ReportReader, ServerReport, exposed_names
 from agentctl.evidence.contract import ReportedState
 from agentctl.evidence.sanitize import summarize
 from agentctl.evidence.secret_registry import SecretRegistry
@@ -88,7 +89,7 @@ def is_app_server(argv: Sequence[str]) -> bool:
 
 
 def parse_message(
-    line: bytes, delivered: Collection[str], secrets: Iterable[str] | SecretRegistry = ()
+    line: bytes, delivered: Collection[str], secrets: Iterable[str] | SecretRegistry = (), builtin: str | None = None
 ) -> list[ServerReport] | None:
     """The reports of one app-server line, or None when it is neither a startup notification nor a
     status list answer."""
@@ -103,7 +104,7 @@ def parse_message(
     if message.method is None and isinstance(result, dict) and isinstance(result.get("data"), list):
         entries = [e for e in result["data"] if isinstance(e, dict) and "runtimeStatus" in e]
         if entries or not result["data"]:
-            return [r for r in (_runtime(e, delivered, secrets) for e in entries) if r is not None]
+            return [r for r in (_runtime(e, delivered, secrets, builtin) for e in entries) if r is not None]
     return None
 
 
@@ -117,14 +118,19 @@ def _startup(params: dict[str, Any], delivered: Collection[str], secrets: Any) -
     return _report(name, state, raw, None, params.get("error"), secrets)
 
 
-def _runtime(entry: dict[str, Any], delivered: Collection[str], secrets: Any) -> ServerReport | None:
+def _runtime(
+    entry: dict[str, Any], delivered: Collection[str], secrets: Any, builtin: str | None
+) -> ServerReport | None:
     name, raw = entry.get("name"), entry.get("runtimeStatus")
     if not isinstance(name, str) or name not in delivered or not isinstance(raw, str):
         return None
     state = RUNTIME_STATES.get(raw, "unknown")
     tools = entry.get("tools")
     count = len(tools) if state == "connected" and isinstance(tools, dict) else None
-    return _report(name, state, raw, count, entry.get("toolsError"), secrets)
+    report = _report(name, state, raw, count, entry.get("toolsError"), secrets)
+    if name == builtin and count is not None:  # agentctl's own tools, as Codex lists them: the exposure check
+        report = replace(report, exposed_tools=exposed_names(tools))
+    return report
 
 
 def _report(name: str, state: ReportedState, raw: str, count: int | None, error: Any, secrets: Any) -> ServerReport:
@@ -177,10 +183,12 @@ class CodexAppServerReader(ReportReader):
     markers = (b"mcpServer/startupStatus", b"runtimeStatus")
 
     def __init__(
-        self, delivered: Collection[str], secrets: Iterable[str] | SecretRegistry = (), max_line: int = MAX_LINE
+        self, delivered: Collection[str], secrets: Iterable[str] | SecretRegistry = (), max_line: int = MAX_LINE,
+        builtin: str | None = None,
     ) -> None:
         super().__init__(delivered, max_line)
         self._secrets = secrets
+        self.builtin = builtin
 
     def parse_line(self, line: bytes) -> list[ServerReport] | None:
-        return parse_message(line, self.delivered, self._secrets)
+        return parse_message(line, self.delivered, self._secrets, self.builtin)

@@ -176,7 +176,7 @@ def open_reader(
 
     if plan.source == CLAUDE:
         return ClaudeInitReader(delivered, builtin=builtin)
-    return CodexAppServerReader(delivered, secrets) if plan.source == CODEX else None
+    return CodexAppServerReader(delivered, secrets, builtin=builtin) if plan.source == CODEX else None
 
 
 def open_feed(

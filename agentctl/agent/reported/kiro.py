@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from typing import Any
 
-from agentctl.agent.reported.base import ServerReport
+from agentctl.agent.reported.base import ServerReport, exposed_names
 from agentctl.evidence.contract import ReportedState
 from agentctl.evidence.sanitize import summarize
 from agentctl.evidence.secret_registry import SecretRegistry
@@ -46,7 +46,8 @@ STATUS_STATES: dict[str, ReportedState] = {
 
 
 def parse_ext(
-    method: str, params: Any, delivered: Collection[str], secrets: Iterable[str] | SecretRegistry = ()
+    method: str, params: Any, delivered: Collection[str], secrets: Iterable[str] | SecretRegistry = (),
+    builtin: str | None = None,
 ) -> list[ServerReport] | None:
     """The reports of one extension notification, or None when it is not one of Kiro's MCP methods."""
     if method not in METHODS:
@@ -56,7 +57,7 @@ def parse_ext(
     if method == STATUS:
         servers = params.get("servers")
         entries = servers[:MAX_SERVERS] if isinstance(servers, list) else []
-        return [r for r in (_status(e, delivered, secrets) for e in entries) if r is not None]
+        return [r for r in (_status(e, delivered, secrets, builtin) for e in entries) if r is not None]
     name = params.get("serverName")
     if not isinstance(name, str) or name not in delivered:
         return []
@@ -68,7 +69,7 @@ def parse_ext(
     return [_failed(name, "failed", "init_failure", params.get("error"), secrets)]
 
 
-def _status(entry: Any, delivered: Collection[str], secrets: Any) -> ServerReport | None:
+def _status(entry: Any, delivered: Collection[str], secrets: Any, builtin: str | None) -> ServerReport | None:
     if not isinstance(entry, dict):
         return None
     name, raw = entry.get("name"), entry.get("status")
@@ -80,7 +81,10 @@ def _status(entry: Any, delivered: Collection[str], secrets: Any) -> ServerRepor
         return _failed(name, "needs_auth" if auth else "failed", raw, entry.get("errorMessage"), secrets)
     tools = entry.get("tools")
     count = len(tools) if state == "connected" and isinstance(tools, list) else None
-    return ServerReport(name=name, state=state, raw_state=raw, tool_count=count)
+    exposed = None
+    if name == builtin and count is not None:  # agentctl's own tools, as Kiro lists them: the exposure check
+        exposed = exposed_names(t.get("name") for t in tools if isinstance(t, dict))
+    return ServerReport(name=name, state=state, raw_state=raw, tool_count=count, exposed_tools=exposed)
 
 
 def _failed(name: str, state: ReportedState, raw: str, error: Any, secrets: Any) -> ServerReport:
