@@ -4,7 +4,8 @@ Each session operation creates the new attempt *before* delivery, records config
 delivered, then the agent's answer: session_accepted, or an explicit error that is server-specific only
 when it names a server. Prompts stream the agent's updates to the caller and are never recorded. A session
 notice the agent sends (agentctl/agent/acp_notices.py) is kept on its session's attempt as a report-level
-line; Gemini CLI in a folder it does not trust gets no server (agentctl/agent/gemini_acp.py).
+line, and an adapter's own report of its MCP servers is read by agentctl/agent/reported/acp_tap.py; Gemini CLI
+in a folder it does not trust gets no server (agentctl/agent/gemini_acp.py).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from agentctl.agent import acp_auth, acp_notices, gemini_acp
 from agentctl.agent.attribution import attribute, error_text
 from agentctl.agent.delivery import Planned, plan_delivery
 from agentctl.agent.outcome import AgentError, SessionOutcome
+from agentctl.agent.reported.acp_tap import AcpReportTap, ReportSink
 from agentctl.agent.transports import AgentStdioTransport
 from agentctl.evidence.contract import AttemptOrigin, McpCapabilities, PromptStreamItem
 from agentctl.evidence.ledger import Ledger, ServerSeed
@@ -159,9 +161,13 @@ class AcpRuntime:
 
     async def connect(self, stdin: asyncio.StreamWriter, stdout: asyncio.StreamReader) -> None:
         """ACP initialize over the agent's pipes; records what the agent declared about itself."""
+        notices = acp_notices.NoticeTap(self._on_notice).take
+        reports = AcpReportTap(self._report_target, ReportSink(self.ledger), self._known(),
+                               builtin=self.spec.mcp.builtin_name).take
         self._transport = AgentStdioTransport(
             stdout, stdin, on_sent=self._on_sent, on_eof=self._on_eof,
-            outgoing=acp_notices.advertise, intercept=acp_notices.NoticeTap(self._on_notice).take,
+            outgoing=acp_notices.advertise,
+            intercept=lambda message: self._note_new_session(message) or reports(message) or notices(message),
         )
         self._conn = acp.connect_to_agent(_DaemonClient(self), self._transport, use_unstable_protocol=True)
         try:
@@ -313,6 +319,41 @@ class AcpRuntime:
         for held_id, update in held:  # in arrival order, after the acceptance they depend on
             self._keep_notice(attempt_id, update) if held_id == session_id else self._drop_notice()
         return SessionOutcome(attempt_id, True, acp_session_id=session_id)
+
+    def _attempt_of(self, session_id: str | None) -> Any:
+        """The attempt an adapter's structured MCP report is about, by rule, whatever the timing: the accepted
+        session's; the one being opened for the id it loads or its session/new answer named (read off the
+        wire before the SDK hands the answer on); before that answer, for an id that is not the accepted
+        session's, since only the new session's id is not known yet (adapters report their servers' start-up
+        while session/new is in flight). A frame without a session id is about no attempt. Free-text notices
+        are stricter (`_on_notice`): one naming an id that is not yet known is held until the answer."""
+        if session_id is None:
+            return None
+        attempt_id = None
+        opening = self._opening
+        if opening is not None and (session_id == opening[1] or (opening[1] is None and session_id != self.acp_session_id)):
+            attempt_id = opening[0]
+        elif session_id == self.acp_session_id:
+            attempt_id = self._session_attempt
+        return find_attempt(self.ledger.history, attempt_id) if attempt_id else None
+
+    def _note_new_session(self, message: dict[str, Any]) -> bool:
+        """The answer to the session/new in flight names its session: from that frame on, that id (and no
+        other unknown one) is the opening attempt's. Never consumes the frame."""
+        opening = self._opening
+        result = message.get("result") if "id" in message else None
+        if opening is not None and opening[1] is None and isinstance(result, dict):
+            session_id = result.get("sessionId")
+            if isinstance(session_id, str):
+                self._opening = (opening[0], session_id)
+        return False
+
+    def _report_target(self, session_id: str | None) -> tuple[str, list[str]] | None:
+        """agentctl/agent/reported/acp_tap.py's resolver: the attempt and the servers it delivered."""
+        attempt = self._attempt_of(session_id)
+        if attempt is None:
+            return None
+        return attempt.attempt_id, [row.name for row in attempt.servers if row.delivered_at is not None]
 
     def _on_notice(self, session_id: str | None, update: dict[str, Any]) -> None:
         """A session notice belongs to the session whose id it names, decided by that id, never by when it came:

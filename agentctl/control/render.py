@@ -242,6 +242,8 @@ def report_details(view: RowView | None) -> list[str]:
         lines.append(f"also {view.report} (the agent's report; agentctl's observation is shown)")
     if view.disagreement:
         lines.append(f"disagreement: {view.disagreement}")
+    if view.exposure_gap:
+        lines.append(f"exposure: {view.exposure_gap} [{view.exposure_reason}]")
     if view.status_source == "reported":
         lines.append(f"evidence: reported by {view.reporter} ({view.sources[0]}); agentctl observed {view.observed}")
     else:

@@ -56,6 +56,9 @@ StatusSource = Literal["observed", "reported"]
 # The provider contract a report came from, `<agent>:<contract>` (e.g. `claude:stream-json-init`). A
 # pattern, not a list: a new provider is a compatible addition.
 ReportSource = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9-]{0,23}:[a-z][a-z0-9-]{0,47}$")]
+# An MCP tool's name as an agent lists it (the built-in server's exposure): a bounded token, never free text.
+ToolName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,128}$")]
+MAX_EXPOSED_TOOLS = 256
 # The provider's own word for the state (`needs-auth`, `ready`, `authenticationRequired`): a bounded token.
 RawState = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")]
 # An ACP session notice's severity (the RFD's info, warning, error); `unknown`: one this version does not know.
@@ -177,6 +180,8 @@ class EvidenceEvent(Base, kw_only=True):
     reported_state: ReportedState | None = None
     raw_state: RawState | None = None
     report_source: ReportSource | None = None
+    # The built-in server's tools as the agent lists them for its model (MCP tool names; only that row).
+    exposed_tools: list[ToolName] | None = None
 
 
 class AgentReport(Base, kw_only=True):
@@ -190,6 +195,7 @@ class AgentReport(Base, kw_only=True):
     tool_count: int | None = None  # the server's tools in the agent's own list, when it gives one
     reason_code: str | None = None
     summary: str | None = None
+    exposed_tools: list[ToolName] | None = None  # built-in row only: the tool names the agent exposes
 
 
 class AgentNotice(Base, kw_only=True):
@@ -326,6 +332,8 @@ class AgentState(Base, kw_only=True):
     # (`claude:stream-json-init`), or, when none is available, `report_note` says so plainly.
     report_source: ReportSource | None = None
     report_note: str | None = None
+    # ACP extension notifications (methods starting with `_`) of no shape agentctl reads: counted, never kept.
+    unknown_ext_notifications: int = 0
     # A passthrough CLI on a pseudo-terminal the daemon owns (`[agent] terminal = true`): its screen can be
     # attached to, and an upstream may ask for its recent screen (`terminal_read`).
     terminal: bool = False
@@ -612,6 +620,10 @@ class RowView(Base, kw_only=True):
     reported_tool_count: int | None = None  # the server's tools in the agent's own list, when it gave one
     report: str | None = None
     disagreement: str | None = None
+    # The built-in server's tools the agent does not expose to its model although the endpoint served them
+    # ("the agent exposes 3 of 10 kandev tools; 7 missing: ..."), with its reason code; None when equal.
+    exposure_gap: str | None = None
+    exposure_reason: str | None = None
 
 
 class ChecklistStep(Base, kw_only=True):

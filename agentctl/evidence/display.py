@@ -21,12 +21,17 @@ OBSERVER = "agentctl"
 # Report sources are `<agent>:<contract>`; the agent's part, as people call the agent.
 REPORTERS: dict[str, str] = {
     "claude": "Claude Code",
+    "claude-agent-acp": "claude-agent-acp",
+    "codex-acp": "codex-acp",
+    "kiro": "Kiro CLI",
     "codex": "Codex",
     "cursor": "Cursor",
     "gemini": "Gemini CLI",
     "opencode": "OpenCode",
 }
 _STATE_WORDS = {"needs_auth": "needs authentication", "unknown": "an unknown state"}
+REASON_EXPOSURE_GAP = "agent_exposure_gap"
+MAX_LISTED_MISSING = 8
 
 
 def reporter_name(source: str) -> str:
@@ -59,6 +64,7 @@ def row_view(row: ServerRow | Mapping[str, Any]) -> RowView:
         reported_tool_count=report.tool_count,
         report=_report_words(report, reporter),
         disagreement=_disagreement(row, observed, report, reporter),
+        **_exposure(row, report, reporter),
     )
 
 
@@ -81,8 +87,27 @@ def _disagreement(row: ServerRow, observed: str, report: AgentReport, reporter: 
     if row.delivered_at is None:
         return f"{reporter} reported a server of this name, which agentctl did not deliver"
     said = _STATE_WORDS.get(report.state, report.state)
+    if row.source == "builtin" and report.state == "connected" and observed not in ("active", "connected"):
+        return f"{reporter} says connected; agentctl saw no request to its endpoint"
     if observed in ("active", "connected") and report.state in REPORTED_FAILURES:
         return f"agentctl observed {observed}; {reporter} reported {said}"
     if observed == "failed" and report.state == "connected":
         return f"agentctl observed failed; {reporter} reported {said}"
     return None
+
+
+def _exposure(row: ServerRow, report: AgentReport, reporter: str) -> dict[str, str]:
+    """The built-in tools the endpoint served that the agent does not expose to its model, as a finding.
+    Only where both lists are whole: the agent listed its tools, and the served catalog was not truncated."""
+    catalog = row.catalog
+    if row.source != "builtin" or report.exposed_tools is None or catalog is None or catalog.truncated:
+        return {}
+    served = sorted({tool.name for tool in catalog.tools})
+    exposed = set(report.exposed_tools)
+    missing = [name for name in served if name not in exposed]
+    if not missing:
+        return {}
+    shown = ", ".join(missing[:MAX_LISTED_MISSING]) + (", ..." if len(missing) > MAX_LISTED_MISSING else "")
+    text = (f"{reporter} exposes {len(served) - len(missing)} of {len(served)} {row.name} tools; "
+            f"{len(missing)} missing: {shown}")
+    return {"exposure_gap": text, "exposure_reason": REASON_EXPOSURE_GAP}

@@ -72,7 +72,8 @@ def status_with_source(row: ServerRow) -> tuple[Status, StatusSource]:
     """The status and whose evidence it rests on. Host observation always outranks a report about the same
     server: a report counts only on a delivered row where agentctl observed neither contact nor a current
     failure. There a reported failure (`failed`, `needs_auth`) is an explicit agent error (`failed`), and a
-    reported connection is `active` when the agent listed tools of the server, else `connected`. Every other
+    reported connection is `active` when the agent listed tools of the server, else `connected`, except on the
+built-in row, whose endpoint is agentctl's own: there only agentctl's observation connects. Every other
     reported state (pending, disabled, cancelled, unknown) is detail: it claims nothing agentctl can show."""
     observed = observed_status(row)
     report = row.reported
@@ -80,6 +81,10 @@ def status_with_source(row: ServerRow) -> tuple[Status, StatusSource]:
         return observed, "observed"
     if report.state in REPORTED_FAILURES:
         return "failed", "reported"
+    if report.state == "connected" and row.source == "builtin":
+        # agentctl serves the built-in endpoint itself: a claimed connection it saw no request for is a
+        # disagreement to show (agentctl.evidence.display), never a status.
+        return observed, "observed"
     if report.state == "connected":
         return ("active" if report.tool_count else "connected"), "reported"
     return observed, "observed"
@@ -307,6 +312,7 @@ def _apply_report(row: ServerRow, event: EvidenceEvent) -> None:
         tool_count=event.tool_count,
         reason_code=reason,
         summary=event.summary or None,
+        exposed_tools=event.exposed_tools,
     )
     if row.reported is None or _report_key(report) > _report_key(row.reported):
         row.reported = report
@@ -322,6 +328,7 @@ def _report_key(report: AgentReport) -> tuple:
         report.reason_code or "",
         report.summary or "",
         report.raw_state or "",
+        tuple(report.exposed_tools or ()),
     )
 
 

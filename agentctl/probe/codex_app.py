@@ -11,25 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import msgspec
 
+from agentctl.agent.reported.codex import is_app_server
+
+__all__ = ["is_app_server", "drive"]
+
 METHOD_INITIALIZE, METHOD_THREAD = 1, 2
 MAX_LINE = 1024 * 1024
-
-
-def is_app_server(argv: Sequence[str]) -> bool:
-    """Whether a Codex command line runs `codex app-server` (its first positional argument)."""
-    args, i = list(argv[1:]), 0
-    while i < len(args):
-        if args[i] in ("-c", "--config"):  # the options Codex takes a value with, as the strategy writes them
-            i += 2
-        elif args[i].startswith("-"):
-            i += 1
-        else:
-            return args[i] == "app-server"
-    return False
 
 
 class _Message(msgspec.Struct):

@@ -103,8 +103,8 @@ def test_tool_counts_use_claude_codes_name_normalization() -> None:
 
 
 @pytest.mark.parametrize(("servers", "tools", "expected"), [
-    pytest.param(["a", "a__b"], ["mcp__a__x", "mcp__a__b__y"], {"a": None, "a__b": None},
-                 id="a_tool_that_fits_two_servers_prefixes_counts_for_neither"),
+    pytest.param(["a", "a__b"], ["mcp__a__x", "mcp__a__b__y"], {"a": 1, "a__b": 1},
+                 id="a_tool_that_fits_two_servers_prefixes_counts_for_the_longer_name"),
     pytest.param(["a", "a__b"], ["mcp__a__x"], {"a": 1, "a__b": 0}, id="no_tool_fits_both_so_both_count"),
     pytest.param(["a.b", "a_b"], ["mcp__a_b__x"], {"a.b": None, "a_b": None},
                  id="two_names_that_normalize_alike_have_no_count"),
@@ -114,9 +114,10 @@ def test_an_ambiguous_tool_count_is_unknown_never_a_guess(servers, tools, expect
     assert {r.name: r.tool_count for r in parse_init(init, servers)} == expected
 
 
-def test_a_server_of_the_users_own_config_makes_a_delivered_servers_count_ambiguous_too() -> None:
-    init = _init([{"name": "a", "status": "connected"}, {"name": "a__b", "status": "connected"}], ["mcp__a__b__y"])
-    assert {r.name: r.tool_count for r in parse_init(init, ["a"])} == {"a": None}
+def test_a_server_of_the_users_own_config_keeps_its_tools_off_a_delivered_servers_count() -> None:
+    init = _init([{"name": "a", "status": "connected"}, {"name": "a__b", "status": "connected"}],
+                 ["mcp__a__b__y", "mcp__a__z"])
+    assert {r.name: r.tool_count for r in parse_init(init, ["a"])} == {"a": 1}
 
 
 def test_an_oversized_line_is_skipped_whole_without_buffering_past_the_bound_and_the_next_one_reads() -> None:

@@ -21,7 +21,8 @@ REQUIRE_VAR = "AGENTCTL_REQUIRE_REAL_CLIS"  # set by .ci/run: a missing CLI fail
 DIR_VAR = "AGENTCTL_CLIS_DIR"
 # The executable each package installs, by package name.
 BINS = {"@anthropic-ai/claude-code": "claude", "@openai/codex": "codex", "@google/gemini-cli": "gemini",
-        "opencode-ai": "opencode"}
+        "opencode-ai": "opencode", "@agentclientprotocol/claude-agent-acp": "claude-agent-acp",
+        "@agentclientprotocol/codex-acp": "codex-acp"}
 PINNED: dict[str, str] = {BINS[name]: version
                           for name, version in json.loads((HERE / "package.json").read_text())["dependencies"].items()}
 

@@ -24,7 +24,7 @@ DOC = REPO / "docs" / "agents.md"
 SPEC_BLOCK = re.compile(r"^```toml agent-spec:(?P<name>[a-z0-9-]+)\n(?P<body>.*?)^```", re.M | re.S)
 # The agents issue 21 names: each has a tested spec, over each protocol people use it with.
 EXPECTED = {
-    "claude-code-acp": ("acp", None, "claude-code-acp"),
+    "claude-agent-acp": ("acp", None, "claude-agent-acp"),
     "claude-cli": ("passthrough", "claude", "claude"),
     "claude-terminal": ("passthrough", "claude", "claude"),
     "codex-acp": ("acp", None, "codex-acp"),

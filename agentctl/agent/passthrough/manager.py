@@ -167,7 +167,8 @@ class PassthroughManager:
             ledger.record("delivered", attempt_id, entry.name, transport=entry.transport, target=entry.target)
         self._stop_watch()
         self._unwatch = watch_acceptance(ledger, attempt_id)
-        self._feed = open_feed(ledger, attempt_id, report, [entry.name for entry in mat.delivered])
+        self._feed = open_feed(ledger, attempt_id, report, [entry.name for entry in mat.delivered],
+                               builtin=ctx.spec.mcp.builtin_name)
         if process.terminal is not None:
             # On its terminal the CLI reads the keys of whoever is attached; its output reaches the window
             # through the terminal, and the report feed reads that same stream.

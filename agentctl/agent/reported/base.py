@@ -6,8 +6,10 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import re
+
 from agentctl.agent.reported.lines import LineScanner
-from agentctl.evidence.contract import ReportedState
+from agentctl.evidence.contract import MAX_EXPOSED_TOOLS, ReportedState
 
 if TYPE_CHECKING:
     from agentctl.evidence.ledger import Ledger
@@ -23,6 +25,22 @@ class ServerReport:
     tool_count: int | None = None
     reason_code: str | None = None
     summary: str | None = None
+    # The built-in server's tools as the agent lists them for the model (names only; never a third party's).
+    exposed_tools: list[str] | None = None
+
+
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
+
+def exposed_names(names: Iterable[Any]) -> list[str]:
+    """The built-in server's tool names as an agent lists them: MCP tool-name tokens only, bounded, sorted."""
+    out: set[str] = set()
+    for name in names:
+        if isinstance(name, str) and _TOOL_NAME.fullmatch(name):
+            out.add(name)
+            if len(out) >= MAX_EXPOSED_TOOLS:
+                break
+    return sorted(out)
 
 
 def record(ledger: Ledger, attempt_id: str, source: str, reports: Iterable[ServerReport]) -> int:
@@ -30,7 +48,7 @@ def record(ledger: Ledger, attempt_id: str, source: str, reports: Iterable[Serve
     kept = 0
     for report in reports:
         fields: dict[str, Any] = {"reported_state": report.state, "report_source": source, "raw_state": report.raw_state}
-        for name in ("tool_count", "reason_code", "summary"):
+        for name in ("tool_count", "reason_code", "summary", "exposed_tools"):
             if getattr(report, name) is not None:
                 fields[name] = getattr(report, name)
         if ledger.record("agent_reported", attempt_id, report.name, **fields) is not None:

@@ -8,9 +8,20 @@ outside `[A-Za-z0-9_-]` becomes `_`). Measured with Claude Code 2.1.332. A serve
 parse is absent from the list: absence is not failure, so it gets no report.
 
 Only delivered servers are reported (a name the CLI lists that agentctl did not deliver is the user's own,
-or invented: it is ignored). The tool count is given for a connected server when it is unambiguous: a tool
-whose name fits two servers' prefixes (`a` and `a__b`, or two names that normalize alike) counts for none.
-The init event carries no error text, so a reported failure has no summary.
+or invented: it is ignored). The tool count is given for a connected server: a tool whose name fits two
+servers' prefixes (`a` and `a__b` both listed) belongs to the longer name, and two names that normalize alike
+have no count (nothing says whose a tool is).
+The init event carries no error text, so a reported failure has no summary. For the built-in server (and only
+it: agentctl's own tools) the init event's tool names are kept, so its exposure can be compared with what the
+endpoint served.
+
+The ACP adapter `@agentclientprotocol/claude-agent-acp` (0.101.0, dist/acp-agent.js,
+`reportMcpServerStartupFailures`) relays the same init statuses for the servers its client gave it, once per
+server per session, only `failed` and `needs-auth`: to a client that opted into session notices as a notice
+titled exactly `MCP server "NAME" failed to start` or `MCP server "NAME" needs authentication`
+(`claude-agent-acp:notice`), otherwise as an `agent_message_chunk` whose `_meta.claudeCode` is
+`{"kind":"mcpServerStatus","server","status"}` (`claude-agent-acp:meta`). Both are the adapter's fixed
+shapes, so both set the row; any other notice text stays a weak line (agentctl/agent/acp_notices.py).
 """
 
 from __future__ import annotations
@@ -21,10 +32,22 @@ from typing import Any
 
 import msgspec
 
-from agentctl.agent.reported.base import ReportReader, ServerReport
+from agentctl.agent.reported.base import ReportReader, ServerReport, exposed_names
 from agentctl.evidence.contract import ReportedState
 
 SOURCE = "claude:stream-json-init"
+ACP_NOTICE_SOURCE = "claude-agent-acp:notice"
+REASON_FAILED = "agent_reported_failed"
+REASON_NEEDS_AUTH = "agent_reported_needs_auth"
+_ACP_REASONS = {"failed": REASON_FAILED, "needs_auth": REASON_NEEDS_AUTH}
+ACP_META_SOURCE = "claude-agent-acp:meta"
+# The adapter's two notice titles, whole: a title that merely contains such words is free text.
+_ACP_TITLE = re.compile(r'MCP server "(?P<name>[^"]{1,256})" (?P<what>failed to start|needs authentication)')
+_ACP_TITLE_STATES: dict[str, tuple[ReportedState, str]] = {
+    "failed to start": ("failed", "failed"),
+    "needs authentication": ("needs_auth", "needs-auth"),
+}
+
 # Far above any init event (6 KiB with every built-in tool and skill; a server adds a few dozen bytes a tool).
 MAX_LINE = 1024 * 1024
 STATES: dict[str, ReportedState] = {
@@ -56,7 +79,7 @@ def normalized_name(name: str) -> str:
     return out
 
 
-def parse_init(line: bytes, delivered: Collection[str]) -> list[ServerReport] | None:
+def parse_init(line: bytes, delivered: Collection[str], builtin: str | None = None) -> list[ServerReport] | None:
     """The reports of one stdout line, or None when it is not a `system/init` event."""
     try:
         event = _decoder.decode(line)
@@ -76,33 +99,87 @@ def parse_init(line: bytes, delivered: Collection[str]) -> list[ServerReport] | 
             continue  # not ours, or listed twice with different statuses: nothing certain to report
         (raw,) = statuses
         state = STATES.get(raw, "unknown")
+        exposed = _exposed(event.tools, name, set(listed) | set(delivered)) if name == builtin else None
         reports.append(ServerReport(name=name, state=state, raw_state=raw,
-                                    tool_count=counts.get(name) if state == "connected" else None))
+                                    tool_count=counts.get(name) if state == "connected" else None,
+                                    exposed_tools=exposed if state == "connected" else None))
     return reports
 
 
+def split_tool(tool: str, names: Collection[str]) -> tuple[str, str] | None:
+    """(server, tool) of an `mcp__SERVER__TOOL` name, by the configured names: the longest normalized server
+    name that prefixes it wins, so `a` and `a__b` both configured cannot take each other's tools. None when
+    no name fits, or two names normalize alike (nothing certain)."""
+    if not tool.startswith("mcp__"):
+        return None
+    fits: dict[str, list[str]] = {}
+    for name in names:
+        prefix = f"mcp__{normalized_name(name)}__"
+        if tool.startswith(prefix) and len(tool) > len(prefix):
+            fits.setdefault(prefix, []).append(name)
+    if not fits:
+        return None
+    prefix = max(fits, key=len)
+    if len(fits[prefix]) != 1:
+        return None
+    return fits[prefix][0], tool[len(prefix):]
+
+
+def _exposed(tools: Any, server: str, names: set[str]) -> list[str] | None:
+    """The built-in server's tools in the agent's list (their MCP names), bounded; None without a list."""
+    if not isinstance(tools, list):
+        return None
+    found = (split_tool(tool, names) if isinstance(tool, str) else None for tool in tools)
+    return exposed_names(split[1] for split in found if split is not None and split[0] == server)
+
+
+def parse_acp_update(update: Any, delivered: Collection[str]) -> tuple[str, list[ServerReport]] | None:
+    """(source, reports) of one ACP `session/update` payload when it is claude-agent-acp's MCP status relay,
+    else None. Only the adapter's fixed shapes count; a delivered name only."""
+    if not isinstance(update, dict):
+        return None
+    kind = update.get("sessionUpdate")
+    if kind == "notice":
+        title = update.get("title")
+        found = _ACP_TITLE.fullmatch(title) if isinstance(title, str) else None
+        if found is None:
+            return None
+        state, raw = _ACP_TITLE_STATES[found["what"]]
+        name = found["name"]
+        return ACP_NOTICE_SOURCE, ([_acp_report(name, state, raw)] if name in delivered else [])
+    meta = update.get("_meta")
+    relay = meta.get("claudeCode") if isinstance(meta, dict) else None
+    if kind != "agent_message_chunk" or not isinstance(relay, dict) or relay.get("kind") != "mcpServerStatus":
+        return None
+    name, raw = relay.get("server"), relay.get("status")
+    if not isinstance(name, str) or not isinstance(raw, str) or name not in delivered:
+        return ACP_META_SOURCE, []
+    return ACP_META_SOURCE, [_acp_report(name, STATES.get(raw, "unknown"), raw)]
+
+
+def _acp_report(name: str, state: ReportedState, raw: str) -> ServerReport:
+    # The adapter sends no error text ("Run /mcp for the error"): the reason is the state's own.
+    reason = _ACP_REASONS.get(state)
+    return ServerReport(name=name, state=state, raw_state=raw, reason_code=reason)
+
+
 def _tool_counts(tools: Any, names: set[str]) -> dict[str, int | None]:
-    """Tools per server by prefix; None for a server with a tool another server's prefix also fits."""
+    """Tools per server, each tool given to the longest configured name that prefixes it (`split_tool`);
+    None for servers whose names normalize alike (one prefix, two owners: no count is certain)."""
     if not isinstance(tools, list):
         return {}
-    prefixes: dict[str, list[str]] = {}
+    owners: dict[str, list[str]] = {}
     for name in names:
-        prefixes.setdefault(f"mcp__{normalized_name(name)}__", []).append(name)
+        owners.setdefault(normalized_name(name), []).append(name)
     counts: dict[str, int | None] = {name: 0 for name in names}
-    for prefix, owners in prefixes.items():
-        if len(owners) > 1:
-            for owner in owners:
-                counts[owner] = None  # two servers share one prefix
+    for same in owners.values():
+        if len(same) > 1:
+            for owner in same:
+                counts[owner] = None
     for tool in tools:
-        if not isinstance(tool, str) or not tool.startswith("mcp__"):
-            continue
-        fits = [prefix for prefix in prefixes if tool.startswith(prefix) and len(tool) > len(prefix)]
-        for prefix in fits:
-            for owner in prefixes[prefix]:
-                if len(fits) > 1:
-                    counts[owner] = None
-                elif counts[owner] is not None:
-                    counts[owner] += 1
+        found = split_tool(tool, names) if isinstance(tool, str) else None
+        if found is not None and counts[found[0]] is not None:
+            counts[found[0]] += 1
     return counts
 
 
@@ -111,8 +188,9 @@ class ClaudeInitReader(ReportReader):
 
     markers = (b'"init"',)  # the init event's own value: any line without it is dropped at its newline, undecoded
 
-    def __init__(self, delivered: Collection[str], max_line: int = MAX_LINE) -> None:
+    def __init__(self, delivered: Collection[str], max_line: int = MAX_LINE, builtin: str | None = None) -> None:
         super().__init__(delivered, max_line)
+        self.builtin = builtin
 
     def parse_line(self, line: bytes) -> list[ServerReport] | None:
-        return parse_init(line, self.delivered)
+        return parse_init(line, self.delivered, self.builtin)

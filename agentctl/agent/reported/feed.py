@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agentctl.agent.reported.base import ReportReader, record
 
@@ -125,10 +125,12 @@ def claude_request_args(argv: Sequence[str]) -> list[str]:
 
 
 _NO_REPORT = {
-    "codex": "Codex's exec mode prints no MCP server status (only `codex app-server` does, and it needs a client "
-             "agentctl does not drive): no agent report is available for this CLI",
+    "codex": "Codex's exec mode prints no MCP server status (only `codex app-server` does: run that, with a "
+             "client driving it, and agentctl reads its startup notifications): no agent report is available "
+             "for this run",
     "gemini": "Gemini CLI prints no MCP server status in its output: no agent report is available for this CLI",
-    "opencode": "OpenCode prints no MCP server status in its run output: no agent report is available for this CLI",
+    "opencode": "OpenCode prints no MCP server status in its run output (only `opencode serve` answers it, at "
+                "GET /mcp, which agentctl then asks): no agent report is available for this run",
     "cursor": "Cursor's agent CLI was not measured here: no agent report is read for it",
 }
 
@@ -149,21 +151,45 @@ def plan_report(strategy: str | None, argv: Sequence[str], mode: str = "auto") -
                                "report is available (set agent.report = \"request\" to have agentctl add them)")
     if strategy is None:
         return ReportPlan(note="no passthrough strategy: no agent report is available")
+    if strategy == "codex":
+        from agentctl.agent.reported.codex import SOURCE as CODEX, is_app_server
+
+        if is_app_server(argv):
+            return ReportPlan(source=CODEX)
+    if strategy == "opencode":
+        from agentctl.agent.reported.opencode import SOURCE as OPENCODE, is_serve
+
+        if is_serve(argv):
+            return ReportPlan(source=OPENCODE)
     return ReportPlan(note=_NO_REPORT.get(strategy, "this CLI has no known MCP status output: no agent report"))
 
 
-def open_reader(plan: ReportPlan, delivered: Collection[str]) -> ReportReader | None:
-    """The incremental parser of `plan.source` for the servers agentctl delivered, or None."""
+def open_reader(
+    plan: ReportPlan, delivered: Collection[str], builtin: str | None = None, secrets: Any = ()
+) -> ReportReader | None:
+    """The incremental parser of `plan.source` for the servers agentctl delivered, or None. `builtin` names
+    the built-in server, whose exposed tools a reader keeps (agentctl's own tools: the exposure check)."""
     if plan.source is None or not delivered:
         return None
     from agentctl.agent.reported.claude import SOURCE as CLAUDE, ClaudeInitReader
+    from agentctl.agent.reported.codex import SOURCE as CODEX, CodexAppServerReader
 
-    return ClaudeInitReader(delivered) if plan.source == CLAUDE else None
+    if plan.source == CLAUDE:
+        return ClaudeInitReader(delivered, builtin=builtin)
+    return CodexAppServerReader(delivered, secrets, builtin=builtin) if plan.source == CODEX else None
 
 
-def open_feed(ledger: Ledger, attempt_id: str, plan: ReportPlan, delivered: Collection[str]) -> ReportFeed:
+def open_feed(
+    ledger: Ledger, attempt_id: str, plan: ReportPlan, delivered: Collection[str], builtin: str | None = None
+) -> ReportFeed:
     """The feed for one CLI run: a parser of `plan.source` recording on `attempt_id`, or `NULL_FEED`."""
-    reader = open_reader(plan, delivered)
+    from agentctl.agent.reported import opencode
+
+    if plan.source == opencode.SOURCE and delivered:
+        from agentctl.agent.reported.acp_tap import ReportSink
+
+        return opencode.ServeFeed(ReportSink(ledger), attempt_id, delivered, ledger.secrets)
+    reader = open_reader(plan, delivered, builtin, ledger.secrets)
     if reader is None or plan.source is None:
         return NULL_FEED
     return LedgerFeed(ledger, attempt_id, plan.source, reader)
