@@ -155,7 +155,11 @@ class AgentProcess:
             return
         self._exit_info = info
         self._exited.set()
-        log.info("agent pid %d %s", self.pid, info.reason)
+        if info.stopped or info.returncode == 0:
+            log.info("agent pid %d %s", self.pid, info.reason)
+        else:
+            # The one line about the agent's own end (its managers add none): news at the default level.
+            log.warning("agent pid %d %s, not stopped by agentctl", self.pid, info.reason)
         if self._on_exit is None:
             return
         try:
