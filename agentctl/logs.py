@@ -39,6 +39,9 @@ QUIET_LOGGERS = (
     "opentelemetry",
     "acp",
 )
+# The logger of the transitions `agentctl run` shows in its own output (the agent's end, readiness, an attempt
+# whose every server failed): at run's default level they are not logged a second time (agentctl.daemon.run).
+TRANSITIONS = "agentctl.transitions"
 LOG_FORMAT = "%(asctime)s agentctl %(levelname)s %(name)s: %(message)s"
 LOG_FORMATS = ("text", "json")
 # The fields of a JSON line, by their name there; nothing else of a record (a call site's `extra=`) is written.

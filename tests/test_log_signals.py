@@ -171,3 +171,17 @@ async def test_the_upstream_lost_is_one_warning_for_the_whole_outage_and_its_ret
     assert not [m for m in messages if "unreachable" in m[1]], "the outage was already told"
     regained = [m for m in messages if m[1].startswith("upstream regained after ")]
     assert len(regained) == 1 and regained[0][0] == logging.INFO, messages
+
+
+def test_run_shows_the_agents_end_once_in_its_own_output_and_logs_it_only_when_asked_for_info(short_dir):
+    spec = write_spec(short_dir, execution_id=None, agent={
+        "protocol": "passthrough", "strategy": "none", "command": [sys.executable, "-c", "raise SystemExit(1)"]})
+    outputs = {}
+    for level in ("warning", "info"):
+        done = subprocess.run(agentctl_cmd("run", str(spec), "--log-level", level), capture_output=True, text=True,
+                              timeout=120, stdin=subprocess.DEVNULL)
+        assert done.returncode == 1, done.stdout + done.stderr
+        outputs[level] = done.stdout + done.stderr
+    assert outputs["warning"].count("exited with code 1, not stopped by agentctl") == 0, outputs["warning"]
+    assert "the agent exited with code 1" in outputs["warning"]
+    assert outputs["info"].count("exited with code 1, not stopped by agentctl") == 1, outputs["info"]

@@ -14,8 +14,9 @@ import logging
 from agentctl import __version__
 from agentctl.context import DaemonContext
 from agentctl.evidence.contract import EvidenceEvent
+from agentctl.logs import TRANSITIONS
 
-log = logging.getLogger("agentctl.daemon")
+log = logging.getLogger(TRANSITIONS)
 
 
 class Transitions:
