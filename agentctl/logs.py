@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from datetime import UTC, datetime
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agentctl.safetext import neutralize
@@ -59,7 +59,7 @@ def journal_priority(levelno: int) -> int:
     return next((prio for level, prio in JOURNAL_PRIORITIES if levelno >= level), 7)
 
 
-def stderr_is_journal(environ: dict[str, str] | os._Environ[str] = os.environ, fd: int = 2) -> bool:
+def stderr_is_journal(environ: Mapping[str, str] = os.environ, fd: int = 2) -> bool:
     """True when `fd` is the journal's stream: systemd sets JOURNAL_STREAM to its `device:inode`, and a
     service whose stderr was redirected elsewhere inherits the variable with another file's numbers."""
     dev, sep, ino = environ.get("JOURNAL_STREAM", "").partition(":")
