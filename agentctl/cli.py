@@ -159,6 +159,10 @@ def _daemon_arguments(parser: argparse.ArgumentParser, *, log_level: str) -> Non
     parser.add_argument("--log-level", default=log_level, choices=["debug", "info", "warning", "error"],
                         help=f"the least severe log lines written to stderr ({log_level}); debug is for "
                         "troubleshooting and adds the traceback of an unexpected start-up error")
+    parser.add_argument("--log-format", default="text", choices=["text", "json"],
+                        help="text lines, or one JSON object per line for log shippers (text)")
+    parser.add_argument("--metrics-listen", metavar="HOST:PORT", help="also serve /metrics, and nothing else, "
+                        "without a token on HOST:PORT (the pod's address, for a Prometheus scrape)")
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -220,11 +224,11 @@ def _daemon_command(args: argparse.Namespace, body) -> int:
     try:
         from agentctl.logs import configure_logging
 
-        configure_logging(args.log_level)
+        configure_logging(args.log_level, args.log_format)
         spec, error = _load(args.spec)
         if error:
             return fail(error, EXIT_NO_DAEMON)
-        return _run_daemon(spec, args.socket, lambda daemon: body(daemon, signals))
+        return _run_daemon(spec, args.socket, lambda daemon: body(daemon, signals), args.metrics_listen)
     finally:
         signals.uninstall()
 
@@ -239,7 +243,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return _daemon_command(args, lambda daemon, signals: daemon.serve(on_ready, signals=signals))
 
 
-def _run_daemon(spec, socket_path, body) -> int:
+def _run_daemon(spec, socket_path, body, metrics_listen: str | None = None) -> int:
     """Build the daemon and run `body(daemon)` in a fresh loop, turning start-up failures into one line."""
     from agentctl.control.socket import ControlSocketError
     from agentctl.daemon.app import Daemon, StartupError
@@ -251,7 +255,10 @@ def _run_daemon(spec, socket_path, body) -> int:
     from agentctl.daemon.app import describe_error
 
     try:
-        daemon = Daemon(spec, socket_path=socket_path)
+        from agentctl.daemon.metrics_listener import parse_metrics_listen
+
+        listen = parse_metrics_listen(metrics_listen) if metrics_listen else None
+        daemon = Daemon(spec, socket_path=socket_path, metrics_listen=listen)
     except (ControlSocketError, StateDirError, ValueError) as exc:
         return fail(str(exc), EXIT_NO_DAEMON)
     from agentctl.lifecycle import run

@@ -39,6 +39,8 @@ class Readiness:
     details: dict[str, str] = field(default_factory=dict)
     degraded: dict[str, str] = field(default_factory=dict)
     stopping: bool = False
+    # Called once, the first time every check is true (agentctl.daemon.transitions logs "ready" then).
+    on_ready: Callable[[], None] | None = None
 
     def set_degraded(self, name: str, reason_code: str | None) -> None:
         if reason_code:
@@ -58,6 +60,9 @@ class Readiness:
             self.details[name] = detail
         else:
             self.details.pop(name, None)
+        if self.on_ready is not None and self.ready:
+            on_ready, self.on_ready = self.on_ready, None
+            on_ready()
 
     @property
     def ready(self) -> bool:

@@ -1,14 +1,18 @@
-"""Logging set-up: agentctl's own lines on stderr, one line per record with control characters made visible,
-third-party loggers that leak ids or bodies kept quiet, and what aiohttp servers may log about bad requests.
+"""Logging set-up: agentctl's own lines on stderr, one line per record with control characters made visible and
+an ISO 8601 UTC timestamp, as text or JSON (`--log-format json`, for log shippers), with a journald priority
+prefix when stderr is the journal; third-party loggers that leak ids or bodies kept quiet, and what aiohttp
+servers may log about bad requests.
 """
 
 from __future__ import annotations
 
 import contextvars
 import logging
+import os
 import sys
 import time
-from collections.abc import Callable
+from datetime import UTC, datetime
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agentctl.safetext import neutralize
@@ -35,14 +39,56 @@ QUIET_LOGGERS = (
     "opentelemetry",
     "acp",
 )
-LOG_FORMAT = "agentctl %(levelname)s %(name)s: %(message)s"
+# The logger of the transitions `agentctl run` shows in its own output (the agent's end, readiness, an attempt
+# whose every server failed): at run's default level they are not logged a second time (agentctl.daemon.run).
+TRANSITIONS = "agentctl.transitions"
+LOG_FORMAT = "%(asctime)s agentctl %(levelname)s %(name)s: %(message)s"
+LOG_FORMATS = ("text", "json")
+# The fields of a JSON line, by their name there; nothing else of a record (a call site's `extra=`) is written.
+JSON_FIELDS = {"asctime": "time", "levelname": "level", "name": "logger", "message": "message"}
+# syslog(3) priorities, as journald reads a `<N>` prefix on a line of a service's stderr.
+JOURNAL_PRIORITIES = ((logging.CRITICAL, 2), (logging.ERROR, 3), (logging.WARNING, 4), (logging.INFO, 6))
+
+
+def iso_time(record: logging.LogRecord) -> str:
+    """The record's time as ISO 8601 in UTC with milliseconds (`2026-12-02T11:04:05.123Z`), whatever the TZ."""
+    return datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def journal_priority(levelno: int) -> int:
+    return next((prio for level, prio in JOURNAL_PRIORITIES if levelno >= level), 7)
+
+
+def stderr_is_journal(environ: Mapping[str, str] = os.environ, fd: int = 2) -> bool:
+    """True when `fd` is the journal's stream: systemd sets JOURNAL_STREAM to its `device:inode`, and a
+    service whose stderr was redirected elsewhere inherits the variable with another file's numbers."""
+    dev, sep, ino = environ.get("JOURNAL_STREAM", "").partition(":")
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return False
+    return bool(sep) and dev.isdigit() and ino.isdigit() and (st.st_dev, st.st_ino) == (int(dev), int(ino))
 
 
 class SafeFormatter(logging.Formatter):
     """One record, one line: control, bidi and line-separator characters in the message (a session id with
     a newline, an escape sequence in a server name) are written as visible escapes, so no call site can
     forge a log line or drive the terminal. A traceback (DEBUG only) keeps its line breaks, each line
-    neutralized the same way."""
+    neutralized the same way. With `journal`, each line starts with its journald priority (`<4>`)."""
+
+    def __init__(self, fmt: str | None = None, *, journal: bool = False) -> None:
+        super().__init__(fmt)
+        self.journal = journal
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        if not self.journal:
+            return text
+        prefix = f"<{journal_priority(record.levelno)}>"
+        return "\n".join(prefix + line for line in text.split("\n"))
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+        return iso_time(record)
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
         return neutralize(super().formatMessage(record))
@@ -54,13 +100,35 @@ class SafeFormatter(logging.Formatter):
         return "\n".join(neutralize(line) for line in super().formatStack(stack_info).split("\n"))
 
 
-def configure_logging(level: str = "info") -> None:
+def json_formatter(journal: bool = False) -> logging.Formatter:
+    """One JSON object per line (python-json-logger): time, level, logger and message only, the message
+    neutralized like a text line's; a traceback (DEBUG only) as the `exc_info` string."""
+    from pythonjsonlogger.json import JsonFormatter
+
+    class SafeJsonFormatter(JsonFormatter):
+        def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+            return iso_time(record)
+
+        def process_log_record(self, log_data: dict[str, Any]) -> dict[str, Any]:
+            kept = {k: v for k, v in log_data.items() if k in JSON_FIELDS.values() or k == "exc_info"}
+            kept["message"] = neutralize(str(kept.get("message", "")))
+            return kept
+
+        def format(self, record: logging.LogRecord) -> str:
+            text = super().format(record)
+            return f"<{journal_priority(record.levelno)}>{text}" if journal else text
+
+    return SafeJsonFormatter(list(JSON_FIELDS), rename_fields=JSON_FIELDS)
+
+
+def configure_logging(level: str = "info", log_format: str = "text") -> None:
     numeric = getattr(logging, level.upper(), logging.INFO)
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(SafeFormatter(LOG_FORMAT))
+    journal = stderr_is_journal()
+    handler.setFormatter(json_formatter(journal) if log_format == "json" else SafeFormatter(LOG_FORMAT, journal=journal))
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
     logging.getLogger("agentctl").setLevel(numeric)

@@ -188,7 +188,7 @@ class AgentManager:
         ctx.readiness.set("agent", False, f"exited: {reason}")
         if self._stopping:
             return  # the daemon is stopping: the exit is the expected end, not news
-        log.info("agent %s", reason)
+        log.debug("agent %s", reason)  # the supervisor's line said how it ended
         attempt = ctx.ledger.current_attempt_id
         if attempt is not None and not info.stopped:
             # Report-level: an exit is not tied to one server, so it marks no row failed.

@@ -30,7 +30,7 @@ from agentctl.agent.spawn import (
 from agentctl.agent.pty_host import PtyHost, WindowSize, open_pty
 from agentctl.agent.stderr_ring import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, StderrRing, StderrWindow
 from agentctl.agent.tree import AgentTree, TreeTracker, become_subreaper, register_own_child, unregister_own_child
-from agentctl.logs import log_failure
+from agentctl.logs import TRANSITIONS, log_failure
 
 __all__ = [
     "AgentProcess",
@@ -155,7 +155,12 @@ class AgentProcess:
             return
         self._exit_info = info
         self._exited.set()
-        log.info("agent pid %d %s", self.pid, info.reason)
+        transitions = logging.getLogger(TRANSITIONS)
+        if info.stopped or info.returncode == 0:
+            transitions.info("agent pid %d %s", self.pid, info.reason)
+        else:
+            # The one line about the agent's own end (the ACP manager adds none): news at the default level.
+            transitions.warning("agent pid %d %s, not stopped by agentctl", self.pid, info.reason)
         if self._on_exit is None:
             return
         try:

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from agentctl import __version__
 from agentctl.backend.embedded import EmbeddedBackend, TaskStoreError
 from agentctl.control.agent_routes import install_agent_routes
 from agentctl.control.attach_routes import install_attach_routes
@@ -34,7 +33,8 @@ from agentctl.control.socket import (
 )
 from agentctl.context import CTX_KEY, DaemonContext
 from agentctl.daemon.health import install_health_routes
-from agentctl.daemon.metrics import install_metrics_route
+from agentctl.daemon.metrics import DaemonMetrics, install_metrics_route
+from agentctl.daemon.transitions import Transitions
 from agentctl.daemon.systemd import Notifier
 from agentctl.diagnostics.routes import install_diagnostics_routes, tester_of
 from agentctl.evidence.estimates import CatalogEstimates
@@ -103,8 +103,11 @@ class Daemon:
         socket_path: str | Path | None = None,
         clock: Clock = utcnow,
         environ: dict[str, str] | None = None,
+        metrics_listen: tuple[str, int] | None = None,
     ) -> None:
         self.spec = spec
+        self.metrics_listen = metrics_listen  # (host, port) of the metrics-only listener, when asked for
+        self.metrics: DaemonMetrics | None = None
         ident = spec.identity
         identity = Identity(
             task_id=ident.task_id,
@@ -160,6 +163,7 @@ class Daemon:
             # config files) is put right before anything new is written.
             ("recovery of killed daemons' leftovers", self._recover_leftovers),
             ("HTTP listener", self._start_http),
+            ("metrics listener", self._start_metrics_listener),
             # Upstream before MCP: it stops after the endpoint, so the endpoint's last evidence (closed
             # connections) still goes out in the publisher's final snapshot, and the tunnel exists before
             # the first tool call.
@@ -183,7 +187,9 @@ class Daemon:
         self.notifier.notify("READY=1", f"STATUS=serving execution {self.ctx.identity.execution_id}")
         if self.notifier.watchdog_interval:
             self._watchdog = asyncio.create_task(self.notifier.watchdog(), name="agentctl-watchdog")
-        log.info("agentctl %s ready (execution %s)", __version__, self.ctx.identity.execution_id)
+        transitions = Transitions(self.ctx)
+        self._on_stop("transition log", transitions.close)
+        transitions.start()  # "ready" now, or once every check is true
         return self.ready_info()
 
     def ready_info(self) -> DaemonReady:
@@ -325,7 +331,7 @@ class Daemon:
         install_diagnostics_routes(app, CTX_KEY)
         ctx.extra_endpoint_test = tester_of(ctx).upstream_test
         install_health_routes(app, CTX_KEY)
-        install_metrics_route(app, ctx)
+        self.metrics = install_metrics_route(app, ctx)
         self.endpoint = self._build_endpoint()
         self.endpoint.mount(app)
         ctx.endpoint = self.endpoint
@@ -346,6 +352,19 @@ class Daemon:
         ctx.mcp_url = f"{ctx.mcp_base}/mcp"
         self.endpoint.set_listen(bound[0], bound[1])
         ctx.readiness.set("mcp_listener", True)
+
+    async def _start_metrics_listener(self) -> None:
+        if self.metrics_listen is None or self.metrics is None:
+            return
+        from agentctl.daemon.metrics_listener import MetricsListener
+
+        host, port = self.metrics_listen
+        listener = MetricsListener(self.metrics, host, port)
+        try:
+            await listener.start()
+        except OSError as exc:
+            raise StartupError(f"cannot listen on --metrics-listen {host}:{port}: {exc.strerror or exc}") from None
+        self._on_stop("metrics listener", listener.stop)
 
     def _guard_listeners(self) -> None:
         """Connection caps from the descriptor limit, and failed accepts logged once per interval."""

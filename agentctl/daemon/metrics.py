@@ -27,7 +27,10 @@ METRICS_PATH = "/metrics"
 
 class DaemonCounts:
     """What the daemon's state does not keep, counted by one ledger listener from the daemon's start: every
-    evidence event by kind, every attempt and every agent start."""
+    evidence event by kind, every attempt and every agent start.
+
+    An attempt that supersedes another is counted as an `attempt_superseded` event here: the reducer writes
+    that marker into the old attempt's log itself, so it never passes the ledger's listeners as an event."""
 
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
@@ -50,6 +53,8 @@ class DaemonCounts:
         attempt = history.current.attempt_id if history.current else None
         if attempt is not None and attempt != self._attempt:
             self.attempts += 1
+            if self._attempt is not None:
+                self.events["attempt_superseded"] += 1
         self._attempt = attempt
         started = history.agent.started_at if history.agent else None
         if started is not None and started != self._started:
@@ -57,22 +62,34 @@ class DaemonCounts:
         self._started = started
 
 
-def install_metrics_route(app: web.Application, ctx: DaemonContext) -> DaemonCounts:
-    """Mount GET /metrics on `app`; its registry (one per daemon) is built at the first scrape."""
-    counts = DaemonCounts(ctx.ledger)
-    handler: list[Callable[[web.Request], Awaitable[web.Response]]] = []
+class DaemonMetrics:
+    """The daemon's counts and its one /metrics handler, served on the MCP port and, when asked, on the
+    metrics-only listener (agentctl.daemon.metrics_listener): both expose the same registry."""
 
-    async def metrics(request: web.Request) -> web.StreamResponse:
-        if not handler:
+    def __init__(self, ctx: DaemonContext) -> None:
+        self.ctx = ctx
+        self.counts = DaemonCounts(ctx.ledger)
+        self._handler: Callable[[web.Request], Awaitable[web.Response]] | None = None
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if self._handler is None:
             # Once, on the event loop: the import takes tens of milliseconds, paid by the first scrape only.
             from agentctl.daemon.metrics_collector import daemon_metrics_handler
 
-            handler.append(daemon_metrics_handler(ctx, counts))
-        return await handler[0](request)
+            self._handler = daemon_metrics_handler(self.ctx, self.counts)
+        return await self._handler(request)
+
+    def close(self) -> None:
+        self.counts.close()
+
+
+def install_metrics_route(app: web.Application, ctx: DaemonContext) -> DaemonMetrics:
+    """Mount GET /metrics on `app`; its registry (one per daemon) is built at the first scrape."""
+    metrics = DaemonMetrics(ctx)
 
     async def close(_app: web.Application) -> None:
-        counts.close()
+        metrics.close()
 
-    app.router.add_get(METRICS_PATH, metrics, allow_head=False)
+    app.router.add_get(METRICS_PATH, metrics.handle, allow_head=False)
     app.on_cleanup.append(close)
-    return counts
+    return metrics

@@ -1,6 +1,7 @@
-"""Owns what the daemon's Prometheus `/metrics` exposes: a per-daemon registry whose one collector reads the
-daemon's own state at scrape time (attempts, rows by display state, evidence by kind, HTTP refusals, the
-upstream's queue, agent restarts). Imported at the first scrape (agentctl.daemon.metrics mounts the route and
+"""Owns what the daemon's Prometheus `/metrics` exposes: a per-daemon registry whose collector reads the
+daemon's own state at scrape time (build info, attempts, rows by display state, evidence by kind, MCP request
+latency by method, HTTP refusals, the upstream's queue, agent restarts), with prometheus_client's process and
+platform collectors beside it. Imported at the first scrape (agentctl.daemon.metrics mounts the route and
 counts from the start), so prometheus_client is no part of a daemon that is never scraped.
 
 Every label value comes from a closed set the daemon itself defines (an evidence kind, a display state, a
@@ -14,11 +15,13 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import PlatformCollector, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from agentctl.evidence.contract import EVIDENCE_KINDS, Status
-from agentctl.hub.metrics import by_label, gauge, metrics_handler
+from agentctl.hub.metrics import build_info, by_label, gauge, metrics_handler
+from agentctl.mcp_endpoint.latency import METHODS
 from agentctl.mcp_endpoint.server import MCP_PATH, MESSAGES_PATH, SSE_PATH
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,6 +48,7 @@ class DaemonCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         history = self.ctx.ledger.history
+        yield build_info()
         yield CounterMetricFamily("agentctl_attempts", "Attachment attempts opened since the daemon started",
                                   value=self.counts.attempts)
         yield gauge("agentctl_attempts_kept", "Attempts the report keeps (current and previous)",
@@ -68,8 +72,21 @@ class DaemonCollector(Collector):
         yield refusals
         yield CounterMetricFamily("agentctl_rejected_events", "Evidence naming an attempt no longer kept, or a "
                                   "foreign execution", value=history.rejected_events)
+        yield from self._latency()
         yield from self._agent()
         yield from self._upstream()
+
+    def _latency(self) -> Iterator[Metric]:
+        endpoint = self.ctx.endpoint
+        if endpoint is None:
+            return
+        latency = endpoint.observer.latency
+        family = HistogramMetricFamily("agentctl_mcp_request_duration_seconds", "Time the built-in MCP endpoint "
+                                       "took to answer a request, by JSON-RPC method", labels=["method"])
+        for method in METHODS:
+            if method in latency.buckets:
+                family.add_metric([method], latency.cumulative(method), latency.sums[method])
+        yield family
 
     def _agent(self) -> Iterator[Metric]:
         agent = self.ctx.ledger.history.agent
@@ -102,4 +119,6 @@ def daemon_metrics_handler(ctx: DaemonContext,
     nothing)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(DaemonCollector(ctx, counts))
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
     return metrics_handler(registry)

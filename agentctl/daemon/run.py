@@ -23,6 +23,7 @@ from agentctl.evidence.reasons import meaning
 from agentctl.control.socket import cleanup_socket_path
 from agentctl.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SIGNAL_BASE
 from agentctl.lifecycle import Signals, StopStack, serve_until_signalled
+from agentctl.logs import TRANSITIONS
 from agentctl.safetext import neutralize
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -83,6 +84,21 @@ async def run_main_job(
 
     `signals`: SIGTERM/SIGINT captured by the CLI before start-up (else from here on); the first stops the
     job and drains (exit 128 + N), a second cuts the drain short."""
+    # The agent's end, readiness and failed servers are in this job's own output: at run's default level (warning)
+    # their log lines would say them twice. `--log-level info` (or debug) still logs them.
+    transitions = logging.getLogger(TRANSITIONS)
+    quiet = transitions.getEffectiveLevel() >= logging.WARNING and transitions.level == logging.NOTSET
+    if quiet:
+        transitions.setLevel(logging.ERROR)
+    try:
+        return await _main_job(daemon, prompt=prompt, as_json=as_json, out=out, signals=signals)
+    finally:
+        if quiet:
+            transitions.setLevel(logging.NOTSET)
+
+
+async def _main_job(daemon: Daemon, *, prompt: str | None, as_json: bool, out: TextIO | None,
+                    signals: Signals | None) -> int:
     if daemon.spec.upstream.socket:
         return await _run_main_job(daemon, prompt=prompt, as_json=as_json, out=out, signals=signals)
     from agentctl.evidence.store import ensure_state_dir

@@ -53,6 +53,8 @@ def add_hub_commands(subparsers: Any) -> None:
     p.add_argument("--tasks-db", metavar="PATH", help="task store for the tool tunnel, a SQLite file (default: next to "
                    "a SQLite --db; in the same database with PostgreSQL)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-format", default="text", choices=["text", "json"],
+                   help="text lines, or one JSON object per line for log shippers (text)")
     p.add_argument("--http", metavar="HOST:PORT", help="also serve the read-only status page (loopback by default; "
                    "PORT alone means 127.0.0.1:PORT); its address with a new token is in the ready line")
     p.add_argument("--token-file", metavar="PATH", help="the page's token: read from PATH (created with a new "
@@ -101,7 +103,7 @@ def _hub_serve(args: argparse.Namespace, signals: Signals) -> int:
     from agentctl.logs import configure_logging
     from agentctl.hub.hub_store import HubStoreError
 
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
     from agentctl.dsn import DsnError
     from agentctl.hub.migrate_command import hub_location
 

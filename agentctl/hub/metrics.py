@@ -9,14 +9,18 @@ needed for it: nothing here is a secret.
 
 from __future__ import annotations
 
+import platform
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, get_args
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from agentctl import __version__
+from agentctl.evidence.contract import CONTRACT_VERSION, STATUSES, HubSession
 from agentctl.upstream import protocol as P
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -26,6 +30,13 @@ METRICS_PATH = "/metrics"
 
 # The frames a daemon sends, by their type tag (the decoder accepts no other).
 FRAME_KINDS: tuple[str, ...] = tuple(t.__struct_config__.tag for t in get_args(P.DaemonFrame))
+
+
+def build_info() -> GaugeMetricFamily:
+    """`agentctl_build_info{version, contract, python}` 1: which agentctl a scrape came from."""
+    return InfoMetricFamily("agentctl_build", "agentctl's version, evidence contract version and Python",
+                            value={"version": __version__, "contract": str(CONTRACT_VERSION),
+                                   "python": platform.python_version()})
 
 
 def gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
@@ -42,13 +53,46 @@ def by_label(metric: CounterMetricFamily | GaugeMetricFamily, values: Iterable[s
     return metric
 
 
+def needs_attention(session: HubSession) -> bool:
+    """The page's "needs attention" as far as the hub can say without a clock: a failed server in the current
+    attempt, or a session error."""
+    attempt = session.current_attempt
+    return attempt is not None and (attempt.session_error is not None
+                                    or any(row.status == "failed" for row in attempt.servers))
+
+
+def session_state(session: HubSession) -> str:
+    """A session's display state: "failed" when a server failed, else its most advanced server's state, else
+    "no_servers" (no attempt, or an attempt with no server)."""
+    attempt = session.current_attempt
+    states = {row.status for row in attempt.servers} if attempt is not None else set()
+    if "failed" in states:
+        return "failed"
+    return next((state for state in reversed(STATUSES) if state in states), "no_servers")
+
+
+SESSION_STATES: tuple[str, ...] = (*STATUSES, "no_servers")
+
+
 class HubCollector(Collector):
     def __init__(self, hub: Hub) -> None:
         self.hub = hub
 
     def collect(self) -> Iterator[Metric]:
         hub = self.hub
+        yield build_info()
         yield gauge("agentctl_hub_sessions", "Sessions the hub knows (in memory and stored)", hub.session_count)
+        sessions = hub.status().sessions
+        yield by_label(GaugeMetricFamily("agentctl_hub_sessions_by_state", "Sessions by the display state of their "
+                                         "current attempt: failed if a server failed, else its most advanced "
+                                         "server's state", labels=["state"]),
+                       SESSION_STATES, Counter(session_state(s) for s in sessions))
+        yield gauge("agentctl_hub_sessions_needing_attention", "Sessions whose current attempt has a failed server "
+                    "or a session error", sum(1 for s in sessions if needs_attention(s)))
+        yield by_label(GaugeMetricFamily("agentctl_hub_sessions_by_connection", "Sessions by whether their current "
+                                         "execution's daemon is connected", labels=["daemon"]),
+                       ("connected", "not_connected"),
+                       Counter("connected" if s.connected else "not_connected" for s in sessions))
         yield gauge("agentctl_hub_connected_daemons", "Daemon connections that said hello", hub.connected_daemons)
         yield by_label(CounterMetricFamily("agentctl_hub_frames", "Frames received from daemons, by type",
                                            labels=["kind"]), FRAME_KINDS, hub.frames_by_kind)

@@ -49,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
@@ -67,6 +68,7 @@ from agentctl.evidence.ledger import Ledger
 from agentctl.evidence.sanitize import bounded_text
 from agentctl.identity import new_connection_id
 from agentctl.logs import log_failure
+from agentctl.mcp_endpoint.latency import RequestLatency
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +148,7 @@ class Observer:
         self._estimates_awaited: set[tuple[str, ...]] = set()
         self.hook_missing = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.latency = RequestLatency()  # every request's, by method (a closed label set)
 
     # ---- recording (never on the request path) -------------------------------------------------
 
@@ -175,6 +178,15 @@ class Observer:
     # ---- the middleware ----------------------------------------------------------------------
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        if ctx.request_id is None:
+            return await self._observe(ctx, call_next)  # a notification: nothing answers it, nothing to time
+        started = time.perf_counter()
+        try:
+            return await self._observe(ctx, call_next)
+        finally:
+            self.latency.observe(ctx.method, time.perf_counter() - started)
+
+    async def _observe(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         scope = scope_of(ctx)
         if scope is None:
             return await call_next(ctx)

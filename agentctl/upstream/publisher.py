@@ -134,6 +134,7 @@ class Publisher:
         self._side_tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
         self._outage_logged = False
+        self._lost_at: float | None = None  # monotonic time the link was lost, until it is regained
 
     # -- component ---------------------------------------------------------------------------------
 
@@ -427,7 +428,11 @@ class Publisher:
         self.connects += 1
         self.last_connected_at = utcnow()
         self._set_readiness()
-        log.info("upstream connected (%s)", self.socket_path)
+        if self._lost_at is not None:
+            log.info("upstream regained after %.0f s (%s)", time.monotonic() - self._lost_at, self.socket_path)
+            self._lost_at = None
+        else:
+            log.info("upstream connected (%s)", self.socket_path)
         tasks = [
             asyncio.create_task(self._pump(writer), name="agentctl-upstream-send"),
             asyncio.create_task(self._read_loop(reader, writer), name="agentctl-upstream-read"),
@@ -448,7 +453,13 @@ class Publisher:
                 raise exc
         if slow.is_set():
             self.last_error = "slow_upstream"
-        log.info("upstream disconnected (%s); buffering", self.last_error or "closed")
+        if self._stopping:
+            log.info("upstream disconnected (%s)", self.last_error or "closed")
+            return
+        # One line for the whole outage: the reconnect attempts that fail until it is regained say nothing more.
+        self._lost_at = time.monotonic()
+        self._outage_logged = True
+        log.warning("upstream lost (%s); buffering evidence and reconnecting", self.last_error or "closed")
 
     def _disconnected(self) -> None:
         was = self._connected

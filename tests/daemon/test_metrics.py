@@ -83,6 +83,13 @@ async def test_daemon_and_hub_metrics_move_with_traffic_and_never_carry_a_token_
             assert _value(after, "agentctl_upstream_state", state="connected") == 1
             assert _value(after, "agentctl_upstream_lag_frames") == 0
             assert _value(after, "agentctl_agent_restarts_total") == 0
+            # Request latency by method: each request the client made, timed under its own method only.
+            assert _value(after, "agentctl_mcp_request_duration_seconds_count", method="initialize") == 1
+            assert _value(after, "agentctl_mcp_request_duration_seconds_count", method="tools/list") >= 1
+            assert _value(after, "agentctl_mcp_request_duration_seconds_bucket", method="tools/list", le="+Inf") \
+                == _value(after, "agentctl_mcp_request_duration_seconds_count", method="tools/list")
+            assert _value(after, "agentctl_mcp_request_duration_seconds_count", method="tools/call") == 0
+            assert [k for k in after if k[0] == "agentctl_build_info"] and after[("process_open_fds", ())] > 0
 
             # The second daemon in this process has counters of its own.
             _, other = await _scrape(http, f"{two.ctx.mcp_base}/metrics")
@@ -104,6 +111,12 @@ async def test_daemon_and_hub_metrics_move_with_traffic_and_never_carry_a_token_
             assert _value(hub_after, "agentctl_hub_frames_total", kind="hello") == 2
             assert _value(hub_after, "agentctl_hub_frames_total", kind="evidence") >= 1
             assert _value(hub_after, "agentctl_hub_store_errors_total") == 0
+            # exec-1's attempt has the built-in server active; exec-2 opened none (no agent, no attempt).
+            assert _value(hub_after, "agentctl_hub_sessions_by_state", state="active") == 1
+            assert _value(hub_after, "agentctl_hub_sessions_by_state", state="no_servers") == 1
+            assert _value(hub_after, "agentctl_hub_sessions_needing_attention") == 0
+            assert _value(hub_after, "agentctl_hub_sessions_by_connection", daemon="connected") == 2
+            assert [k for k in hub_after if k[0] == "agentctl_hub_build_info" or k[0] == "agentctl_build_info"]
 
         for output in (text, hub_text):
             for secret in (token, "CANARY", attempt, "exec-1", "session-", "task-", URL_SECRET):
@@ -131,7 +144,7 @@ async def test_metrics_need_no_token_but_the_hub_page_still_refuses_a_foreign_ho
         await hub.stop()
 
 
-def test_attempts_agent_restarts_and_evidence_kinds_are_counted_from_the_ledger_by_one_collector():
+def test_attempts_agent_restarts_supersessions_and_evidence_kinds_are_counted_from_the_ledger_by_one_collector():
     from datetime import UTC, datetime, timedelta
     from types import SimpleNamespace
 
@@ -148,11 +161,11 @@ def test_attempts_agent_restarts_and_evidence_kinds_are_counted_from_the_ledger_
     ledger = Ledger(ident)
     counts = DaemonCounts(ledger)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(DaemonCollector(SimpleNamespace(ledger=ledger, upstream=None), counts))
+    registry.register(DaemonCollector(SimpleNamespace(ledger=ledger, upstream=None, endpoint=None), counts))
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     ledger.update_agent(protocol="passthrough", state="starting", started_at=t0)
     seeds = [ServerSeed(name=HOSTILE, source="profile", transport="http", target="http://127.0.0.1:1")]
-    for n in range(3):  # a passthrough CLI restarted twice: three attempts, two restarts
+    for n in range(4):  # a passthrough CLI restarted three times: four attempts, three restarts and supersessions
         attempt, _ = ledger.begin_attempt("passthrough_start", seeds)
         ledger.record("delivered", attempt, HOSTILE, transport="http", target="http://127.0.0.1:1")
         if n:
@@ -160,12 +173,35 @@ def test_attempts_agent_restarts_and_evidence_kinds_are_counted_from_the_ledger_
         ledger.update_agent(state="running")
     samples = {(s.name, tuple(s.labels.items())): s.value
                for f in text_string_to_metric_families(generate_latest(registry).decode()) for s in f.samples}
-    assert samples[("agentctl_attempts_total", ())] == 3
-    assert samples[("agentctl_agent_restarts_total", ())] == 2
+    assert samples[("agentctl_attempts_total", ())] == 4
+    assert samples[("agentctl_agent_restarts_total", ())] == 3
+    assert samples[("agentctl_evidence_events_total", (("kind", "attempt_superseded"),))] == 3
     assert samples[("agentctl_agent_running", ())] == 1
-    assert samples[("agentctl_evidence_events_total", (("kind", "configured"),))] == 3
-    assert samples[("agentctl_evidence_events_total", (("kind", "delivered"),))] == 3
+    assert samples[("agentctl_evidence_events_total", (("kind", "configured"),))] == 4
+    assert samples[("agentctl_evidence_events_total", (("kind", "delivered"),))] == 4
     assert samples[("agentctl_servers", (("state", "delivered"),))] == 1
     assert not any(name.startswith("agentctl_upstream") for name, _ in samples), "no [upstream]: no upstream metrics"
     assert HOSTILE not in generate_latest(registry).decode()
     counts.close()
+
+
+def test_a_hub_session_reads_failed_and_needs_attention_for_a_failed_server_or_a_session_error_only():
+    from datetime import UTC, datetime
+
+    from agentctl.evidence.contract import Attempt, ErrorSummary, HubSession, ServerRow
+    from agentctl.hub.metrics import needs_attention, session_state
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def session(*statuses: str, error: bool = False, attempt: bool = True) -> HubSession:
+        current = Attempt(attempt_id="a", task_id="t", session_id="s", execution_id="e", instance_id="i",
+                          started_at=t0, updated_at=t0,
+                          servers=[ServerRow(name=f"s{n}", status=st) for n, st in enumerate(statuses)],
+                          session_error=ErrorSummary(reason_code="session_error", summary="x") if error else None)
+        return HubSession(task_id="t", session_id="s", current_execution_id="e", connected=True, last_contact_at=t0,
+                          current_attempt=current if attempt else None)
+
+    assert (session_state(session("active", "failed")), needs_attention(session("active", "failed"))) == ("failed", True)
+    assert (session_state(session("delivered", "active")), needs_attention(session("delivered"))) == ("active", False)
+    assert (session_state(session("filtered")), needs_attention(session("filtered", error=True))) == ("filtered", True)
+    assert (session_state(session(attempt=False)), needs_attention(session(attempt=False))) == ("no_servers", False)

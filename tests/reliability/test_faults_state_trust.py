@@ -141,7 +141,8 @@ def test_a_state_subdirectory_in_a_world_writable_volume_starts_with_one_warning
     finally:
         daemon.stop()
     assert stat.S_IMODE(os.stat(volume / "state").st_mode) == 0o700
-    warnings = [line for line in daemon.log.read_text().splitlines() if "agentctl.files" in line]
+    # Each line after its timestamp.
+    warnings = [line.split(" ", 1)[1] for line in daemon.log.read_text().splitlines() if "agentctl.files" in line]
     assert warnings == [f"agentctl WARNING agentctl.files: {volume} is writable by other users (mode 2777) and not "
                         "sticky: another user could swap the private directory below it; prefer a parent only "
                         "you (or root) can write"]
