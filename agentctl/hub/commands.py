@@ -264,8 +264,9 @@ def cmd_hub_schema(args: argparse.Namespace) -> int:
 
 def _session_lines(session: HubSession, color: bool) -> list[str]:
     from agentctl.control.render import render_attempt, when
+    from agentctl.hub.views import daemon_link
 
-    link = "connected" if session.connected else "not connected"
+    link = daemon_link(session.connected)
     lines = [
         f"session {session.session_id} (task {session.task_id})",
         f"  execution {session.current_execution_id} · {link} · last contact {when(session.last_contact_at)}",
@@ -297,12 +298,13 @@ def render_hub_status(view: HubStatus, color: bool) -> str:
 
 def render_hub_report(view: HubSessionReport, color: bool) -> str:
     from agentctl.control.render import render_report, when
+    from agentctl.hub.views import daemon_link
 
     view = neutralize_data(view)  # ids, names and summaries came from daemons' frames: no control characters
     lines = [f"session {view.session.session_id} (task {view.session.task_id})", "executions, newest first:"]
     for execution in view.executions:
         flags = ["current" if execution.current else "superseded"]
-        flags.append("connected" if execution.connected else "not connected")
+        flags.append(daemon_link(execution.connected))
         if execution.rejected_frames:
             flags.append(f"{execution.rejected_frames} frame(s) rejected")
         lines.append(f"  {execution.execution_id} ({', '.join(flags)}), last contact {when(execution.last_contact_at)}")

@@ -99,3 +99,8 @@ def report_view(session: SessionState, execution_id: str | None = None) -> HubSe
         executions=[execution_view(session, e) for e in executions],
         history=chosen.history,
     )
+
+
+def daemon_link(connected: bool) -> str:
+    """The daemon's link to the hub, named as such: a bare "connected" beside a session reads as MCP state."""
+    return "daemon connected" if connected else "daemon not connected"

@@ -56,6 +56,7 @@ from agentctl.evidence.contract import (
     StderrView,
     TerminalView,
 )
+from agentctl.hub.views import daemon_link
 from agentctl.upstream.protocol import MAX_TERMINAL_BYTES
 
 # Shown before the terminal view is fetched (the daemon's answer carries its own warning too).
@@ -170,7 +171,7 @@ def session_view(session: HubSession) -> dict[str, Any]:
         "session_id": session.session_id,
         "execution_id": session.current_execution_id,
         "connected": session.connected,
-        "link": "connected" if session.connected else "not connected",
+        "link": daemon_link(session.connected),
         "last_contact": _text(session.last_contact_at),
         "executions": session.executions,
         "stale": f"rejected {plural(session.stale_rejected, 'frame')} from superseded executions or instances"
@@ -214,7 +215,7 @@ def history_view(report: HubSessionReport) -> dict[str, Any]:
     history = report.history
     executions = []
     for e in report.executions:
-        flags = ["current" if e.current else "superseded", "connected" if e.connected else "not connected"]
+        flags = ["current" if e.current else "superseded", daemon_link(e.connected)]
         if e.rejected_frames:
             flags.append(f"{plural(e.rejected_frames, 'frame')} rejected")
         executions.append({"execution_id": e.execution_id, "flags": ", ".join(flags),
@@ -351,7 +352,7 @@ def diagnostics_text(report: HubSessionReport, now: datetime | None = None) -> s
     text = render_diagnostics(diag, color=False, with_readiness=False)
     session = report.session
     hub_line = (
-        f"Upstream: agentctl hub; execution {'connected' if session.connected else 'not connected'}, "
+        f"Upstream: agentctl hub; execution's {daemon_link(session.connected)}, "
         f"last contact {when(session.last_contact_at)} UTC"
     )
     if session.stale_rejected:

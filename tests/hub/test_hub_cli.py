@@ -32,7 +32,7 @@ async def test_embedded_hub_serves_a_daemon_in_process_and_the_cli_reads_what_it
 
     assert main(["hub", "status", "--db", db]) == 0
     text = capsys.readouterr().out
-    assert "session session-e (task task-1)" in text and "kandev" in text and "not connected" in text
+    assert "session session-e (task task-1)" in text and "kandev" in text and "daemon not connected" in text
 
     assert main(["hub", "report", "session-e", "--db", db]) == 0
     assert "executions, newest first:" in capsys.readouterr().out

@@ -60,6 +60,8 @@ async def test_desktop_popover_opens_on_hover_and_focus_pins_on_click_and_closes
     # The token left the address bar; both sessions sit under their one task.
     assert "token" not in page.url
     assert await page.locator("section.task[data-task='task-web'] li.session").count() == 2
+    # Beside the session name, the daemon's link to the hub, named so nobody reads it as MCP state.
+    await expect(a.locator(".link")).to_have_text("daemon connected")
     trigger, panel = a.locator(".mcp-trigger"), a.locator(".panel")
     # Neutral in every state: session-a has a failed server, session-b none; the triggers look the same.
     assert await trigger.evaluate(STYLE) == await b.locator(".mcp-trigger").evaluate(STYLE)
@@ -315,7 +317,7 @@ async def test_actions_endpoint_test_agent_output_on_click_and_diagnostics_witho
     copied = await page.evaluate("navigator.clipboard.readText()")
     assert copied.startswith("agentctl diagnostics: safe to paste into a bug report")
     assert "  docs  failed" in copied and "endpoint test (reachability, not attachment): test failed" in copied
-    assert "Upstream: agentctl hub; execution connected" in copied
+    assert "Upstream: agentctl hub; execution's daemon connected" in copied
     assert leaks(copied) == []
     assert not any(line in copied for line in agent_output.splitlines() if line.strip())
 
@@ -338,7 +340,7 @@ async def test_a_restarted_hub_shows_the_persisted_sessions_at_once(short_dir, b
         page = await context.new_page()
         await page.goto(web.url + "#token=" + TOKEN)
         a = _row(page, "session-a")
-        await expect(a.locator(".link")).to_have_text("not connected")
+        await expect(a.locator(".link")).to_have_text("daemon not connected")
         await a.locator(".mcp-trigger").click()
         await _check_servers(a.locator(".panel"), SESSION_A)
         assert leaks(await page.content()) == []

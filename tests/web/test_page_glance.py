@@ -131,10 +131,10 @@ async def test_cards_count_servers_needing_attention_filter_search_and_sort_with
     await expect(b).to_be_visible()
     await expect(shown).to_have_text("showing 2 of 2 sessions")
     assert await a.locator(".mcp-trigger").evaluate(STYLE) == await b.locator(".mcp-trigger").evaluate(STYLE)
-    await page.keyboard.press("ArrowDown")  # "Connected": both daemons are
+    await page.keyboard.press("ArrowDown")  # "Daemon connected": both daemons are
     await expect(page.locator("#filter")).to_have_value("connected")
     await expect(shown).to_have_text("showing 2 of 2 sessions")
-    await page.keyboard.press("ArrowDown")  # "Not connected"
+    await page.keyboard.press("ArrowDown")  # "Daemon not connected"
     await expect(page.locator("#no-match")).to_be_visible()
     await page.keyboard.press("Home")
     await expect(page.locator("#filter")).to_have_value("all")

@@ -238,8 +238,8 @@ export function attentionText(found) {
 }
 
 export const FILTERS = [
-  ["all", "All sessions"], ["attention", "Needs attention"], ["connected", "Connected"],
-  ["disconnected", "Not connected"], ["failed", "With a failed server"], ["delivered", "With a delivered server"],
+  ["all", "All sessions"], ["attention", "Needs attention"], ["connected", "Daemon connected"],
+  ["disconnected", "Daemon not connected"], ["failed", "With a failed server"], ["delivered", "With a delivered server"],
   ["active", "With an active server"], ["filtered", "With a filtered server"],
   ["unavailable", "With an unavailable server"],
 ];
