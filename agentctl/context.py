@@ -90,6 +90,7 @@ class DaemonContext:
     agent: Agent | None = None
     endpoint: McpEndpoint | None = None
     upstream: Publisher | None = None
+    embedded_hub: bool = False  # `run` with no [upstream]: the upstream is its own in-process hub, said so
     # Opens a new attempt seeded with the configured servers (MCP-only mode and passthrough use it).
     open_attempt: Callable[[AttemptOrigin], tuple[str, str]] | None = None
     # The one endpoint tester (its per-name lock is shared by every caller), made on first use.

@@ -10,6 +10,7 @@ lines. Colour only when asked (see `use_color`).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import textwrap
@@ -188,7 +189,7 @@ def code_detail(reason: str | None, summary: str | None) -> str:
     return f"{code}: {summary}" if summary else code
 
 
-def row_details(row: ServerRow, agent: AgentState | None = None) -> list[str]:
+def row_details(row: ServerRow, agent: AgentState | None = None, *, gone: bool = True) -> list[str]:
     """The grey lines under a row's explanation: its codes, superseded failure, tool errors, closed connection,
     endpoint test, and whether its agent is gone."""
     details: list[str] = []
@@ -225,10 +226,10 @@ def row_details(row: ServerRow, agent: AgentState | None = None) -> list[str]:
             details.append(
                 f"endpoint test failed: {meaning(code)} [{code}] (a test from the daemon, not what the agent saw)"
             )
-    gone = agent_gone(agent)
-    if gone:
+    ended = agent_gone(agent) if gone else None
+    if ended:
         # The row keeps its strongest evidence; this says no more will come from this agent.
-        details.append(f"{gone}; no more evidence will come from it")
+        details.append(f"{ended}; no more evidence will come from it")
     return details
 
 
@@ -294,14 +295,25 @@ def session_error_lines(error: ErrorSummary) -> tuple[str, str]:
     return (f"session error (not tied to one server): {meaning(code)}", code_detail(code, error.summary))
 
 
+# Stands for a space inside a `command` while wrapping: textwrap never breaks at it, so a command a line gives
+# stays on one line (a character of Unicode's private use area: it never occurs in agentctl's own texts).
+_KEEP = "\ue000"
+_COMMAND = re.compile(r"`[^`\n]+`")
+
+
 def wrap(text: str, indent: int) -> list[str]:
-    return textwrap.wrap(
-        text,
+    """`text` at WIDTH columns: a word longer than a line (a path, a URL, an id) overflows whole rather than being
+    cut, and a `command` in backquotes is never split across lines."""
+    kept = _COMMAND.sub(lambda m: m.group(0).replace(" ", _KEEP), text)
+    lines = textwrap.wrap(
+        kept,
         width=WIDTH,
         initial_indent=" " * indent,
         subsequent_indent=" " * indent,
         break_on_hyphens=False,
+        break_long_words=False,
     ) or [" " * indent]
+    return [line.replace(_KEEP, " ") for line in lines]
 
 
 def _name_cell(name: str, width: int) -> str:
@@ -310,8 +322,10 @@ def _name_cell(name: str, width: int) -> str:
     return name.ljust(width)
 
 
-def render_rows(servers: list[ServerRow], color: bool, indent: int = 2, agent: AgentState | None = None) -> list[str]:
-    """One block per server: `name  state`, then the explanation (and details) under the state column."""
+def render_rows(servers: list[ServerRow], color: bool, indent: int = 2, agent: AgentState | None = None,
+                gone: bool = True) -> list[str]:
+    """One block per server: `name  state`, then the explanation (and details) under the state column; with
+    `gone` False a gone agent is not repeated under every row (the caller says it once)."""
     servers = neutralize_data(servers)
     if not servers:
         return [" " * indent + "no MCP servers in this attempt"]
@@ -323,7 +337,7 @@ def render_rows(servers: list[ServerRow], color: bool, indent: int = 2, agent: A
         label = paint(display_label(row), STATE_COLORS.get(row.status), color)
         lines.append(f"{' ' * indent}{_name_cell(name, width)}  {label}")
         lines.extend(wrap(row_explanation(row), text_col))
-        for detail in row_details(row, agent):
+        for detail in row_details(row, agent, gone=gone):
             lines.extend(paint(line, GREY, color) for line in wrap(detail, text_col))
     return lines
 
@@ -331,7 +345,8 @@ def render_rows(servers: list[ServerRow], color: bool, indent: int = 2, agent: A
 def _detail(key: str, value: str, color: bool) -> list[str]:
     head = f"  {key:<10} "
     wrapped = textwrap.wrap(
-        value, width=WIDTH, initial_indent=head, subsequent_indent=" " * len(head), break_on_hyphens=False
+        value, width=WIDTH, initial_indent=head, subsequent_indent=" " * len(head), break_on_hyphens=False,
+        break_long_words=False,  # a path or an id overflows whole, never cut
     ) or [head.rstrip()]
     return [paint(line, GREY, color) for line in wrapped]
 
@@ -401,27 +416,33 @@ def refusal_headline(attempt: Attempt) -> str | None:
             f"below is only what happened before that")
 
 
-def render_attempt(attempt: Attempt, color: bool, agent: AgentState | None = None) -> list[str]:
+def render_attempt(attempt: Attempt, color: bool, agent: AgentState | None = None, *, gone: bool = True) -> list[str]:
     """The server rows of one attempt, plus its session-level error (a diagnostic, not a row failure); an
     attempt whose session was not accepted says so first."""
     attempt = neutralize_data(attempt)
     headline = refusal_headline(attempt)
     lines = [paint(line, RED, color) for line in wrap(headline, 2)] if headline else []
-    lines += render_rows(attempt.servers, color, agent=agent)
+    error = attempt.session_error
+    said = bool(headline and error is not None and f"[{error.reason_code}]" in headline)
+    if said and error is not None:
+        # The headline has said the session error: only its detail is new, under it, once.
+        lines.extend(paint(line, GREY, color) for line in wrap(session_error_lines(error)[1], 4))
+    lines += render_rows(attempt.servers, color, agent=agent, gone=gone)
     report = agent_report_line(agent)
     if report:
         lines.extend(paint(line, GREY, color) for line in wrap(report, 2))
     for notice in notice_lines(attempt.notices, attempt.notice_count):
         lines.extend(paint(line, GREY, color) for line in wrap(notice, 2))
-    if attempt.session_error:
-        text, detail = session_error_lines(attempt.session_error)
+    if error is not None and not said:
+        text, detail = session_error_lines(error)
         lines.extend(wrap(text, 2))
         lines.extend(paint(line, GREY, color) for line in wrap(detail, 4))
     return lines
 
 
-def render_status(status: StatusResponse | AttachmentHistory | Attempt, color: bool) -> str:
-    """A status (GET /v1/status), a whole report, or one attempt, for a person at an 80-column terminal."""
+def render_status(status: StatusResponse | AttachmentHistory | Attempt, color: bool, *, agent_line: bool = False) -> str:
+    """A status (GET /v1/status), a whole report, or one attempt, for a person at an 80-column terminal. With
+    `agent_line`, a gone agent is said once, in an `Agent:` line on top, instead of under every row."""
     status = neutralize_data(status)
     if isinstance(status, Attempt):
         attempt, identity, agent = status, None, None
@@ -432,11 +453,14 @@ def render_status(status: StatusResponse | AttachmentHistory | Attempt, color: b
     lines: list[str] = []
     if live is not None:
         lines += [readiness_line(live, color), ""]
+    ended = agent_gone(agent) if agent_line else None
+    if ended:
+        lines += wrap(f"Agent: {ended}; no more evidence will come from it", 0)
     if attempt:
-        lines += render_attempt(attempt, color, agent=agent)
+        lines += render_attempt(attempt, color, agent=agent, gone=not agent_line)
     else:
         lines.append("  no attachment attempt yet (no session has been opened)")
-        gone = agent_gone(agent)
+        gone = None if agent_line else agent_gone(agent)
         if gone:
             lines.extend(wrap(gone, 2))
     lines.append("")

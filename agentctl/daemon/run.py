@@ -52,8 +52,10 @@ def progress_line(event: EvidenceEvent, passthrough: bool = False) -> str | None
             return "  session     the CLI's session began (its first contact with the built-in server, or its own report)"
         return "  accepted    the agent accepted the session"
     if kind == "initialize_observed":
-        client = event.client.name if event.client else "unknown client"
-        return f"  connected   {server} ({client}, {event.era or 'legacy'} MCP {event.protocol_version or ''})".rstrip()
+        client = event.client.name if event.client else "an unnamed client"
+        # The protocol's era and version are detail, in brackets like a reason code: the news is who connected.
+        version = f" {event.protocol_version}" if event.protocol_version else ""
+        return f"  connected   {server}: the agent connected ({client}) [{event.era or 'legacy'} MCP{version}]"
     if kind == "tools_list_observed":
         return f"  tools       {server}: {event.tool_count} tools loaded"
     if kind == "tool_call_observed":
@@ -64,6 +66,8 @@ def progress_line(event: EvidenceEvent, passthrough: bool = False) -> str | None
         who = reporter_name(event.report_source)
         return f"  reported    {server}: {event.reported_state}{count} · reported by {who}"
     if kind == "explicit_error":
+        if passthrough and server is None and event.reason_code == "agent_exited":
+            return None  # the CLI's own `exited` line says it, with its code
         where = server or "session"
         detail = f"{event.reason_code}: {event.summary}" if event.summary else event.reason_code
         return f"  error       {where}: {meaning(event.reason_code)} [{detail}]"
@@ -119,7 +123,7 @@ async def _run_main_job(
     signals: Signals | None = None,
     hub_dir: Path | None = None,
 ) -> int:
-    from agentctl.control.render import agent_gone, render_status, use_color
+    from agentctl.control.render import render_status, use_color
 
     out = out or sys.stdout
     # Every progress line quotes evidence (names, the agent's own words): no control character reaches the terminal.
@@ -152,11 +156,23 @@ async def _run_main_job(
                 state_dir = daemon.ctx.state_dir
                 hub = embedded_hub(hub_dir, db_path=state_dir / "hub.sqlite3", tasks_db=state_dir / "tasks.sqlite3")
                 daemon.spec.upstream.socket = await stops.enter("in-process hub", hub)
+                daemon.ctx.embedded_hub = True
             await stops.enter("daemon", daemon)
         except BaseException:
             await stops.aclose()  # a start that failed or was cut short stops what it started
             raise
-        show(f"agentctl: execution {daemon.ctx.identity.execution_id}, MCP at {daemon.ctx.mcp_url}")
+
+    async def start_then_header() -> None:
+        # Evidence of a start (a passthrough CLI's attempt, its delivery) waits for the header, so the output
+        # reads in order: what runs where, then what happened to it.
+        with show.holding():
+            await start()
+            hub = "the embedded hub (no [upstream] configured)" if hub_dir is not None else "the [upstream] socket"
+            show.now(f"agentctl: execution {daemon.ctx.identity.execution_id}, MCP at {daemon.ctx.mcp_url}, "
+                     f"evidence to {hub}")
+            agent = daemon.agent
+            if agent is not None and agent.kind == "passthrough" and agent.start_error is None:
+                show.now("agent started (passthrough: its process start is the attempt, not a session acceptance)")
 
     async def abort() -> None:
         await daemon.abort()
@@ -166,7 +182,7 @@ async def _run_main_job(
     daemon.ledger.subscribe(on_event)
     try:
         outcome = await serve_until_signalled(
-            start=start, main=job, stop=stops.aclose, abort=abort,
+            start=start_then_header, main=job, stop=stops.aclose, abort=abort,
             shutdown_timeout=daemon.spec.daemon.shutdown_timeout, signals=signals,
         )
     finally:
@@ -177,8 +193,8 @@ async def _run_main_job(
     elif not as_json and outcome.signum is None and daemon.ctx.report_path is not None:
         # The table is the final report the file holds, rendered after the stop: evidence that lands after the
         # session was accepted (a tools/list 0.6 s later) is in both or in neither, never only in the file.
-        gone = agent_gone(daemon.ledger.history.agent)
-        out.write("\n" + (f"Agent: {gone}\n" if gone else "") + render_status(daemon.ledger.history, color=use_color(out)))
+        # A gone agent is said once above the rows, not under each of them.
+        out.write("\n" + render_status(daemon.ledger.history, color=use_color(out), agent_line=True))
         out.write(f"report persisted to {daemon.ctx.report_path}\n")
     if outcome.signum is None:
         return outcome.result or EXIT_OK
@@ -203,8 +219,7 @@ async def _job(daemon: Daemon, prompt: str | None, show) -> int:
         code = EXIT_AGENT_FAILED
         explain_refusal(agent, "did not start", str(agent.start_error))
     elif agent.kind == "passthrough":
-        # A passthrough CLI: its start was the attempt, and it works (and exits) on its own.
-        show("agent started (passthrough: its process start is the attempt, not a session acceptance)")
+        # A passthrough CLI: its start was the attempt (said under the header), and it works and exits on its own.
         if prompt is not None:
             show("  note        --prompt needs an ACP agent; a passthrough CLI takes its task from its own argv")
             code = EXIT_AGENT_FAILED

@@ -179,6 +179,10 @@ class HeldLines:
             self.dropped += 1
         self._held.append(line)
 
+    def now(self, line: str) -> None:
+        """Shown at once, ahead of what is held (the header the held lines come after)."""
+        self._show(line)
+
     @contextlib.contextmanager
     def holding(self) -> Iterator[None]:
         self._held = deque(maxlen=MAX_HELD_LINES)

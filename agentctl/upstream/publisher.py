@@ -432,7 +432,8 @@ class Publisher:
             log.info("upstream regained after %.0f s (%s)", time.monotonic() - self._lost_at, self.socket_path)
             self._lost_at = None
         else:
-            log.info("upstream connected (%s)", self.socket_path)
+            # No [upstream] configured: `run`'s own hub, which "upstream connected" would misname.
+            log.info("%s connected (%s)", "embedded hub" if self.ctx.embedded_hub else "upstream", self.socket_path)
         tasks = [
             asyncio.create_task(self._pump(writer), name="agentctl-upstream-send"),
             asyncio.create_task(self._read_loop(reader, writer), name="agentctl-upstream-read"),

@@ -66,6 +66,12 @@ def test_the_demo_with_a_prompt_shows_progress_active_beside_delivered_unverifie
     assert "used" in out.split("kandev    active", 1)[1].splitlines()[1]
     assert re.search(r"^\s+docs\s+delivered · connection unverified$", out, re.MULTILINE)
     assert "Traceback" not in done.stderr and canary not in done.stderr
+    # No [upstream]: the header names the embedded hub; the protocol's era and version are bracketed detail.
+    assert out.splitlines()[0].endswith("evidence to the embedded hub (no [upstream] configured)"), out
+    assert re.search(r"^  connected   kandev: the agent connected \(agentctl-reference-agent\) "
+                     r"\[(legacy|modern) MCP [\d-]+\]$", out, re.M), out
+    # Nothing twice: the agent's end once, above the rows.
+    assert " ".join(out.split()).count("the agent was stopped by the daemon") == 1, out
 
     report = _persisted(work, out)
     state = tmp_path / "xdg" / "agentctl"
@@ -209,11 +215,19 @@ def test_run_whose_passthrough_cli_exits_with_an_error_at_once_exits_one_and_nev
     assert "session began" not in out, "a process start is not a session acceptance"
     assert "NO SESSION: the agent process exited [agent_exited]" in " ".join(out.split()), out
     assert re.search(r"^\s+exited\s+the agent exited with code 3$", out, re.M), out
-    assert re.search(r"^\s+error\s+session: the agent process exited \[agent_exited: exited with code 3\]$", out, re.M), out
     flat = " ".join(out.split())
-    assert "Agent: the agent has exited, exit code 3" in flat
     assert "kandev delivered · connection unverified" in flat
-    assert "the agent has exited, exit code 3; no more evidence will come from it" in flat
+    # Said once each: the exit in the progress and once above the table, the session error in the headline with
+    # its detail under it (no `error session:` progress line, no gone line under every row, no second
+    # "session error" line).
+    assert "Agent: the agent has exited, exit code 3; no more evidence will come from it" in flat
+    assert flat.count("no more evidence will come from it") == 1, out
+    assert flat.count("the agent process exited") == 1 and flat.count("agent_exited: exited with code 3") == 1, out
+    assert "error session:" not in flat, out
+    # The header first, then the passthrough start, then the attempt's progress.
+    lines = out.splitlines()
+    assert lines[0].startswith("agentctl: execution exec") and "evidence to the embedded hub" in lines[0]
+    assert lines[1].startswith("agent started (passthrough") and lines[2].startswith("attempt att_"), out
     assert "Traceback" not in done.stderr and "report persisted to" in out
 
 
@@ -245,6 +259,6 @@ async def test_the_table_run_prints_is_the_report_it_persists(tmp_path, short_tm
     text = out.getvalue()
     table = text.split("\n\n", 1)[1].rsplit("report persisted to ", 1)[0]
     persisted = decode_history(_persisted(tmp_path, text).read_bytes())
-    head, rest = table.split("\n", 1)
-    assert head.startswith("Agent: the agent was stopped by the daemon") and rest == render_status(persisted, color=False)
+    assert table.startswith("Agent: the agent was stopped by the daemon")
+    assert table == render_status(persisted, color=False, agent_line=True)
     assert persisted.current.servers[0].status == "active" and "kandev" in table

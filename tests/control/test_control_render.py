@@ -20,6 +20,7 @@ from agentctl.control.render import (
     render_report,
     render_status,
     use_color,
+    wrap,
 )
 from agentctl.evidence.contract import (
     AttachmentHistory,
@@ -218,9 +219,11 @@ def test_an_attempt_shows_its_endpoint_test_and_session_error_as_details_and_fai
     # Labelled as a test failure from the daemon, not as what happened inside the agent: words first, code as detail.
     assert ("endpoint test failed: could not connect to the server [connect_failed] (a test from the daemon, "
             "not what the agent saw)") in flat(out)
-    # A session error is a diagnostic, not a failed row.
-    assert ("session error (not tied to one server): the agent did not answer the session request in time "
+    # A session error is a diagnostic, not a failed row; the NO SESSION headline says it, its detail under it, once.
+    assert ("NO SESSION: the agent did not answer the session request in time [session_timeout]. The agent has no "
+            "session with these servers; each row below is only what happened before that "
             "session_timeout: session/new failed") in flat(out)
+    assert flat(out).count("the agent did not answer the session request in time") == 1
     assert not re.search(r"^  \S+ +failed$", out, re.M)
     assert f"execution  {EXEC}" in out
 
@@ -342,3 +345,24 @@ def test_a_refusal_that_failed_a_named_server_heads_the_attempt_too_and_one_stil
     body = status_dict([delivered])
     body["current"].update(accepted_at=None, acp_session_id=None)
     assert "NO SESSION" not in render_status(msgspec.convert(body, StatusResponse), color=False)
+
+
+def test_a_session_error_no_headline_said_keeps_its_own_line() -> None:
+    # Accepted, then a session-level error: no NO SESSION headline, so the error has its own line and detail.
+    body = status_dict([{"name": "kandev", "source": "builtin", "status": "active", "tool_count": 10}])
+    body["current"]["session_error"] = {"reason_code": "session_error", "summary": "boom"}
+    out = flat(render_status(msgspec.convert(body, StatusResponse), color=False))
+    assert "NO SESSION" not in out
+    assert "session error (not tied to one server): " in out and "session_error: boom" in out
+
+
+def test_wrapping_never_cuts_a_path_or_splits_the_command_a_fix_gives() -> None:
+    path = "/var/lib/agentctl/" + "a-long-state-directory-" * 4 + "exec_0123/report.json"
+    lines = wrap(f"report written to {path} for the record", 2)
+    assert f"  {path}" in lines, "a word longer than a line overflows whole, never cut"
+    text = ("the agent refused because an MCP server it was given failed: the rows above say which, and "
+            "`agentctl test-endpoint NAME --socket PATH` checks one from the daemon")
+    lines = wrap(text, 12)
+    assert any("`agentctl test-endpoint NAME --socket PATH`" in line for line in lines), lines
+    assert all(len(line) <= 80 for line in lines)
+    assert " ".join(" ".join(lines).split()) == text
