@@ -54,11 +54,15 @@ def by_label(metric: CounterMetricFamily | GaugeMetricFamily, values: Iterable[s
 
 
 def needs_attention(session: HubSession) -> bool:
-    """The page's "needs attention" as far as the hub can say without a clock: a failed server in the current
-    attempt, or a session error."""
+    """The page's "needs attention" (hub/static/views.js): a failed server in the current attempt, a session
+    error, or servers none of which was sent to the agent (all filtered or unavailable). An endpoint delivered
+    and not contacted yet is not in it: a lazy agent may connect later."""
     attempt = session.current_attempt
-    return attempt is not None and (attempt.session_error is not None
-                                    or any(row.status == "failed" for row in attempt.servers))
+    if attempt is None:
+        return False
+    rows = attempt.servers
+    none_sent = bool(rows) and all(row.status in ("filtered", "unavailable") for row in rows)
+    return attempt.session_error is not None or none_sent or any(row.status == "failed" for row in rows)
 
 
 def session_state(session: HubSession) -> str:
@@ -87,8 +91,8 @@ class HubCollector(Collector):
                                          "current attempt: failed if a server failed, else its most advanced "
                                          "server's state", labels=["state"]),
                        SESSION_STATES, Counter(session_state(s) for s in sessions))
-        yield gauge("agentctl_hub_sessions_needing_attention", "Sessions whose current attempt has a failed server "
-                    "or a session error", sum(1 for s in sessions if needs_attention(s)))
+        yield gauge("agentctl_hub_sessions_needing_attention", "Sessions whose current attempt has a failed server, "
+                    "a session error, or no server sent to the agent", sum(1 for s in sessions if needs_attention(s)))
         yield by_label(GaugeMetricFamily("agentctl_hub_sessions_by_connection", "Sessions by whether their current "
                                          "execution's daemon is connected", labels=["daemon"]),
                        ("connected", "not_connected"),

@@ -185,7 +185,7 @@ def test_attempts_agent_restarts_supersessions_and_evidence_kinds_are_counted_fr
     counts.close()
 
 
-def test_a_hub_session_reads_failed_and_needs_attention_for_a_failed_server_or_a_session_error_only():
+def test_a_hub_session_needs_attention_for_a_failed_server_a_session_error_or_no_server_sent_only():
     from datetime import UTC, datetime
 
     from agentctl.evidence.contract import Attempt, ErrorSummary, HubSession, ServerRow
@@ -205,3 +205,7 @@ def test_a_hub_session_reads_failed_and_needs_attention_for_a_failed_server_or_a
     assert (session_state(session("delivered", "active")), needs_attention(session("delivered"))) == ("active", False)
     assert (session_state(session("filtered")), needs_attention(session("filtered", error=True))) == ("filtered", True)
     assert (session_state(session(attempt=False)), needs_attention(session(attempt=False))) == ("no_servers", False)
+    # Every server filtered or unavailable (Gemini in an untrusted folder, no supported transport): the agent has
+    # no MCP server, which needs attention; one filtered beside one sent does not, nor delivered and waiting.
+    assert needs_attention(session("filtered", "unavailable")) and needs_attention(session("filtered"))
+    assert not needs_attention(session("filtered", "delivered")) and not needs_attention(session("delivered"))

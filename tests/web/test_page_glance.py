@@ -124,12 +124,18 @@ async def test_cards_count_servers_needing_attention_filter_search_and_sort_with
     await expect(b).to_be_hidden()
     await expect(a).to_be_visible()
 
-    # Three minutes on, session-b's own endpoint is still only delivered: now it needs attention too.
+    # Three minutes on, session-b's own endpoint is still only delivered: a neutral "not contacted yet", never a
+    # failure (a lazy agent may connect later), so it still needs no attention and the filter still hides it.
     await page.clock.fast_forward("03:00")
-    await expect(b.locator(".attention")).to_have_text("1 server needs attention")
-    await expect(b.locator(".why")).to_have_text(re.compile(r"^kandev delivered [34] min ago, the agent has not connected$"))
-    await expect(b).to_be_visible()
-    await expect(shown).to_have_text("showing 2 of 2 sessions")
+    await expect(b.locator(".why .waiting")).to_have_text(re.compile(r"^kandev not contacted yet \([34] min\)$"))
+    await expect(b.locator(".attention")).to_have_text("no server needs attention")
+    assert await b.locator(".why .waiting").evaluate("el => getComputedStyle(el).color") == \
+        await b.locator(".attention").evaluate("el => getComputedStyle(el).color"), "muted like the calm count, not red"
+    assert await b.locator(".why .waiting").evaluate("el => getComputedStyle(el).color") != \
+        await a.locator(".why span").first.evaluate("el => getComputedStyle(el).color")
+    await expect(b).to_be_hidden()
+    await expect(shown).to_have_text("showing 1 of 2 sessions")
+    await expect(page.locator("#attention-rule")).to_contain_text("a lazy agent may connect later")
     assert await a.locator(".mcp-trigger").evaluate(STYLE) == await b.locator(".mcp-trigger").evaluate(STYLE)
     await page.keyboard.press("ArrowDown")  # "Daemon connected": both daemons are
     await expect(page.locator("#filter")).to_have_value("connected")
@@ -220,6 +226,51 @@ async def test_the_order_is_attention_first_then_most_recent_contact_whatever_or
         await page.goto(web.url)
         orders = await page.evaluate(SORT, [_session(*row) for row in ORDER])
         assert orders == [EXPECTED] * len(ORDER)
+        await context.close()
+
+
+# The attention rule as a table, at 13:00: (servers as (name, status, builtin, delivered at)), what the card says,
+# the lines that need attention, the neutral lines. Gemini in an untrusted folder filters every server.
+def _row_of(name: str, status: str, builtin: bool = False, delivered: str | None = None) -> dict:
+    explain = {"filtered": "not sent: the agent does not advertise MCP over SSE",
+               "unavailable": "unavailable: agentctl has no way to give MCP servers to this CLI",
+               "failed": "the agent refused the session"}.get(status, "sent to the agent")
+    steps = [{"step": "delivered", "at": delivered}] if delivered else []
+    return {"name": name, "status": status, "builtin": builtin, "explanation": explain, "steps": steps}
+
+
+ATTENTION = [
+    ([_row_of("kandev", "filtered"), _row_of("old", "unavailable")], "no server was sent to the agent",
+     ["kandev not sent: the agent does not advertise MCP over SSE",
+      "old unavailable: agentctl has no way to give MCP servers to this CLI"], []),
+    ([_row_of("kandev", "delivered", True, "2026-01-01 12:57:00 UTC")], "no server needs attention",
+     [], ["kandev not contacted yet (3 min)"]),
+    ([_row_of("kandev", "delivered", True, "2026-01-01 12:59:30 UTC"), _row_of("old", "filtered")],
+     "no server needs attention", [], []),
+    ([_row_of("docs", "delivered", False, "2026-01-01 10:00:00 UTC")], "no server needs attention", [], []),
+    ([_row_of("docs", "failed"), _row_of("kandev", "delivered", True, "2026-01-01 12:00:00 UTC")],
+     "1 server needs attention", ["docs failed: the agent refused the session"], ["kandev not contacted yet (1 h)"]),
+]
+
+ATTENTION_JS = """async (cases) => {
+  const m = await import("/views.js");
+  const now = Date.parse("2026-01-01T13:00:00Z");
+  return cases.map((servers) => {
+    const found = m.attention({ attempt: { servers, session_error: null } }, now);
+    return [m.attentionText(found), found.needs, found.servers.map((s) => `${s.name} ${s.why}`),
+            found.waiting.map((s) => `${s.name} ${s.why}`)];
+  });
+}"""
+
+
+async def test_no_server_sent_needs_attention_and_says_why_while_not_contacted_yet_stays_neutral(short_dir, browser):
+    async with hub_with_page(short_dir) as (_hub, web):
+        context = await desktop(browser)
+        page = await context.new_page()
+        await page.goto(web.url)
+        got = await page.evaluate(ATTENTION_JS, [servers for servers, *_ in ATTENTION])
+        want = [[text, bool(needs), needs, waiting] for _, text, needs, waiting in ATTENTION]
+        assert got == want
         await context.close()
 
 

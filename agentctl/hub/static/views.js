@@ -195,10 +195,15 @@ export function terminalScreen(body, data, render) {
 
 // ---- at a glance: which servers need attention, the filter and the order (pure: the clock is passed in) ----
 
-// agentctl's own endpoint sees the agent connect, so "delivered" that lasts is a sign of trouble; third-party
+// agentctl's own endpoint sees the agent connect, so "delivered" that lasts is worth a word; but an agent may
+// connect lazily (at its first tool use), so it stays a neutral "not contacted yet", never a failure. Third-party
 // servers connect to the agent directly, so "delivered" is all agentctl can ever see of them.
 export const DELIVERED_GRACE_MS = 2 * 60 * 1000;
 export const GRACE_TEXT = "2 minutes";
+
+// Not sent to the agent at all: a session whose every server is one of these has no MCP server (why: each row's
+// explanation, such as a transport the agent does not support or a folder Gemini CLI does not trust).
+const NOT_SENT = new Set(["filtered", "unavailable"]);
 
 // "2026-01-02 03:04:05 UTC" (the page's wording) or an ISO instant, as milliseconds; null when neither.
 export function instant(text) {
@@ -215,23 +220,31 @@ function ago(ms) {
   return hours < 48 ? `${hours} h` : `${Math.floor(hours / 24)} days`;
 }
 
-// The servers of the current attempt that need attention, each with why in words, and the session error.
+// The servers of the current attempt that need attention, each with why in words (a failed server; every
+// server, when none was sent), the session error, and, apart and neutral, agentctl's own endpoint delivered
+// past the grace without a contact (`waiting`): absence is not failure.
 export function attention(session, now) {
   const attempt = session.attempt;
+  const rows = attempt ? attempt.servers : [];
   const servers = [];
-  for (const server of attempt ? attempt.servers : []) {
+  const waiting = [];
+  const noneSent = rows.length > 0 && rows.every((server) => NOT_SENT.has(server.status));
+  for (const server of rows) {
     if (server.status === "failed") servers.push({ name: server.name, why: `failed: ${server.explanation}` });
+    else if (noneSent) servers.push({ name: server.name, why: server.explanation });
     else if (server.status === "delivered" && server.builtin) {
       const at = instant(server.steps.find((s) => s.step === "delivered")?.at);
       if (at !== null && now - at > DELIVERED_GRACE_MS) {
-        servers.push({ name: server.name, why: `delivered ${ago(now - at)} ago, the agent has not connected` });
+        waiting.push({ name: server.name, why: `not contacted yet (${ago(now - at)})` });
       }
     }
   }
-  return { servers, sessionError: Boolean(attempt?.session_error), needs: servers.length > 0 || Boolean(attempt?.session_error) };
+  const sessionError = Boolean(attempt?.session_error);
+  return { servers, waiting, noneSent, sessionError, needs: servers.length > 0 || sessionError };
 }
 
 export function attentionText(found) {
+  if (found.noneSent) return "no server was sent to the agent";
   const n = found.servers.length;
   if (n) return n === 1 ? "1 server needs attention" : `${n} servers need attention`;
   return found.sessionError ? "session error" : "no server needs attention";
