@@ -174,11 +174,9 @@ function showAttention(row, session) {
   const text = attentionText(found);
   if (row.attention.textContent !== text) row.attention.textContent = text;
   row.attention.classList.toggle("needs", found.needs);
-  const lines = found.servers.map((s) => el("span", { text: `${s.name} ${s.why}` }));
-  // already in words, with its code as detail
-  if (found.sessionError) lines.push(el("span", { text: session.attempt.session_error }));
-  // Neutral, apart from what needs attention: a lazy agent may still connect.
-  lines.push(...found.waiting.map((s) => el("span", { class: "waiting", text: `${s.name} ${s.why}` })));
+  const lines = [...found.servers.map((s) => el("span", { text: `${s.name} ${s.why}` })), // "waiting": muted
+    ...(found.sessionError ? [el("span", { text: session.attempt.session_error })] : []),
+    ...found.waiting.map((s) => el("span", { class: "waiting", text: `${s.name} ${s.why}` }))];
   row.why.replaceChildren(...lines);
   row.why.hidden = !lines.length;
 }
@@ -581,11 +579,9 @@ $("backdrop").addEventListener("click", () => close({ focus: true }));
 $("filter").replaceChildren(...FILTERS.map(([value, label]) => el("option", { value, text: label })));
 $("filter").addEventListener("change", () => arrange());
 $("search").addEventListener("input", () => arrange());
-$("attention-rule").textContent = "Needs attention: a server that failed, a session error, or a session none of " +
-  "whose servers was sent to the agent (each says why). agentctl's own endpoint delivered more than " +
-  `${GRACE_TEXT} ago without the agent connecting reads “not contacted yet”: that is not a failure, a lazy agent ` +
-  "may connect later (at its first tool use). Third-party servers connect to the agent directly, so they stay " +
-  "“delivered”. Sorted: needs attention first, then the most recent contact.";
+$("attention-rule").textContent = "Needs attention: a failed server, a session error, or no server sent to the agent. " +
+  `agentctl's own endpoint delivered more than ${GRACE_TEXT} ago is “not contacted yet”, not a failure: a lazy agent ` +
+  "may connect later (third-party servers stay “delivered”). Sorted: needs attention first, then the latest contact.";
 setInterval(() => { if (state.token) refreshAttention(); }, 15000); // "delivered for too long" happens with no event
 
 $("token-form").addEventListener("submit", (e) => {
