@@ -309,7 +309,7 @@ class PassthroughManager:
         self._start_cleanup()
         if info.stopped or self._stopping:
             return
-        log.info("passthrough agent %s", info.reason)
+        log.debug("passthrough agent %s", info.reason)  # the supervisor logs the end once at default level
         if info.returncode != 0 and self.attempt_id is not None:
             # A print-mode CLI exiting 0 has simply finished; anything else is a report-level diagnostic.
             ctx.ledger.record("explicit_error", self.attempt_id, reason_code="agent_exited", summary=info.reason)
