@@ -251,6 +251,11 @@ class PassthroughManager:
                 feed.feed(chunk)
         feed.close()
 
+    async def output_drained(self, timeout: float = 2.0) -> None:
+        """Return once the CLI's stdout reached its end (so the window holds its last words), or after `timeout`."""
+        if self._drain is not None:
+            await asyncio.wait([self._drain], timeout=timeout)
+
     # -- endings ------------------------------------------------------------------------------------
 
     async def _halt(self) -> None:
