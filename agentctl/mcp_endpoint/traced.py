@@ -9,7 +9,7 @@ A no-op when tracing is off.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPError
@@ -17,11 +17,14 @@ from mcp.shared.exceptions import MCPError
 from agentctl import tracing
 from agentctl.mcp_endpoint.observe import SCOPE_ATTEMPT, scope_of
 
+if TYPE_CHECKING:
+    from agentctl.evidence.ledger import Ledger
+
 _HEADERS = (b"traceparent", b"tracestate")
 
 
 class TraceMiddleware:
-    def __init__(self, ledger: Any) -> None:
+    def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:

@@ -26,7 +26,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -37,6 +37,10 @@ from opentelemetry.trace import Link, Span, SpanKind, StatusCode, get_current_sp
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from agentctl.tracing import ENDPOINT_VARIABLES
+
+if TYPE_CHECKING:
+    from agentctl.evidence.contract import EvidenceEvent
+    from agentctl.evidence.ledger import Ledger
 
 # Evidence fields copied onto span events: closed vocabularies and names, never free text.
 _EVENT_FIELDS = ("server", "reason_code", "transport", "era", "protocol_version", "tool_name", "tool_count",
@@ -69,7 +73,7 @@ class RequestSpan:
 
 
 class OtelAttemptTracer:
-    def __init__(self, ledger: Any, environ: Mapping[str, str], *, version: str) -> None:
+    def __init__(self, ledger: Ledger, environ: Mapping[str, str], *, version: str) -> None:
         self.ledger = ledger
         ident = ledger.identity
         resource = Resource.create({"service.name": environ.get("OTEL_SERVICE_NAME") or "agentctl",
@@ -88,7 +92,7 @@ class OtelAttemptTracer:
 
     # -- attempts ----------------------------------------------------------------------------------------------
 
-    def _on_change(self, event: Any) -> None:
+    def _on_change(self, event: EvidenceEvent | None) -> None:
         current = self.ledger.current_attempt_id
         if current is not None and current != self._current and not self._closed:
             previous, self._current = self._current, current
@@ -120,7 +124,7 @@ class OtelAttemptTracer:
             root.set_attribute("agentctl.attempt.superseded", superseded)
             root.end()
 
-    def _on_event(self, event: Any) -> None:
+    def _on_event(self, event: EvidenceEvent) -> None:
         attributes: dict[str, str | int | bool] = {}
         for name in _EVENT_FIELDS:
             value = getattr(event, name, None)
