@@ -22,7 +22,10 @@ middleware (which would record exception text) stays a no-op.
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
+from collections.abc import Sequence
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -31,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import Link, Span, SpanKind, StatusCode, get_current_span, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -51,6 +54,14 @@ _VERSION = re.compile(r"[0-9A-Za-z.\-]{1,32}")
 # Attempts whose root context is kept for late requests (a superseded attempt's token may still be used).
 _KEPT_ATTEMPTS = 64
 _PROPAGATOR = TraceContextTextMapPropagator()
+# How long a stopping daemon waits for its last spans to reach the receiver (a receiver that is down would
+# otherwise hold the stop for the exporter's whole retry budget, OTEL_EXPORTER_OTLP_TIMEOUT, 10 s by default).
+FLUSH_ON_STOP_MS = 3000
+# The exporter's and the SDK's own log lines quote the endpoint URL and the receiver's answer: silenced, and
+# QuietExporter says the same in one line of its own.
+_SILENCED_LOGGERS = ("opentelemetry.exporter", "opentelemetry.sdk")
+
+log = logging.getLogger(__name__)
 
 
 def traces_endpoint(environ: Mapping[str, str]) -> str:
@@ -59,6 +70,37 @@ def traces_endpoint(environ: Mapping[str, str]) -> str:
     if specific:
         return specific
     return environ.get(ENDPOINT_VARIABLES[1], "").strip().rstrip("/") + "/v1/traces"
+
+
+class QuietExporter(SpanExporter):
+    """The OTLP exporter, its failures said once per streak in a line with no URL or receiver text."""
+
+    def __init__(self, inner: SpanExporter) -> None:
+        self.inner = inner
+        self.failing = False
+        self._shut = False
+        self._lock = threading.Lock()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result = self.inner.export(spans)
+        failed = result is not SpanExportResult.SUCCESS
+        if failed and not self.failing:
+            log.warning("traces could not be exported to the OTLP receiver (%d spans dropped); the daemon goes on "
+                        "and tries again with the next batch", len(spans))
+        elif not failed and self.failing:
+            log.info("traces are exported to the OTLP receiver again")
+        self.failing = failed
+        return result
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._shut:
+                return
+            self._shut = True
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis)
 
 
 class RequestSpan:
@@ -78,8 +120,11 @@ class OtelAttemptTracer:
         ident = ledger.identity
         resource = Resource.create({"service.name": environ.get("OTEL_SERVICE_NAME") or "agentctl",
                                     "service.version": version})
+        for name in _SILENCED_LOGGERS:
+            logging.getLogger(name).setLevel(logging.CRITICAL + 1)
         self.provider = TracerProvider(resource=resource)
-        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=traces_endpoint(environ))))
+        self.exporter = QuietExporter(OTLPSpanExporter(endpoint=traces_endpoint(environ)))
+        self.provider.add_span_processor(BatchSpanProcessor(self.exporter))
         self.tracer = self.provider.get_tracer("agentctl", version)
         self._identity = {"agentctl.execution.id": ident.execution_id, "agentctl.instance.id": ident.instance_id}
         self._roots: dict[str, Span] = {}  # open root spans
@@ -201,9 +246,19 @@ class OtelAttemptTracer:
     # -- shutdown ----------------------------------------------------------------------------------------------
 
     def shutdown(self) -> None:
-        """End every open span and flush them to the receiver (bounded by the exporter's own timeout)."""
+        """End every open span and flush them to the receiver, for at most FLUSH_ON_STOP_MS: then an export still
+        retrying is cut short and what it held is dropped."""
         self._closed = True
         self.ledger.unsubscribe(self._on_change)
         for attempt_id in list(self._roots):
             self._end(attempt_id)
-        self.provider.shutdown()
+        # The SDK's flush runs the export, retries included, in this thread and past its own timeout: a timer
+        # shuts the exporter down, which ends a retry wait at once.
+        cut = threading.Timer(FLUSH_ON_STOP_MS / 1000, self.exporter.shutdown)
+        cut.daemon = True
+        cut.start()
+        try:
+            self.provider.shutdown()
+        finally:
+            cut.cancel()
+            self.exporter.shutdown()
