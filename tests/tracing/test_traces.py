@@ -166,3 +166,18 @@ def test_an_unreachable_receiver_is_one_warning_without_its_url_and_the_run_lose
     failures = [line for line in done.stderr.splitlines() if "traces could not be exported" in line]
     assert len(failures) >= 1 and str(port) not in done.stderr and "/v1/traces" not in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_tool_call_that_fails_is_marked_tool_error_and_keeps_neither_its_argument_nor_the_error_text(
+        phoenix, tmp_path):
+    project = f"toolerr-{uuid.uuid4().hex[:8]}"
+    canary = "BADSTATUS5150"
+    env = {**_env(phoenix, project), "STATE_DIRECTORY": "", "XDG_STATE_HOME": str(tmp_path / "xdg")}
+    done = _run(tmp_path, env, str(DEMO), "--prompt", f'CALL update_task {{"status": "{canary}"}}')
+    assert done.returncode == 0, done.stderr
+    spans = _by_name(phoenix.wait_spans(project, 5))
+    call = spans["tools/call update_task"]
+    assert call["status_code"] == "ERROR" and call["attributes"]["error.type"] == "tool_error", call
+    assert not call["status_message"] and not call["events"]
+    raw = phoenix.raw(project)
+    assert canary not in raw and "validation" not in raw.lower(), "no argument, no error text"
