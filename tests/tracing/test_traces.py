@@ -38,14 +38,19 @@ def _by_name(spans: list[dict]) -> dict[str, dict]:
     return {s["name"]: s for s in spans}
 
 
+def _demo_trace(phoenix, tmp_path: Path, project: str, arguments: str) -> dict[str, dict]:
+    """The spans of `agentctl run` of the demo whose prompt calls update_task with `arguments`, by name."""
+    env = {**_env(phoenix, project), "STATE_DIRECTORY": "", "XDG_STATE_HOME": str(tmp_path / "xdg")}
+    done = _run(tmp_path, env, str(DEMO), "--prompt", f"CALL update_task {arguments}")
+    assert done.returncode == 0, done.stderr
+    return _by_name(phoenix.wait_spans(project, 5))
+
+
 def test_one_attempt_is_one_trace_from_session_new_to_the_agents_kandev_tool_call_with_no_payload(
         phoenix, tmp_path):
     project = f"attempt-{uuid.uuid4().hex[:8]}"
     canary = "TRACECANARY9191"
-    env = {**_env(phoenix, project), "STATE_DIRECTORY": "", "XDG_STATE_HOME": str(tmp_path / "xdg")}
-    done = _run(tmp_path, env, str(DEMO), "--prompt", f'CALL update_task {{"description": "{canary}"}}')
-    assert done.returncode == 0, done.stderr
-    spans = _by_name(phoenix.wait_spans(project, 5))
+    spans = _demo_trace(phoenix, tmp_path, project, f'{{"description": "{canary}"}}')
     print(json.dumps(list(spans.values()), indent=1))  # the trace as the receiver shows it (-s to see it)
     assert set(spans) == {"attachment_attempt", "session/new", "initialize", "tools/list", "tools/call update_task"}
     root, session = spans["attachment_attempt"], spans["session/new"]
@@ -172,10 +177,7 @@ def test_a_tool_call_that_fails_is_marked_tool_error_and_keeps_neither_its_argum
         phoenix, tmp_path):
     project = f"toolerr-{uuid.uuid4().hex[:8]}"
     canary = "BADSTATUS5150"
-    env = {**_env(phoenix, project), "STATE_DIRECTORY": "", "XDG_STATE_HOME": str(tmp_path / "xdg")}
-    done = _run(tmp_path, env, str(DEMO), "--prompt", f'CALL update_task {{"status": "{canary}"}}')
-    assert done.returncode == 0, done.stderr
-    spans = _by_name(phoenix.wait_spans(project, 5))
+    spans = _demo_trace(phoenix, tmp_path, project, f'{{"status": "{canary}"}}')
     call = spans["tools/call update_task"]
     assert call["status_code"] == "ERROR" and call["attributes"]["error.type"] == "tool_error", call
     assert not call["status_message"] and not call["events"]
