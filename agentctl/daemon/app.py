@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from agentctl import __version__, tracing
 from agentctl.backend.embedded import EmbeddedBackend, TaskStoreError
 from agentctl.control.agent_routes import install_agent_routes
 from agentctl.control.attach_routes import install_attach_routes
@@ -162,6 +163,8 @@ class Daemon:
             # What a daemon killed with SIGKILL left (a merged workspace file holding its token, private
             # config files) is put right before anything new is written.
             ("recovery of killed daemons' leftovers", self._recover_leftovers),
+            # Traces before anything opens an attempt, so the first attempt's trace starts with it.
+            ("traces", self._start_traces),
             ("HTTP listener", self._start_http),
             ("metrics listener", self._start_metrics_listener),
             # Upstream before MCP: it stops after the endpoint, so the endpoint's last evidence (closed
@@ -214,6 +217,12 @@ class Daemon:
         stops, self._stops = self._stops, None
         if stops is not None:
             await stops.aclose()
+
+    async def _start_traces(self) -> None:
+        """Attempt traces when the OTEL_EXPORTER_OTLP_* variables configure them (agentctl.tracing)."""
+        ledger = self.ledger
+        if tracing.start(ledger, self.environ, version=__version__) is not None:
+            self._on_stop("traces", lambda: asyncio.to_thread(tracing.stop, ledger))
 
     def _on_stop(self, name: str, stopper: Stopper) -> None:
         """Push the stop of the start step that just made one necessary."""
