@@ -34,7 +34,7 @@ log = logging.getLogger("agentctl.hub")
 
 DEFAULT_RETENTION = timedelta(days=30)
 PRUNE_INTERVAL = 60.0  # seconds between rounds (a round prunes every session due, batch after batch)
-PRUNE_BATCH = 500  # sessions per transaction
+PRUNE_BATCH = 200  # sessions per transaction: tens of milliseconds each (bench/hub_db_size.py)
 PRUNE_PAUSE = 0.05  # seconds between batches: the flush and the readers get their turn
 FOREVER = ("forever", "0", "never", "off")
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
