@@ -73,7 +73,10 @@ class Retention:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        await self.measure()
+        try:
+            await self.measure()
+        except HubStoreError as exc:  # the hub serves without the figures; the next round measures again
+            log.warning("measuring the hub database failed: %s", exc)
         self._task = asyncio.create_task(self._loop(), name="agentctl-hub-retention")
 
     async def stop(self) -> None:

@@ -151,6 +151,30 @@ async def test_a_pruned_sessions_superseded_execution_is_refused_and_its_current
         await client.close()
 
 
+async def test_a_session_pruned_while_its_daemon_said_hello_is_written_again_whole(start_hub):
+    clock = Clock()
+    hub = await start_hub("a", clock)
+    for execution in ("exec-1", "exec-2"):
+        client = await _hello(hub, "raced", execution)
+        await eventually(lambda execution=execution: _listed(hub, "raced") == execution, what=execution)
+        await client.close()
+    await eventually(lambda: hub.connected_daemons == 0, what="both daemons gone")
+    await _flushed(hub)
+    clock.now = T0 + MONTH + timedelta(days=1)
+    # The race, in its worst order: the prune's transaction commits, then a hello lands before the hub drops the
+    # session from memory (Retention.prune does these two on either side of its worker thread).
+    async with hub._flush_lock:
+        assert await asyncio.to_thread(hub.store.prune, T0 + MONTH, set(), 10, clock.now) == ["raced"]
+    back = await _hello(hub, "raced", "exec-2", instance="inst-b")
+    await eventually(lambda: hub.connected_daemons == 1, what="the hello taken from memory")
+    hub.retention.forget("raced")
+    await _flushed(hub)
+    stored = await asyncio.to_thread(hub._reader.load_session, "raced")
+    assert stored is not None and stored.current_execution_id == "exec-2"
+    assert sorted(stored.executions) == ["exec-1", "exec-2"]  # whole: the superseded execution too
+    await back.close()
+
+
 def _old_rows(n: int, contact: datetime) -> tuple[list[SessionRecord], list[ExecutionRecord]]:
     sessions, executions = [], []
     for i in range(n):
