@@ -200,12 +200,16 @@ async def test_two_hubs_pruning_one_database_at_once_take_disjoint_batches_and_b
         a, b = hubs
         sessions, executions = _old_rows(400, T0)
         await asyncio.to_thread(a.store.write, sessions, executions)
+        await b.retention.measure()  # the hub's tables in PostgreSQL, as /metrics shows them
+        assert b.retention.oldest_contact_at == T0 and b.retention.size_bytes > 0
         clock.now = T0 + MONTH + timedelta(days=1)
         pruned = await asyncio.gather(a.retention.prune(), b.retention.prune())
         assert sum(pruned) == 400 and all(pruned), pruned  # each session once, both hubs took batches
         assert await asyncio.to_thread(a.store.max_hello_order) == 0  # every execution row gone
         for hub in hubs:  # each hub's memory follows (the other hub's prunes by notification)
             await eventually(lambda hub=hub: hub.session_count == 0, what="the pruned sessions gone from memory")
+        await a.retention.measure()
+        assert a.retention.oldest_contact_at is None
         for hub, sid in ((a, "s00007"), (b, "s00123")):
             refused = await _refused(hub, sid, "exec-1")
             assert refused.code == "stale_execution"
