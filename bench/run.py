@@ -37,6 +37,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "fleet": ([], ["--daemons", "10", "--seconds", "10"]),
     "hub_ingest": ([], ["--publishers", "10", "--events", "500"]),
     "hub_db_size": ([], ["--sessions", "300"]),
+    "hub_restart": ([], ["--sessions", "2000"]),
     "legacy_sessions": ([], ["--rounds", "1", "--abandon", "300"]),
     "listener_flood": ([], ["--rounds", "1", "--seconds", "12", "--probes", "60", "--calls", "30"]),
 }
