@@ -277,13 +277,7 @@ class PgHubStore:
 
         def work(conn: Any) -> SessionState:
             with conn.transaction():
-                created = conn.execute(
-                    "INSERT INTO sessions(session_id, task_id, current_execution_id, stale_rejected, last_contact_at) "
-                    "VALUES (%s, %s, %s, 0, %s) ON CONFLICT(session_id) DO NOTHING RETURNING 1",
-                    (sid, identity.task_id, eid, ts(now))).fetchone() is not None
-                # The session's row lock, and its last contact now: a hub pruning it waits, then sees it alive.
-                conn.execute("UPDATE sessions SET last_contact_at=GREATEST(last_contact_at, %s) WHERE session_id=%s",
-                             (ts(now), sid))
+                created = self._lock_session(conn, identity, now)
                 known = conn.execute("SELECT 1 FROM executions WHERE session_id=%s AND execution_id=%s",
                                      (sid, eid)).fetchone()
                 if known is None:
@@ -297,7 +291,9 @@ class PgHubStore:
                         "first_hello_at, last_contact_at, connected, rejected_frames, history, hub) "
                         "VALUES (%s, %s, nextval('hub_hello_order'), %s, %s, %s, %s, 1, 0, NULL, %s)",
                         (sid, eid, encode(identity).decode(), daemon_version, ts(now), ts(now), self.hub_id))
-                    conn.execute("UPDATE sessions SET current_execution_id=%s WHERE session_id=%s", (eid, sid))
+                    conn.execute("UPDATE sessions SET current_execution_id=%s, "
+                                 "last_contact_at=GREATEST(last_contact_at, %s) WHERE session_id=%s",
+                                 (eid, ts(now), sid))
                     self._notify(conn, [sid])
                 session = self._session_of(conn, sid)
             if session is None:  # the row names an execution it does not hold: not ours to repair
@@ -305,6 +301,21 @@ class PgHubStore:
             return session
 
         return self._run("write", work)
+
+    @staticmethod
+    def _lock_session(conn: Any, identity: Identity, now: datetime) -> bool:
+        """The session's row, locked; True when this claim created it. A prune that held the row meanwhile deleted
+        it: the claim starts the session anew (its tombstones decide which execution may)."""
+        sid = identity.session_id
+        for _ in range(3):  # a row gone, then taken by another hub's claim: at most a few turns
+            if conn.execute(
+                    "INSERT INTO sessions(session_id, task_id, current_execution_id, stale_rejected, last_contact_at) "
+                    "VALUES (%s, %s, %s, 0, %s) ON CONFLICT(session_id) DO NOTHING RETURNING 1",
+                    (sid, identity.task_id, identity.execution_id, ts(now))).fetchone() is not None:
+                return True
+            if conn.execute("SELECT 1 FROM sessions WHERE session_id=%s FOR UPDATE", (sid,)).fetchone() is not None:
+                return False
+        raise HubStoreError(f"session {sid} kept changing under this hello; try again")
 
     def currents(self, session_ids: Sequence[str]) -> dict[str, str]:
         """session id -> its current execution, for the given sessions (one indexed query)."""

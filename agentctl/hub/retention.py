@@ -3,10 +3,12 @@
 the database's size and oldest session, measured for `/metrics`.
 
 A batch is one short transaction in a worker thread, taken in turns with the hub's flush (never beside it),
-with a pause between batches: ingest and the page never wait on more than one batch. A session with a
-connected daemon (on any hub: the `connected` flags) or that this hub holds (a connection, changes not yet
-written) is never pruned. A session pruned while a hello raced it (its daemon connected meanwhile) is written
-again whole from memory at the next flush.
+with a pause between batches: ingest and the page never wait on more than one batch. A session whose current
+execution's daemon is connected (on any hub: the `connected` flags) or that this hub holds (a connection it
+follows, changes not yet written) is never pruned. A session pruned while a hello raced it (its daemon
+connected meanwhile) is written again whole from memory at the next flush. A superseded daemon's connection
+does not hold its session: when the session is pruned it is closed with `stale_execution`, and its next hello
+meets the tombstone.
 
 A hello of an execution the hub does not hold is checked against its tombstone (agentctl.hub.rules.after_prune):
 a superseded execution of a pruned session is refused as `stale_execution` forever. With a shared PostgreSQL
@@ -124,8 +126,10 @@ class Retention:
         return total
 
     def _busy(self) -> set[str]:
+        """Sessions this hub holds: a connection it follows, or changes not yet written. A superseded daemon's
+        connection does not hold its session: it is closed when the session is pruned (`forget`)."""
         hub = self.hub
-        busy = {c.session.session_id for c in hub._conns if c.session is not None}
+        busy = {c.session.session_id for c in hub._conns if c.session is not None and c.standing == "current"}
         return busy | hub._dirty_sessions | {sid for sid, _ in hub._dirty_executions}
 
     def forget(self, session_id: str) -> None:
@@ -139,6 +143,10 @@ class Retention:
             return
         hub.sessions.pop(session_id, None)
         hub._cold.pop(session_id, None)
+        gone = rules.after_prune(False, session_live=False)  # what its superseded daemons' next hello meets
+        for conn in [c for c in hub._conns if c.session is session and session is not None]:
+            assert gone is not None
+            hub._refuse(conn, gone.code, gone.message)  # its frames could not be kept anyway
         hub._changed(session_id)
 
     def fence(self, conn: HubConnection, session: SessionState | None, ident: Identity) -> None:

@@ -70,6 +70,26 @@ async def start_hub(location: object, short_dir: Path) -> AsyncIterator[Callable
         await hub.stop()
 
 
+@pytest.fixture
+async def pg_pair(pg_db: PgDatabase, short_dir: Path) -> AsyncIterator[Callable[..., object]]:
+    """pg_pair(clock, batch) -> two started hubs (two sockets) on one real PostgreSQL, pruning `batch` sessions per
+    transaction when the test says; stopped after the test."""
+    started: list[Hub] = []
+
+    async def starter(clock: Clock, *, batch: int) -> tuple[Hub, Hub]:
+        dsn = parse_location(pg_db.url)
+        for name in ("a", "b"):
+            hub = Hub(short_dir / f"{name}.sock", dsn, flush_interval=0.02, clock=clock, retention=MONTH)
+            hub.retention.interval, hub.retention.batch = 3600, batch
+            await hub.start()
+            started.append(hub)
+        return started[0], started[1]
+
+    yield starter
+    for hub in reversed(started):
+        await hub.stop()
+
+
 async def _hello(hub: Hub, session: str, execution: str, instance: str = "inst-a") -> RawClient:
     """A daemon of `execution` that says hello and sends its snapshot."""
     ident = identity(session=session, execution=execution, instance=instance)
@@ -188,35 +208,73 @@ def _old_rows(n: int, contact: datetime) -> tuple[list[SessionRecord], list[Exec
 
 
 async def test_two_hubs_pruning_one_database_at_once_take_disjoint_batches_and_both_fence_the_late_frames(
-        pg_db: PgDatabase, short_dir: Path):
+        pg_pair):
     clock = Clock()
-    dsn = parse_location(pg_db.url)
-    hubs = [Hub(short_dir / f"{name}.sock", dsn, flush_interval=0.02, clock=clock, retention=MONTH)
-            for name in ("a", "b")]
-    for hub in hubs:
-        hub.retention.interval, hub.retention.batch = 3600, 50  # many small batches: the two interleave
-        await hub.start()
+    a, b = hubs = await pg_pair(clock, batch=50)  # many small batches: the two interleave
+    sessions, executions = _old_rows(400, T0)
+    await asyncio.to_thread(a.store.write, sessions, executions)
+    await b.retention.measure()  # the hub's tables in PostgreSQL, as /metrics shows them
+    assert b.retention.oldest_contact_at == T0 and b.retention.size_bytes > 0
+    clock.now = T0 + MONTH + timedelta(days=1)
+    pruned = await asyncio.gather(a.retention.prune(), b.retention.prune())
+    assert sum(pruned) == 400 and all(pruned), pruned  # each session once, both hubs took batches
+    assert await asyncio.to_thread(a.store.max_hello_order) == 0  # every execution row gone
+    for hub in hubs:  # each hub's memory follows (the other hub's prunes by notification)
+        await eventually(lambda hub=hub: hub.session_count == 0, what="the pruned sessions gone from memory")
+    await a.retention.measure()
+    assert a.retention.oldest_contact_at is None
+    for hub, sid in ((a, "s00007"), (b, "s00123")):
+        refused = await _refused(hub, sid, "exec-1")
+        assert refused.code == "stale_execution"
+        assert await _current_in_db(hub, sid) is None
+
+
+async def test_hellos_racing_two_hubs_pruning_never_make_a_superseded_execution_current_nor_lose_a_connected_one(
+        pg_pair):
+    clock = Clock()
+    a, b = hubs = await pg_pair(clock, batch=10)
+    clients: list[RawClient] = []
     try:
-        a, b = hubs
-        sessions, executions = _old_rows(400, T0)
-        await asyncio.to_thread(a.store.write, sessions, executions)
-        await b.retention.measure()  # the hub's tables in PostgreSQL, as /metrics shows them
-        assert b.retention.oldest_contact_at == T0 and b.retention.size_bytes > 0
+        await asyncio.to_thread(a.store.write, *_old_rows(240, T0))
         clock.now = T0 + MONTH + timedelta(days=1)
-        pruned = await asyncio.gather(a.retention.prune(), b.retention.prune())
-        assert sum(pruned) == 400 and all(pruned), pruned  # each session once, both hubs took batches
-        assert await asyncio.to_thread(a.store.max_hello_order) == 0  # every execution row gone
-        for hub in hubs:  # each hub's memory follows (the other hub's prunes by notification)
-            await eventually(lambda hub=hub: hub.session_count == 0, what="the pruned sessions gone from memory")
-        await a.retention.measure()
-        assert a.retention.oldest_contact_at is None
-        for hub, sid in ((a, "s00007"), (b, "s00123")):
-            refused = await _refused(hub, sid, "exec-1")
-            assert refused.code == "stale_execution"
-            assert await _current_in_db(hub, sid) is None
+        late, back, new = range(0, 30), range(30, 60), range(60, 90)
+
+        async def late_hello(i: int) -> str:
+            client = await RawClient.connect(hubs[i % 2].socket_path)
+            clients.append(client)
+            await client.hello(identity(session=f"s{i:05d}", execution="exec-1"))
+            told = await client.recv(timeout=30)  # fatal once pruned, a notice while the session was still there
+            return told.code
+
+        async def current_hello(i: int, execution: str) -> None:
+            clients.append(await _hello(hubs[i % 2], f"s{i:05d}", execution, instance="inst-late"))
+
+        results = await asyncio.gather(
+            a.retention.prune(), b.retention.prune(),
+            *(late_hello(i) for i in late), *(current_hello(i, "exec-2") for i in back),
+            *(current_hello(i, "exec-3") for i in new))
+        assert set(results[2:2 + len(late)]) == {"stale_execution"}
+        for hub in hubs:
+            await _flushed(hub)
+        stored = await asyncio.to_thread(a._reader.load)
+        for i in late:  # pruned, or still there with exec-2 current: never exec-1
+            assert stored.get(f"s{i:05d}") is None or stored[f"s{i:05d}"].current_execution_id == "exec-2"
+        for i, execution in [*((i, "exec-2") for i in back), *((i, "exec-3") for i in new)]:
+            session = stored.get(f"s{i:05d}")
+            assert session is not None and session.current_execution_id == execution, i
+        assert {sid for sid in stored} <= {f"s{i:05d}" for i in (*late, *back, *new)}
+
+        # A superseded daemon does not hold its session: the next rounds prune every late one and close its
+        # connection; the sessions followed by a daemon stay.
+        async def settled() -> bool:
+            return await asyncio.gather(a.retention.prune(), b.retention.prune()) == [0, 0]
+
+        await eventually(settled, timeout=30, what="every due session pruned")
+        kept = await asyncio.to_thread(a._reader.load)
+        assert sorted(kept) == [f"s{i:05d}" for i in (*back, *new)]
     finally:
-        for hub in reversed(hubs):
-            await hub.stop()
+        for client in clients:
+            await client.close()
 
 
 async def test_pruning_goes_in_batches_and_keeps_sessions_within_the_period(start_hub):
