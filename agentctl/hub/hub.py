@@ -25,7 +25,7 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -56,15 +56,10 @@ from agentctl.hub.hub_conn import (  # noqa: F401 - the caps are the hub's, re-e
 )
 from agentctl.hub.hub_conn import notice_line as _notice_line
 from agentctl.dsn import PostgresDsn, SqlitePath
-from agentctl.hub.hub_store import (
-    HOT_SESSIONS,
-    ExecutionRecord,
-    HubStoreError,
-    SessionRecord,
-    SessionStore,
-)
+from agentctl.hub.hub_store import HOT_SESSIONS, ExecutionRecord, HubStoreError, SessionRecord, SessionStore
 from agentctl.hub.stores import label, open_store, open_task_store
 from agentctl.hub.shared import SharedView
+from agentctl.hub.retention import DEFAULT_RETENTION, Retention
 from agentctl.hub.state import ExecutionState, SessionState
 from agentctl.hub.views import evict, report_view, session_listing, status_view
 from agentctl.lifecycle import StackedService, StopStack
@@ -92,6 +87,7 @@ class Hub(StackedService):
         flush_interval: float = FLUSH_INTERVAL,
         clock: Callable[[], datetime] = utcnow,
         hot_sessions: int = HOT_SESSIONS,
+        retention: timedelta | None = DEFAULT_RETENTION,
     ) -> None:
         self.socket_path = Path(socket_path)
         db_path = db_path.path if isinstance(db_path, SqlitePath) else db_path
@@ -105,6 +101,7 @@ class Hub(StackedService):
         # Names this hub in a shared database (the `connected` flags it owns): stable across its restarts.
         self.hub_id = f"{socket.gethostname()}:{self.socket_path}"
         self.shared: SharedView | None = None
+        self.retention = Retention(self, retention)  # None: keep every session
         self.flush_interval = flush_interval
         self._clock = clock
         self.sessions: dict[str, SessionState] = {}  # the hot ones; see hub_store.HOT_SESSIONS
@@ -163,6 +160,8 @@ class Hub(StackedService):
             self.shared = SharedView(self, self.dsn)
             await self.shared.start()
             stops.push("shared database view", self.shared.stop)
+        await self.retention.start()
+        stops.push("retention", self.retention.stop)
         self.backend = await asyncio.to_thread(open_task_store, self.tasks_db)
         stops.push("task store", self._close_backend)
         stops.push("last flush", self.flush)
@@ -484,6 +483,8 @@ class Hub(StackedService):
                                                                "try again"))
             del self._cold[ident.session_id]
             self.sessions[ident.session_id] = session
+        if stored is None:  # (a shared database's claim checked it)
+            self.retention.fence(conn, session, ident)
         taken = rules.hello(session, hello, links=self._links(session), order=self._order + 1, now=self._clock())
         session, execution = taken.session, taken.execution
         if taken.new_execution:
