@@ -7,15 +7,23 @@ listener is served through a `ListenerGuard`, which wraps the server's protocol 
 `loop.create_server` takes any factory; aiohttp's `web.Server` is one) and tracks every connection:
 
 - A connection is *idle* until a complete request head has been parsed and a handler runs (aiohttp), or until
-  its first frame arrived (the hub's daemon socket), and again once a request's response has been written.
-  In between it is *busy*. Only idle time is bounded: a connection idle for `head_timeout` seconds is closed
+  it is `hold`-en (the hub's daemon socket, once a daemon's snapshot arrived), and again once a request's
+  response has been written. In between it is *busy*. A connection idle for `head_timeout` seconds is closed
   however many bytes it dribbled (slowloris). A busy connection (an SSE stream, a legacy GET stream, a long
-  tool call, a daemon's upstream link) is never timed out here.
-- At the cap, a newcomer takes the place of the oldest idle connection, so a health probe or a real client
-  still gets in while someone holds the listener full of idle connections. A connection that carried a
-  credential-holder's request (`trust`) is displaced only when no other idle one is left, so a flood of
-  newcomers cycles through the flooder's own connections first. Only when every connection is busy is the
-  newcomer refused (HTTP listeners answer 503 first), and being busy takes real requests.
+  tool call, a daemon's upstream link) is not timed out for being busy.
+- A connection is *stalled* while its transport has paused writing: an answer waits in `drain()` for a reader
+  that does not read. Stalled for `write_timeout` seconds without the reader taking anything, it is closed
+  (a held daemon link excepted: the hub bounds those by their own buffer). Without this, a client that asks
+  for a large answer and never reads kept its connection busy, so neither timed out nor displaceable, for good.
+- Pipelining is bounded: a request whose bytes arrived before the previous answer on its connection was
+  written is pipelined; past `PIPELINE_DEPTH` such requests in a row the connection is closed unanswered.
+- At the cap, a newcomer takes the place of the oldest idle connection, or else of the one stalled longest,
+  so a health probe or a real client still gets in while someone holds the listener full of idle or unread
+  connections (that is the probes' and token holders' headroom). A connection that carried a
+  credential-holder's request (`trust`) is displaced only when no other idle or stalled one is left, so a
+  flood of newcomers cycles through the flooder's own connections first. Only when every connection is busy
+  and being read is the newcomer refused (HTTP listeners answer 503 first), and that takes real requests
+  whose answers are really read.
 - The caps come from the process's RLIMIT_NOFILE less a reserve (`connection_caps`): descriptors for the
   agent's pipes, the stores, the upstream link and endpoint tests, and for connections accepted in the same
   loop iteration before the ones they displaced are closed.
@@ -39,6 +47,10 @@ from aiohttp import web
 log = logging.getLogger("agentctl.listener")
 
 HEAD_TIMEOUT: Final = 10.0
+# How long an answer may wait for a reader that takes nothing (the transport's writing stays paused).
+WRITE_TIMEOUT: Final = 10.0
+# Requests in a row that arrived before the previous answer was written; one more closes the connection.
+PIPELINE_DEPTH: Final = 4
 LOG_INTERVAL: Final = 10.0
 # Descriptors kept out of every connection cap: one loop iteration accepts up to a listener's backlog (128)
 # before the connections it displaced are closed, plus what the process itself holds open.
@@ -115,26 +127,53 @@ class GuardedProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._busy = 0
         self._timer: asyncio.TimerHandle | None = None
+        self._stall_timer: asyncio.TimerHandle | None = None
+        self._chunks = 0  # data_received calls so far
+        self._answered_at = -1  # the value of _chunks when the last answer was written
+        self._pipelined = 0  # requests in a row that arrived before the previous answer was written
         self.closed = False
         self.trusted = False
+        self.held = False
 
     # ---- what the guard and the servers call -------------------------------------------------------
 
-    def request_started(self) -> None:
-        """A complete request head (or a first frame): the connection is busy and no longer timed."""
+    def request_started(self) -> bool:
+        """A complete request head: the connection is busy and no longer timed. False (and the connection is
+        closed) when the request is one pipelined request too many."""
         if self.closed:
-            return
+            return True
+        # No byte arrived since the previous answer was written: this request was sent before reading it.
+        self._pipelined = self._pipelined + 1 if self._chunks == self._answered_at else 0
+        if self._pipelined > PIPELINE_DEPTH:
+            self._guard._too_deep(self)
+            return False
         self._busy += 1
         if self._busy == 1:
             self._guard._not_idle(self)
+        return True
 
     def request_finished(self) -> None:
         """The request's response is written: idle again, so timed and displaceable."""
         if self.closed or self._busy == 0:
             return
         self._busy -= 1
+        self._answered_at = self._chunks
         if self._busy == 0:
             self._guard._became_idle(self)
+
+    def hold(self) -> None:
+        """Busy for good (the hub's daemon link): neither timed nor displaced, nor closed for a stall."""
+        if self.closed or self.held:
+            return
+        self.held = self.trusted = True
+        self._guard._unstalled(self)
+        self._busy += 1
+        if self._busy == 1:
+            self._guard._not_idle(self)
+
+    @property
+    def stalled(self) -> bool:
+        return self._stall_timer is not None
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -160,6 +199,7 @@ class GuardedProtocol(asyncio.Protocol):
         self._inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
+        self._chunks += 1
         if self._inner is not None:
             self._inner.data_received(data)
 
@@ -175,30 +215,40 @@ class GuardedProtocol(asyncio.Protocol):
             self._inner.connection_lost(exc)
 
     def pause_writing(self) -> None:
+        if not self.closed and not self.held:
+            self._guard._stalled_now(self)
         if self._inner is not None:
             self._inner.pause_writing()
 
     def resume_writing(self) -> None:
+        self._guard._unstalled(self)
         if self._inner is not None:
             self._inner.resume_writing()
 
 
 class ListenerGuard:
-    """The connections of one listener: at most `limit`, idle ones closed after `head_timeout` seconds,
-    the oldest idle one displaced by a newcomer at the cap; `refusal` is written to a refused newcomer."""
+    """The connections of one listener: at most `limit`, idle ones closed after `head_timeout` seconds and
+    stalled ones after `write_timeout`, the oldest idle (else the longest stalled) one displaced by a newcomer
+    at the cap; `refusal` is written to a refused newcomer."""
 
-    def __init__(self, name: str, limit: int, *, head_timeout: float = HEAD_TIMEOUT, refusal: bytes = b"") -> None:
+    def __init__(self, name: str, limit: int, *, head_timeout: float = HEAD_TIMEOUT,
+                 write_timeout: float = WRITE_TIMEOUT, refusal: bytes = b"") -> None:
         if limit < 1:
             raise ValueError("a listener's connection cap must be at least 1")
         self.name = name
         self.limit = limit
         self.head_timeout = head_timeout
+        self.write_timeout = write_timeout
         self.refusal = refusal
         self._open: set[GuardedProtocol] = set()
         # Idle connections in the order they became idle (the oldest first); trusted ones apart.
         self._idle: dict[GuardedProtocol, None] = {}
         self._idle_trusted: dict[GuardedProtocol, None] = {}
-        self.counts = {"accepted": 0, "displaced": 0, "refused": 0, "timed_out": 0}
+        # Connections whose answer waits for a reader, in the order they stalled; trusted ones apart.
+        self._stalled: dict[GuardedProtocol, None] = {}
+        self._stalled_trusted: dict[GuardedProtocol, None] = {}
+        self.counts = {"accepted": 0, "displaced": 0, "refused": 0, "timed_out": 0, "stalled_out": 0,
+                       "pipelining": 0}
 
     def wrap(self, factory: ProtocolFactory) -> Callable[[], GuardedProtocol]:
         """The protocol factory to hand to `loop.create_server` / `create_unix_server`."""
@@ -212,9 +262,13 @@ class ListenerGuard:
     def idle_connections(self) -> int:
         return len(self._idle) + len(self._idle_trusted)
 
+    @property
+    def stalled_connections(self) -> int:
+        return len(self._stalled) + len(self._stalled_trusted)
+
     def _admit(self, conn: GuardedProtocol) -> bool:
         if len(self._open) >= self.limit:
-            victim = self._oldest_idle()
+            victim = self._victim()
             if victim is None:
                 self.counts["refused"] += 1
                 self._pressure()
@@ -228,19 +282,25 @@ class ListenerGuard:
         self._became_idle(conn)
         return True
 
-    def _oldest_idle(self) -> GuardedProtocol | None:
-        for idle in (self._idle, self._idle_trusted):
-            first = None
-            for n, conn in enumerate(idle):
-                first = first or conn
-                transport = conn.transport
-                if transport is None or not transport.get_write_buffer_size():
-                    return conn
-                if n >= _EVICTION_SCAN:
-                    break
-            if first is not None:
-                return first
+    def _victim(self) -> GuardedProtocol | None:
+        """The oldest idle connection, else the one stalled longest; anyone's before a credential holder's."""
+        for idle, stalled in ((self._idle, self._stalled), (self._idle_trusted, self._stalled_trusted)):
+            victim = self._oldest_idle(idle) or next(iter(stalled), None)
+            if victim is not None:
+                return victim
         return None
+
+    @staticmethod
+    def _oldest_idle(idle: dict[GuardedProtocol, None]) -> GuardedProtocol | None:
+        first = None
+        for n, conn in enumerate(idle):
+            first = first or conn
+            transport = conn.transport
+            if transport is None or not transport.get_write_buffer_size():
+                return conn
+            if n >= _EVICTION_SCAN:
+                break
+        return first
 
     def _became_idle(self, conn: GuardedProtocol) -> None:
         (self._idle_trusted if conn.trusted else self._idle)[conn] = None
@@ -252,12 +312,35 @@ class ListenerGuard:
         self._idle.pop(conn, None)
         self._idle_trusted.pop(conn, None)
 
+    def _stalled_now(self, conn: GuardedProtocol) -> None:
+        if conn._stall_timer is None:
+            (self._stalled_trusted if conn.trusted else self._stalled)[conn] = None
+            conn._stall_timer = asyncio.get_running_loop().call_later(self.write_timeout, self._stall_expired, conn)
+
+    def _unstalled(self, conn: GuardedProtocol) -> None:
+        if conn._stall_timer is not None:
+            conn._stall_timer.cancel()
+            conn._stall_timer = None
+        self._stalled.pop(conn, None)
+        self._stalled_trusted.pop(conn, None)
+
     def _expire(self, conn: GuardedProtocol) -> None:
         conn._timer = None
         if conn in self._idle or conn in self._idle_trusted:
-            self.counts["timed_out"] += 1
-            self._forget(conn)
-            conn._close_now()
+            self._end(conn, "timed_out")
+
+    def _stall_expired(self, conn: GuardedProtocol) -> None:
+        conn._stall_timer = None
+        if conn in self._stalled or conn in self._stalled_trusted:
+            self._end(conn, "stalled_out")
+
+    def _too_deep(self, conn: GuardedProtocol) -> None:
+        self._end(conn, "pipelining")
+
+    def _end(self, conn: GuardedProtocol, why: str) -> None:
+        self.counts[why] += 1
+        self._forget(conn)
+        conn._close_now()
 
     def _forget(self, conn: GuardedProtocol) -> None:
         conn.closed = True
@@ -265,6 +348,7 @@ class ListenerGuard:
 
     def _release(self, conn: GuardedProtocol) -> None:
         self._not_idle(conn)
+        self._unstalled(conn)
         self._open.discard(conn)
 
     def _pressure(self) -> None:
@@ -273,8 +357,8 @@ class ListenerGuard:
     def _pressure_line(self) -> str:
         counts = self.counts
         return (f"{self.name} listener is at its cap of {self.limit} connections: newcomers take the place of the "
-                f"oldest idle connection, or are refused when none is idle ({counts['displaced']} displaced, "
-                f"{counts['refused']} refused since start)")
+                f"oldest idle or unread connection, or are refused when none is ({counts['displaced']} displaced, "
+                f"{counts['refused']} refused, {counts['stalled_out']} closed unread since start)")
 
 
 def _guarded(transport: asyncio.BaseTransport | None) -> GuardedProtocol | None:
@@ -283,11 +367,10 @@ def _guarded(transport: asyncio.BaseTransport | None) -> GuardedProtocol | None:
 
 
 def hold(transport: asyncio.BaseTransport | None) -> None:
-    """Mark a guarded connection busy for good (the hub's daemon link, once its first frame arrived)."""
+    """Mark a guarded connection busy for good (the hub's daemon link, once a daemon's snapshot arrived)."""
     protocol = _guarded(transport)
     if protocol is not None:
-        protocol.trusted = True
-        protocol.request_started()
+        protocol.hold()
 
 
 def trust(transport: asyncio.BaseTransport | None) -> None:
@@ -306,7 +389,9 @@ async def track_requests(request: web.Request, handler: Any) -> web.StreamRespon
     """
     protocol = _guarded(request.transport)
     if protocol is not None:
-        protocol.request_started()
+        if not protocol.request_started():
+            # Closed already: one pipelined request too many. Nothing is written to a reader that does not read.
+            return web.Response(status=503, text="too many pipelined requests")
         task = asyncio.current_task()
         if task is not None:
             task.add_done_callback(lambda _: protocol.request_finished())
