@@ -15,15 +15,19 @@ listener is served through a `ListenerGuard`, which wraps the server's protocol 
   that does not read. Stalled for `write_timeout` seconds without the reader taking anything, it is closed
   (a held daemon link excepted: the hub bounds those by their own buffer). Without this, a client that asks
   for a large answer and never reads kept its connection busy, so neither timed out nor displaceable, for good.
+- A TCP connection's kernel send buffer is fixed (`SEND_BUFFER`): left to autotuning, loopback lets a peer
+  that reads nothing park megabytes of answers in the kernel, so it never stalls and each connection costs that.
 - Pipelining is bounded: a request whose bytes arrived before the previous answer on its connection was
   written is pipelined; past `PIPELINE_DEPTH` such requests in a row the connection is closed unanswered.
-- At the cap, a newcomer takes the place of the oldest idle connection, or else of the one stalled longest,
+- At the cap, a newcomer takes the place of the connection stalled longest, or else of the oldest idle one;
+  connections accepted less than `grace` seconds ago that have not sent a request yet come last, the newest
+  first (a burst of newcomers displaces its own members before a probe whose request is on its way),
   so a health probe or a real client still gets in while someone holds the listener full of idle or unread
   connections (that is the probes' and token holders' headroom). A connection that carried a
   credential-holder's request (`trust`) is displaced only when no other idle or stalled one is left, so a
   flood of newcomers cycles through the flooder's own connections first. Only when every connection is busy
-  and being read is the newcomer refused (HTTP listeners answer 503 first), and that takes real requests
-  whose answers are really read.
+  and being read is the newcomer refused (HTTP listeners answer 503 first), and that takes real requests whose
+  answers are really read.
 - The caps come from the process's RLIMIT_NOFILE less a reserve (`connection_caps`): descriptors for the
   agent's pipes, the stores, the upstream link and endpoint tests, and for connections accepted in the same
   loop iteration before the ones they displaced are closed.
@@ -38,6 +42,7 @@ import errno
 import logging
 import resource
 import socket
+import struct
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -49,6 +54,12 @@ log = logging.getLogger("agentctl.listener")
 HEAD_TIMEOUT: Final = 10.0
 # How long an answer may wait for a reader that takes nothing (the transport's writing stays paused).
 WRITE_TIMEOUT: Final = 10.0
+# A connection accepted less than this ago that has not sent a request yet is displaced last, the newest such
+# first: a probe's request may still be on its way while a burst of newcomers is accepted.
+GRACE: Final = 1.0
+# The kernel's send buffer of a TCP connection (the kernel doubles it): what a peer that reads nothing makes the
+# kernel hold before the transport pauses writing and the connection counts as stalled. Loopback needs no more.
+SEND_BUFFER: Final = 128 * 1024
 # Requests in a row that arrived before the previous answer was written; one more closes the connection.
 PIPELINE_DEPTH: Final = 4
 LOG_INTERVAL: Final = 10.0
@@ -134,6 +145,9 @@ class GuardedProtocol(asyncio.Protocol):
         self.closed = False
         self.trusted = False
         self.held = False
+        self.fresh = True  # no request yet
+        self.reset = False
+        self.idle_since = 0.0
 
     # ---- what the guard and the servers call -------------------------------------------------------
 
@@ -147,6 +161,7 @@ class GuardedProtocol(asyncio.Protocol):
         if self._pipelined > PIPELINE_DEPTH:
             self._guard._too_deep(self)
             return False
+        self.fresh = False
         self._busy += 1
         if self._busy == 1:
             self._guard._not_idle(self)
@@ -171,6 +186,12 @@ class GuardedProtocol(asyncio.Protocol):
         if self._busy == 1:
             self._guard._not_idle(self)
 
+    def trust(self) -> None:
+        """A credential holder's (or a hello's) connection: displaced after every other idle or stalled one."""
+        if not self.trusted and not self.closed:
+            self.trusted = True
+            self._guard._trusted(self)
+
     @property
     def stalled(self) -> bool:
         return self._stall_timer is not None
@@ -181,9 +202,18 @@ class GuardedProtocol(asyncio.Protocol):
             self._timer = None
 
     def _close_now(self) -> None:
-        # abort(), not close(): close() would wait for a reader that never reads.
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.abort()
+        # abort(), not close(): close() would wait for a reader that never reads. And a reset: else the kernel
+        # keeps the unsent answer (and the connection, orphaned) until it gives up on the peer's window.
+        transport = self.transport
+        if transport is not None and not self.reset:
+            self.reset = True  # also after a close() that still waits to flush (the pipelining bound's)
+            sock = transport.get_extra_info("socket")
+            if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                except OSError:
+                    pass
+            transport.abort()
 
     # ---- asyncio.Protocol ---------------------------------------------------------------------------
 
@@ -195,6 +225,10 @@ class GuardedProtocol(asyncio.Protocol):
                 transport.write(self._guard.refusal)  # type: ignore[attr-defined]
             transport.close()
             return
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            # A fixed send buffer: the kernel's autotuning grows it to megabytes for a peer that reads nothing.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
         self._inner = self._factory()
         self._inner.connection_made(transport)
 
@@ -228,17 +262,18 @@ class GuardedProtocol(asyncio.Protocol):
 
 class ListenerGuard:
     """The connections of one listener: at most `limit`, idle ones closed after `head_timeout` seconds and
-    stalled ones after `write_timeout`, the oldest idle (else the longest stalled) one displaced by a newcomer
+    stalled ones after `write_timeout`, the longest stalled (else the oldest idle) one displaced by a newcomer
     at the cap; `refusal` is written to a refused newcomer."""
 
     def __init__(self, name: str, limit: int, *, head_timeout: float = HEAD_TIMEOUT,
-                 write_timeout: float = WRITE_TIMEOUT, refusal: bytes = b"") -> None:
+                 write_timeout: float = WRITE_TIMEOUT, grace: float = GRACE, refusal: bytes = b"") -> None:
         if limit < 1:
             raise ValueError("a listener's connection cap must be at least 1")
         self.name = name
         self.limit = limit
         self.head_timeout = head_timeout
         self.write_timeout = write_timeout
+        self.grace = grace
         self.refusal = refusal
         self._open: set[GuardedProtocol] = set()
         # Idle connections in the order they became idle (the oldest first); trusted ones apart.
@@ -283,27 +318,37 @@ class ListenerGuard:
         return True
 
     def _victim(self) -> GuardedProtocol | None:
-        """The oldest idle connection, else the one stalled longest; anyone's before a credential holder's."""
-        for idle, stalled in ((self._idle, self._stalled), (self._idle_trusted, self._stalled_trusted)):
-            victim = self._oldest_idle(idle) or next(iter(stalled), None)
+        """The connection stalled longest, else the oldest idle one; anyone's before a credential holder's.
+
+        Stalled before idle: a stalled connection's client is not reading, while an idle one may be a probe
+        accepted a moment ago whose request is on its way (a burst of newcomers would displace it first)."""
+        for stalled, idle in ((self._stalled, self._idle), (self._stalled_trusted, self._idle_trusted)):
+            victim = next(iter(stalled), None) or self._oldest_idle(idle)
             if victim is not None:
                 return victim
         return None
 
-    @staticmethod
-    def _oldest_idle(idle: dict[GuardedProtocol, None]) -> GuardedProtocol | None:
+    def _oldest_idle(self, idle: dict[GuardedProtocol, None]) -> GuardedProtocol | None:
+        """The oldest idle connection whose response is written (else the oldest idle one); the connections
+        accepted within the grace that have not sent a request yet come last, the newest of them first."""
         first = None
+        settled = time.monotonic() - self.grace
         for n, conn in enumerate(idle):
-            first = first or conn
+            if n > _EVICTION_SCAN:
+                break
+            if conn.fresh and conn.idle_since > settled:
+                continue  # its request may be on its way (a probe while a burst of newcomers is accepted)
             transport = conn.transport
             if transport is None or not transport.get_write_buffer_size():
                 return conn
-            if n >= _EVICTION_SCAN:
-                break
-        return first
+            first = first or conn
+        # Only fresh ones (or ones still writing) left: the newest fresh one, so a burst of newcomers takes the
+        # place of its own members, not of a probe accepted before it.
+        return first or next(reversed(idle), None)
 
     def _became_idle(self, conn: GuardedProtocol) -> None:
         (self._idle_trusted if conn.trusted else self._idle)[conn] = None
+        conn.idle_since = time.monotonic()
         conn._cancel_timer()
         conn._timer = asyncio.get_running_loop().call_later(self.head_timeout, self._expire, conn)
 
@@ -311,6 +356,12 @@ class ListenerGuard:
         conn._cancel_timer()
         self._idle.pop(conn, None)
         self._idle_trusted.pop(conn, None)
+
+    def _trusted(self, conn: GuardedProtocol) -> None:
+        """Move a connection that just became trusted among the trusted ones (the newest of them)."""
+        for plain, trusted in ((self._idle, self._idle_trusted), (self._stalled, self._stalled_trusted)):
+            if plain.pop(conn, 0) is None:
+                trusted[conn] = None
 
     def _stalled_now(self, conn: GuardedProtocol) -> None:
         if conn._stall_timer is None:
@@ -335,7 +386,12 @@ class ListenerGuard:
             self._end(conn, "stalled_out")
 
     def _too_deep(self, conn: GuardedProtocol) -> None:
-        self._end(conn, "pipelining")
+        """Closed after the answers already written reach the peer; reset if they have not within
+        `write_timeout`. Until then the connection counts against the cap (and may be displaced)."""
+        self.counts["pipelining"] += 1
+        if conn.transport is not None:
+            conn.transport.close()
+            asyncio.get_running_loop().call_later(self.write_timeout, conn._close_now)
 
     def _end(self, conn: GuardedProtocol, why: str) -> None:
         self.counts[why] += 1
@@ -374,10 +430,11 @@ def hold(transport: asyncio.BaseTransport | None) -> None:
 
 
 def trust(transport: asyncio.BaseTransport | None) -> None:
-    """The connection carried a request with a valid credential: displace it only after every other idle one."""
+    """The connection carried a request with a valid credential (or a hello): displace it only after every other
+    idle or stalled one."""
     protocol = _guarded(transport)
     if protocol is not None:
-        protocol.trusted = True
+        protocol.trust()
 
 
 @web.middleware

@@ -66,7 +66,8 @@ class Served:
 
 
 @asynccontextmanager
-async def served(limit: int, head_timeout: float = 5.0, write_timeout: float = 5.0) -> AsyncIterator[Served]:
+async def served(limit: int, head_timeout: float = 5.0, write_timeout: float = 5.0,
+                 grace: float = 0.0) -> AsyncIterator[Served]:
     """An aiohttp app behind a guard: /quick answers at once, /stream streams until released, /trusted
     marks its connection trusted (as the MCP endpoint does after a valid token), /big answers 16 MiB."""
     release = asyncio.Event()
@@ -96,7 +97,8 @@ async def served(limit: int, head_timeout: float = 5.0, write_timeout: float = 5
     app.router.add_get("/stream", stream)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
-    guard = ListenerGuard("test", limit, head_timeout=head_timeout, write_timeout=write_timeout, refusal=HTTP_REFUSAL)
+    guard = ListenerGuard("test", limit, head_timeout=head_timeout, write_timeout=write_timeout, grace=grace,
+                          refusal=HTTP_REFUSAL)
     site = GuardedSite(runner, guard, host="127.0.0.1", port=0)
     await site.start()
     try:
@@ -140,6 +142,20 @@ async def test_at_the_cap_a_newcomer_displaces_the_oldest_idle_connection_and_is
             assert not await closed_by_server(reader, 0.05)
         assert s.guard.counts["displaced"] == 1 and s.guard.counts["refused"] == 0
         for _, writer in held:
+            writer.close()
+
+
+async def test_a_fresh_connection_whose_request_is_on_its_way_is_displaced_after_the_newer_fresh_ones():
+    async with served(limit=3, grace=30) as s:
+        probe_reader, probe_writer = await s.connect()  # a probe's connection, its request still on its way
+        burst = []
+        for _ in range(5):  # a burst of newcomers that send nothing
+            burst.append(await s.connect())
+            await eventually(lambda: s.guard.counts["accepted"] == len(burst) + 1, what="the newcomer accepted")
+        assert s.guard.counts["displaced"] == 3 and s.guard.counts["refused"] == 0
+        probe_writer.write(REQUEST)
+        assert b"ok" in await asyncio.wait_for(probe_reader.readuntil(b"ok"), 5), "the probe was displaced"
+        for _, writer in [*burst, (probe_reader, probe_writer)]:
             writer.close()
 
 

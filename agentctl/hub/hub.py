@@ -43,11 +43,12 @@ from agentctl.evidence.contract import (
 )
 from agentctl.evidence.ledger import utcnow
 from agentctl.listener_guard import (ListenerGuard, RateLimitedLog, forget_listener, hold, install_accept_error_log,
-                                     name_listener)
+                                     name_listener, trust)
 from agentctl.hub import rules
 from agentctl.hub.hub_conn import (  # noqa: F401 - the caps are the hub's, re-exported for its page and units
     DAEMON_CONNECTIONS,
     HELLO_TIMEOUT,
+    MAX_HEARTBEAT_SECONDS,
     PAGE_CONNECTIONS,
     HubConnection,
     HubRequestError,
@@ -353,9 +354,6 @@ class Hub(StackedService):
                     raw = await read_frame_line(reader)
                     if raw is None:
                         return
-                    if not held:
-                        held = True
-                        hold(writer.transport)  # a daemon's link from its first frame: never timed or displaced
                     conn.last_rx = time.monotonic()
                     self.frames_in += 1
                     received = P.decode_from_daemon(raw)
@@ -365,6 +363,15 @@ class Hub(StackedService):
                             and rules.admit(conn.identity is not None, received) is None):
                         stored = await self.shared.claim(conn, received)
                     self._dispatch(conn, received, stored)
+                    if isinstance(received, P.HelloFrame):
+                        # Said hello: displaced only after every unidentified connection, and still closed
+                        # HELLO_TIMEOUT after connecting unless a snapshot follows.
+                        trust(writer.transport)
+                    elif isinstance(received, P.SnapshotFrame) and not held:
+                        # A daemon sends its snapshot right after its hello: from then on its link is never
+                        # timed out or displaced by the guard (the heartbeat sweep still closes a silent one).
+                        held = True
+                        hold(writer.transport)
                 except P.ProtocolError as exc:
                     self._refuse(conn, exc.code, str(exc))
                     return
@@ -415,7 +422,7 @@ class Hub(StackedService):
         if not left.disconnected:
             return
         self._mark(session, execution, history=False)
-        if not conn.refused:  # a refusal already wrote its one line
+        if not conn.refused and conn.snapshot_seen:  # a refusal already wrote its one line; hello-only: none
             log.info("session %s: execution %s disconnected", session.session_id, execution.execution_id)
         for other in left.reconnect:
             # Without this the hub would keep rejecting a live daemon and show the dead instance's history
@@ -493,7 +500,8 @@ class Hub(StackedService):
         if taken.now_current:
             log.info("session %s: execution %s is now current", ident.session_id, ident.execution_id)
         conn.identity, conn.session, conn.execution = ident, session, execution
-        conn.idle_limit = 3 * max(hello.heartbeat_ms / 1000, 0.1)
+        # The hub, not the peer, bounds how long a connection may stay silent.
+        conn.idle_limit = 3 * min(max(hello.heartbeat_ms / 1000, 0.1), MAX_HEARTBEAT_SECONDS)
         if taken.notice is not None:  # an older execution: its frames are rejected from the start
             self._mark(session, execution, history=False)
             conn.send(_notice_line(taken.notice))
@@ -505,8 +513,6 @@ class Hub(StackedService):
             log.info("session %s: execution %s instance %s superseded (%s)", other.identity.session_id,
                      other.identity.execution_id, other.identity.instance_id, notice.code)
             other.send(_notice_line(notice))
-        log.info("session %s: execution %s connected (instance %s)", ident.session_id, ident.execution_id,
-                 ident.instance_id)
         self._touch(conn)
 
     def _touch(self, conn: HubConnection) -> None:
@@ -525,8 +531,11 @@ class Hub(StackedService):
         if isinstance(outcome, rules.Rejected):
             self._mark(session, execution, history=False)
             return
-        if outcome.snapshot:
+        if outcome.snapshot and not conn.snapshot_seen:
             conn.snapshot_seen = True
+            # Said once its snapshot is taken, not at hello: a peer that only says hello writes no line.
+            log.info("session %s: execution %s connected (instance %s)", ident.session_id, ident.execution_id,
+                     ident.instance_id)
         if outcome.applied:
             self.events_applied += 1
         self._touch(conn)

@@ -215,6 +215,7 @@ class HubWeb(StackedService):
         app.router.add_post("/api/sessions/{sid}/agent-terminal", self._agent_terminal)
         app.router.add_get(METRICS_PATH, metrics_handler(hub_registry(self.hub)), allow_head=False)
         app.on_shutdown.append(self._on_shutdown)
+        await self._assets.preload(name for name, _ in ASSETS.values())  # compressed before the first request
         runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0, **runner_logging)
         await runner.setup()
         stops.push("page server", runner.cleanup)  # its site too

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import hashlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,18 +60,22 @@ def not_modified(request: web.Request, etag: str) -> bool:
 
 
 class AssetCache:
-    """Each asset built on first use (in a worker thread), then kept for the process's life."""
+    """Each asset built once (in a worker thread: at `preload`, else on first use), then kept for the process's
+    life. Requests that arrive while it is built wait for that one build: a burst of first requests never
+    queues one compression each."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self._built: dict[str, Asset] = {}
+        self._built: dict[str, asyncio.Future[Asset]] = {}
+
+    async def preload(self, names: Iterable[str]) -> None:
+        await asyncio.gather(*(self.get(name) for name in names))
 
     async def get(self, name: str) -> Asset:
-        asset = self._built.get(name)
-        if asset is None:
-            asset = await asyncio.to_thread(build_asset, self.root / name)
-            self._built[name] = asset
-        return asset
+        built = self._built.get(name)
+        if built is None or (built.done() and built.exception() is not None):  # a failed read is tried again
+            built = self._built[name] = asyncio.ensure_future(asyncio.to_thread(build_asset, self.root / name))
+        return await asyncio.shield(built)
 
     def handler(self, name: str, kind: str) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def serve(request: web.Request) -> web.Response:
