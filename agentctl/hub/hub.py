@@ -48,7 +48,6 @@ from agentctl.hub import rules
 from agentctl.hub.hub_conn import (  # noqa: F401 - the caps are the hub's, re-exported for its page and units
     DAEMON_CONNECTIONS,
     HELLO_TIMEOUT,
-    MAX_HEARTBEAT_SECONDS,
     PAGE_CONNECTIONS,
     HubConnection,
     HubRequestError,
@@ -364,13 +363,9 @@ class Hub(StackedService):
                         stored = await self.shared.claim(conn, received)
                     self._dispatch(conn, received, stored)
                     if isinstance(received, P.HelloFrame):
-                        # Said hello: displaced only after every unidentified connection, and still closed
-                        # HELLO_TIMEOUT after connecting unless a snapshot follows.
-                        trust(writer.transport)
+                        trust(writer.transport)  # displaced after unidentified peers; closed unless a snapshot follows
                     elif isinstance(received, P.SnapshotFrame) and not held:
-                        # A daemon sends its snapshot right after its hello: from then on its link is never
-                        # timed out or displaced by the guard (the heartbeat sweep still closes a silent one).
-                        held = True
+                        held = True  # a daemon's link from its snapshot on: never timed out or displaced by the guard
                         hold(writer.transport)
                 except P.ProtocolError as exc:
                     self._refuse(conn, exc.code, str(exc))
@@ -500,8 +495,7 @@ class Hub(StackedService):
         if taken.now_current:
             log.info("session %s: execution %s is now current", ident.session_id, ident.execution_id)
         conn.identity, conn.session, conn.execution = ident, session, execution
-        # The hub, not the peer, bounds how long a connection may stay silent.
-        conn.idle_limit = 3 * min(max(hello.heartbeat_ms / 1000, 0.1), MAX_HEARTBEAT_SECONDS)
+        conn.heard_hello(hello.heartbeat_ms)
         if taken.notice is not None:  # an older execution: its frames are rejected from the start
             self._mark(session, execution, history=False)
             conn.send(_notice_line(taken.notice))
@@ -532,8 +526,7 @@ class Hub(StackedService):
             self._mark(session, execution, history=False)
             return
         if outcome.snapshot and not conn.snapshot_seen:
-            conn.snapshot_seen = True
-            # Said once its snapshot is taken, not at hello: a peer that only says hello writes no line.
+            conn.snapshot_seen = True  # said now, not at hello: a peer that only says hello writes no line
             log.info("session %s: execution %s connected (instance %s)", ident.session_id, ident.execution_id,
                      ident.instance_id)
         if outcome.applied:

@@ -75,6 +75,10 @@ class HubConnection:
         cred = peer_cred(writer.get_extra_info("socket"))
         self.peer_pid, self.peer_uid = (cred[0], cred[1]) if cred is not None else (None, None)
 
+    def heard_hello(self, heartbeat_ms: int) -> None:
+        """Silence for three heartbeats closes the connection; the hub, not the peer, bounds the heartbeat."""
+        self.idle_limit = 3 * min(max(heartbeat_ms / 1000, 0.1), MAX_HEARTBEAT_SECONDS)
+
     @property
     def label(self) -> str:
         if self.identity is not None:
