@@ -12,9 +12,9 @@ listener is served through a `ListenerGuard`, which wraps the server's protocol 
   however many bytes it dribbled (slowloris). A busy connection (an SSE stream, a legacy GET stream, a long
   tool call, a daemon's upstream link) is not timed out for being busy.
 - A connection is *stalled* while its transport has paused writing: an answer waits in `drain()` for a reader
-  that does not read. Stalled for `write_timeout` seconds without the reader taking anything, it is closed
-  (a held daemon link excepted: the hub bounds those by their own buffer). Without this, a client that asks
-  for a large answer and never reads kept its connection busy, so neither timed out nor displaceable, for good.
+  that takes nothing. Stalled for `write_timeout` seconds it is closed (None: never, for the control socket,
+  whose own user may pause a terminal on purpose; a held link neither: the hub bounds it by its buffer).
+  Before, a client that asked for a large answer and never read stayed busy, neither timed out nor displaced.
 - A TCP connection's kernel send buffer is fixed (`SEND_BUFFER`): left to autotuning, loopback lets a peer
   that reads nothing park megabytes of answers in the kernel, so it never stalls and each connection costs that.
 - Pipelining is bounded: a request whose bytes arrived before the previous answer on its connection was
@@ -57,10 +57,9 @@ WRITE_TIMEOUT: Final = 10.0
 # A connection accepted less than this ago that has not sent a request yet is displaced last, the newest such
 # first: a probe's request may still be on its way while a burst of newcomers is accepted.
 GRACE: Final = 1.0
-# The kernel's send buffer of a TCP connection (the kernel doubles it): what a peer that reads nothing makes the
-# kernel hold before the transport pauses writing and the connection counts as stalled. Loopback needs no more.
+# A TCP connection's kernel send buffer (doubled by the kernel): loopback needs no more, a non-reader gets no more.
 SEND_BUFFER: Final = 128 * 1024
-# Requests in a row that arrived before the previous answer was written; one more closes the connection.
+# Requests in a row that arrived before the previous answer was written: one more closes the connection.
 PIPELINE_DEPTH: Final = 4
 LOG_INTERVAL: Final = 10.0
 # Descriptors kept out of every connection cap: one loop iteration accepts up to a listener's backlog (128)
@@ -194,7 +193,7 @@ class GuardedProtocol(asyncio.Protocol):
 
     @property
     def stalled(self) -> bool:
-        return self._stall_timer is not None
+        return self in self._guard._stalled or self in self._guard._stalled_trusted
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -266,7 +265,7 @@ class ListenerGuard:
     at the cap; `refusal` is written to a refused newcomer."""
 
     def __init__(self, name: str, limit: int, *, head_timeout: float = HEAD_TIMEOUT,
-                 write_timeout: float = WRITE_TIMEOUT, grace: float = GRACE, refusal: bytes = b"") -> None:
+                 write_timeout: float | None = WRITE_TIMEOUT, grace: float = GRACE, refusal: bytes = b"") -> None:
         if limit < 1:
             raise ValueError("a listener's connection cap must be at least 1")
         self.name = name
@@ -364,9 +363,11 @@ class ListenerGuard:
                 trusted[conn] = None
 
     def _stalled_now(self, conn: GuardedProtocol) -> None:
-        if conn._stall_timer is None:
+        if conn not in self._stalled and conn not in self._stalled_trusted:
             (self._stalled_trusted if conn.trusted else self._stalled)[conn] = None
-            conn._stall_timer = asyncio.get_running_loop().call_later(self.write_timeout, self._stall_expired, conn)
+            if self.write_timeout is not None:
+                conn._stall_timer = asyncio.get_running_loop().call_later(self.write_timeout, self._stall_expired,
+                                                                          conn)
 
     def _unstalled(self, conn: GuardedProtocol) -> None:
         if conn._stall_timer is not None:
@@ -391,7 +392,7 @@ class ListenerGuard:
         self.counts["pipelining"] += 1
         if conn.transport is not None:
             conn.transport.close()
-            asyncio.get_running_loop().call_later(self.write_timeout, conn._close_now)
+            asyncio.get_running_loop().call_later(self.write_timeout or HEAD_TIMEOUT, conn._close_now)
 
     def _end(self, conn: GuardedProtocol, why: str) -> None:
         self.counts[why] += 1

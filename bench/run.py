@@ -38,6 +38,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "hub_ingest": ([], ["--publishers", "10", "--events", "500"]),
     "legacy_sessions": ([], ["--rounds", "1", "--abandon", "300"]),
     "listener_flood": ([], ["--rounds", "1", "--seconds", "12", "--probes", "60", "--calls", "30"]),
+    "busy_listeners": ([], ["--rounds", "1", "--seconds", "12", "--probes", "40"]),
 }
 
 

@@ -204,6 +204,19 @@ async def test_an_answer_nobody_reads_is_closed_at_the_write_deadline():
         writer.close()
 
 
+async def test_without_a_write_deadline_an_unread_answer_waits_but_stays_displaceable_at_the_cap():
+    # The control socket's guard: its own user may pause a terminal on purpose.
+    async with served(limit=1, write_timeout=None) as s:
+        reader, writer = await non_reader(s.port, b"GET /big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        await eventually(lambda: s.guard.stalled_connections == 1, what="the answer to wait for its reader")
+        with pytest.raises(pytest.fail.Exception):  # not cut within a second (a 0.6 s deadline would have)
+            await eventually(lambda: s.guard.stalled_connections == 0, 1.0, "the unread answer to be cut")
+        assert s.guard.counts["stalled_out"] == 0
+        assert b"200 OK" in await s.get()  # at the cap the unread one made room
+        assert s.guard.counts["displaced"] == 1
+        writer.close()
+
+
 async def test_at_the_cap_a_newcomer_displaces_a_connection_whose_answer_waits_for_a_reader():
     async with served(limit=2, write_timeout=60) as s:
         held = [await non_reader(s.port, b"GET /big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n") for _ in range(2)]

@@ -1,4 +1,5 @@
-"""A local user without a token, holding connections: the attacker process of the listener tests and benches.
+"""A local user without a token, holding connections: the attacker process of the listener tests and benches,
+and what it sends (`pipelined` requests, a `forged_hello`).
 
 `Flood` runs Debian's own interpreter (/usr/bin/python3, readable by every user) as another uid through
 `setpriv`, with its own descriptor limit raised through `prlimit`, so the connections are really another
@@ -24,7 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import poll
+from agentctl.evidence.contract import CONTRACT_VERSION
+from agentctl.upstream import protocol as P
+from tests.conftest import identity, poll
 
 NOBODY = 65534
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -192,3 +195,18 @@ class Flood:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# ---- what the attacker sends ------------------------------------------------------------------------------
+
+
+def pipelined(path: str, port: int, depth: int) -> bytes:
+    """`depth` GETs of `path` in one write, as a client that pipelines and then reads nothing sends them."""
+    return f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode() * depth
+
+
+def forged_hello(heartbeat_ms: int = 3_600_000) -> bytes:
+    """A hello with a made-up identity per connection ({n}) asking for an hour between heartbeats."""
+    ident = identity(session="forged-{n}", execution="forged-{n}", instance="forged-{n}")
+    return P.encode_frame(P.frame(P.HelloFrame, identity=ident, daemon_version="9.9.9",
+                                  contract_version=CONTRACT_VERSION, heartbeat_ms=heartbeat_ms))

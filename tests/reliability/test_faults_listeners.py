@@ -23,7 +23,7 @@ from agentctl.listener_guard import HEAD_TIMEOUT, WRITE_TIMEOUT
 from tests.conftest import REPO, agentctl_cmd, eventually, poll, write_spec
 from tests.control.control_support import is_root
 from tests.reliability.faults_support import open_attempt, prove_served, sdk_client
-from tests.reliability.hostile import Flood
+from tests.reliability.hostile import Flood, forged_hello, pipelined
 from tests.upstream.procs import Proc, hub_history
 from tests.upstream.procs import write_spec as upstream_spec
 
@@ -185,11 +185,6 @@ async def stopped_quietly(proc: Proc) -> None:
     assert await asyncio.to_thread(proc.stop) == 0
 
 
-def pipelined(path: str, port: int, depth: int) -> bytes:
-    """`depth` GETs of `path` in one write, as a client that pipelines and then reads nothing sends them."""
-    return f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode() * depth
-
-
 def probe_round(host: str, port: int, paths: list[tuple[str, dict[str, str]]]) -> list[tuple[int, int]]:
     """Each path on a fresh connection: (status, attempts). A probe that gets no answer within 5 s has status 0.
     A failed probe (no answer, or the listener's refusal at its cap: 503 with Retry-After: 1) is tried once more
@@ -256,17 +251,6 @@ async def test_another_uid_pipelining_on_the_mcp_port_and_reading_nothing_leaves
         await stopped_quietly(daemon)
     finally:
         daemon.kill()
-
-
-def forged_hello(heartbeat_ms: int = 3_600_000) -> bytes:
-    """A hello with a made-up identity per connection ({n}) asking for an hour between heartbeats."""
-    from agentctl.evidence.contract import CONTRACT_VERSION
-    from agentctl.upstream import protocol as P
-    from tests.conftest import identity
-
-    ident = identity(session="forged-{n}", execution="forged-{n}", instance="forged-{n}")
-    return P.encode_frame(P.frame(P.HelloFrame, identity=ident, daemon_version="9.9.9",
-                                  contract_version=CONTRACT_VERSION, heartbeat_ms=heartbeat_ms))
 
 
 async def test_a_daemon_reaches_a_hub_held_by_800_same_uid_peers_that_only_say_hello_within_seconds(short_tmp):
