@@ -8,26 +8,20 @@ listener is served through a `ListenerGuard`, which wraps the server's protocol 
 
 - A connection is *idle* until a complete request head has been parsed and a handler runs (aiohttp), or until
   it is `hold`-en (the hub's daemon socket, once a daemon's snapshot arrived), and again once a request's
-  response has been written. In between it is *busy*. A connection idle for `head_timeout` seconds is closed
-  however many bytes it dribbled (slowloris). A busy connection (an SSE stream, a legacy GET stream, a long
-  tool call, a daemon's upstream link) is not timed out for being busy.
-- A connection is *stalled* while its transport has paused writing: an answer waits in `drain()` for a reader
-  that takes nothing. Stalled for `write_timeout` seconds it is closed (None: never, for the control socket,
-  whose own user may pause a terminal on purpose; a held link neither: the hub bounds it by its buffer).
-  Before, a client that asked for a large answer and never read stayed busy, neither timed out nor displaced.
-- A TCP connection's kernel send buffer is fixed (`SEND_BUFFER`): left to autotuning, loopback lets a peer
-  that reads nothing park megabytes of answers in the kernel, so it never stalls and each connection costs that.
-- Pipelining is bounded: a request whose bytes arrived before the previous answer on its connection was
-  written is pipelined; past `PIPELINE_DEPTH` such requests in a row the connection is closed unanswered.
-- At the cap, a newcomer takes the place of the connection stalled longest, or else of the oldest idle one;
-  connections accepted less than `grace` seconds ago that have not sent a request yet come last, the newest
-  first (a burst of newcomers displaces its own members before a probe whose request is on its way),
-  so a health probe or a real client still gets in while someone holds the listener full of idle or unread
-  connections (that is the probes' and token holders' headroom). A connection that carried a
-  credential-holder's request (`trust`) is displaced only when no other idle or stalled one is left, so a
-  flood of newcomers cycles through the flooder's own connections first. Only when every connection is busy
-  and being read is the newcomer refused (HTTP listeners answer 503 first), and that takes real requests whose
-  answers are really read.
+  response has been written. In between it is *busy*. Idle for `head_timeout` seconds, it is closed however
+  many bytes it dribbled (slowloris). A busy one (an SSE stream, a long tool call, a daemon's link) is not.
+- It is *stalled* while its transport has paused writing: an answer waits in `drain()` for a reader that takes
+  nothing. Stalled for `write_timeout` seconds it is closed (None: never, for the control socket, whose own
+  user may pause a terminal on purpose; a held link neither: the hub bounds it by its buffer). A TCP
+  connection's kernel send buffer is fixed (`SEND_BUFFER`): loopback autotuning let a non-reader park
+  megabytes in the kernel without ever stalling. Past `PIPELINE_DEPTH` requests in a row whose bytes arrived
+  before the previous answer was written, the connection is closed.
+- At the cap, a newcomer takes the place of the connection stalled longest, else of the oldest idle one
+  (those accepted under `grace` seconds ago with no request yet last, the ones whose request is arriving
+  last of all: a probe accepted before a burst keeps its place): that is the probes' and token holders'
+  headroom. A connection that carried a credential-holder's request (`trust`) goes only when no other idle
+  or stalled one is left. Only when every connection is busy and being read is the newcomer refused (HTTP
+  listeners answer 503 first), and that takes real requests whose answers are really read.
 - The caps come from the process's RLIMIT_NOFILE less a reserve (`connection_caps`): descriptors for the
   agent's pipes, the stores, the upstream link and endpoint tests, and for connections accepted in the same
   loop iteration before the ones they displaced are closed.
@@ -38,11 +32,14 @@ listener is served through a `ListenerGuard`, which wraps the server's protocol 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
+import fcntl
 import logging
 import resource
 import socket
 import struct
+import termios
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -54,8 +51,8 @@ log = logging.getLogger("agentctl.listener")
 HEAD_TIMEOUT: Final = 10.0
 # How long an answer may wait for a reader that takes nothing (the transport's writing stays paused).
 WRITE_TIMEOUT: Final = 10.0
-# A connection accepted less than this ago that has not sent a request yet is displaced last, the newest such
-# first: a probe's request may still be on its way while a burst of newcomers is accepted.
+# A connection accepted less than this ago that has not sent a whole request yet is displaced last: a probe's
+# request may still be arriving while a burst of newcomers is accepted.
 GRACE: Final = 1.0
 # A TCP connection's kernel send buffer (doubled by the kernel): loopback needs no more, a non-reader gets no more.
 SEND_BUFFER: Final = 128 * 1024
@@ -191,10 +188,6 @@ class GuardedProtocol(asyncio.Protocol):
             self.trusted = True
             self._guard._trusted(self)
 
-    @property
-    def stalled(self) -> bool:
-        return self in self._guard._stalled or self in self._guard._stalled_trusted
-
     def _cancel_timer(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
@@ -208,10 +201,8 @@ class GuardedProtocol(asyncio.Protocol):
             self.reset = True  # also after a close() that still waits to flush (the pipelining bound's)
             sock = transport.get_extra_info("socket")
             if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-                try:
+                with contextlib.suppress(OSError):
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                except OSError:
-                    pass
             transport.abort()
 
     # ---- asyncio.Protocol ---------------------------------------------------------------------------
@@ -328,22 +319,22 @@ class ListenerGuard:
         return None
 
     def _oldest_idle(self, idle: dict[GuardedProtocol, None]) -> GuardedProtocol | None:
-        """The oldest idle connection whose response is written (else the oldest idle one); the connections
-        accepted within the grace that have not sent a request yet come last, the newest of them first."""
-        first = None
+        """The oldest idle connection whose response is written (else the oldest idle one). Those accepted within
+        the grace that have sent no request yet come after: the oldest that sent nothing at all, then the newest
+        whose request is arriving (a probe accepted before a burst of newcomers keeps its place)."""
+        first = silent = None
         settled = time.monotonic() - self.grace
         for n, conn in enumerate(idle):
             if n > _EVICTION_SCAN:
                 break
             if conn.fresh and conn.idle_since > settled:
-                continue  # its request may be on its way (a probe while a burst of newcomers is accepted)
+                silent = silent or (None if conn._chunks or _unread(conn) else conn)
+                continue
             transport = conn.transport
             if transport is None or not transport.get_write_buffer_size():
                 return conn
             first = first or conn
-        # Only fresh ones (or ones still writing) left: the newest fresh one, so a burst of newcomers takes the
-        # place of its own members, not of a probe accepted before it.
-        return first or next(reversed(idle), None)
+        return first or silent or next(reversed(idle), None)
 
     def _became_idle(self, conn: GuardedProtocol) -> None:
         (self._idle_trusted if conn.trusted else self._idle)[conn] = None
@@ -416,6 +407,14 @@ class ListenerGuard:
         return (f"{self.name} listener is at its cap of {self.limit} connections: newcomers take the place of the "
                 f"oldest idle or unread connection, or are refused when none is ({counts['displaced']} displaced, "
                 f"{counts['refused']} refused, {counts['stalled_out']} closed unread since start)")
+
+
+def _unread(conn: GuardedProtocol) -> bool:
+    """Bytes have arrived on the connection that the loop has not read yet (FIONREAD)."""
+    sock = conn.transport.get_extra_info("socket") if conn.transport is not None else None
+    with contextlib.suppress(OSError):
+        return sock is not None and struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))[0] > 0
+    return False
 
 
 def _guarded(transport: asyncio.BaseTransport | None) -> GuardedProtocol | None:

@@ -145,15 +145,17 @@ async def test_at_the_cap_a_newcomer_displaces_the_oldest_idle_connection_and_is
             writer.close()
 
 
-async def test_a_fresh_connection_whose_request_is_on_its_way_is_displaced_after_the_newer_fresh_ones():
+async def test_a_fresh_connection_whose_request_is_arriving_is_displaced_after_those_that_sent_nothing():
     async with served(limit=3, grace=30) as s:
-        probe_reader, probe_writer = await s.connect()  # a probe's connection, its request still on its way
+        probe_reader, probe_writer = await s.connect()  # a probe's connection, its request still arriving
+        probe_writer.write(REQUEST[:10])
+        await eventually(lambda: s.guard.open_connections == 1, what="the probe admitted")
         burst = []
         for _ in range(5):  # a burst of newcomers that send nothing
             burst.append(await s.connect())
             await eventually(lambda: s.guard.counts["accepted"] == len(burst) + 1, what="the newcomer accepted")
         assert s.guard.counts["displaced"] == 3 and s.guard.counts["refused"] == 0
-        probe_writer.write(REQUEST)
+        probe_writer.write(REQUEST[10:])
         assert b"ok" in await asyncio.wait_for(probe_reader.readuntil(b"ok"), 5), "the probe was displaced"
         for _, writer in [*burst, (probe_reader, probe_writer)]:
             writer.close()
