@@ -132,20 +132,17 @@ def time_to_reach(directory: Path, peers: int) -> float | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=15.0, help="how long each page phase probes")
+    parser.add_argument("--peers", type=int, default=800, help="hello-only peers holding the hub")
     parser.add_argument("--probes", type=int, default=100, help="probe rounds per page phase")
-    parser.add_argument("--peers", type=int, default=800)
-    parser.add_argument("--json", metavar="PATH", help="also write the results here")
-    args = parser.parse_args()
-    if os.geteuid() != 0:
-        print("# busy_listeners: needs root (setpriv to another uid, prlimit); skipped")
-        c.emit({"bench": "busy_listeners", "skipped": "not root", "figures": []}, args.json)
+    parser.add_argument("--seconds", type=float, default=15.0, help="how long each page phase probes")
+    parser.add_argument("--rounds", type=int, default=3, help="phases of each kind, interleaved")
+    args = c.root_bench_args(parser, "busy_listeners")
+    if args is None:
         return
+    phases: dict[str, list[dict]] = {"quiet": [], "attacked": []}
+    reach: dict[str, list[float | None]] = {"idle hub": [], "held hub": []}
     print(f"# busy listeners: nobody pipelines 4 xterm.js GETs on {ATTACKERS} connections and reads nothing (hub "
           f"page under RLIMIT_NOFILE {HUB_NOFILE}); {args.peers} hello-only peers of the hub's uid (hub under 1,024)")
-    phases: dict[str, list[dict]] = {"quiet": [], "attacked": []}
-    reach: dict[str, list[float]] = {"idle hub": [], "held hub": []}
     with c.temp_dir("busy-") as d:
         hub, ready = start_hub(d / "page", HUB_NOFILE, "--http", "127.0.0.1:0")
         try:
