@@ -1,19 +1,19 @@
-"""`agentctl hub`: the reference upstream. Many daemons connect to one Unix socket; the hub keeps every
-session's history in SQLite, or in a PostgreSQL database shared by the hubs of several hosts (which then
-decides each hello: agentctl.hub.shared), and answers the tool tunnel from a task store.
+"""`agentctl hub`: the reference upstream. Many daemons connect to one Unix socket; the hub keeps every session's
+history in SQLite, or in a PostgreSQL database shared by the hubs of several hosts (which then decides each
+hello: agentctl.hub.shared), and answers the tool tunnel from a task store.
 
 This module is the hub's I/O: connections, frames in and out, persistence, requests to daemons. What a frame
-decides (which execution and instance is current, which frames are taken, who is told what) is the pure
-rules' (agentctl.hub.rules); this layer applies their decisions. A malformed, truncated or oversized frame
-gets an `error` frame, that connection is closed and one log line written; other connections are unaffected
-and the database is only ever written in transactions.
+decides (which execution and instance is current, which frames are taken, who is told what) is the pure rules'
+(agentctl.hub.rules); this layer applies their decisions. A malformed, truncated or oversized frame gets an
+`error` frame, that connection is closed and one log line written; other connections are unaffected and the
+database is only ever written in transactions.
 
 `Hub` is an async context manager: each start step pushes its own stop, so it stops in reverse order of start.
 
-State lives in memory (hydrated from the database at start) and dirty rows are flushed every
-`flush_interval`; past `hot_sessions`, the sessions least recently in contact leave memory once flushed
-and are read from the database on demand (agentctl.hub.hub_store). Tool calls are answered by the task
-store's backend (agentctl.hub.stores; tool arguments never reach the evidence tables or the log).
+State lives in memory (hydrated from the database at start) and dirty rows are flushed every `flush_interval`;
+past `hot_sessions`, the sessions least recently in contact leave memory once flushed and are read from the
+database on demand (agentctl.hub.hub_store). Tool calls are answered by the task store's backend
+(agentctl.hub.stores; tool arguments never reach the evidence tables or the log).
 """
 
 from __future__ import annotations
@@ -56,13 +56,7 @@ from agentctl.hub.hub_conn import (  # noqa: F401 - the caps are the hub's, re-e
 )
 from agentctl.hub.hub_conn import notice_line as _notice_line
 from agentctl.dsn import PostgresDsn, SqlitePath
-from agentctl.hub.hub_store import (
-    HOT_SESSIONS,
-    ExecutionRecord,
-    HubStoreError,
-    SessionRecord,
-    SessionStore,
-)
+from agentctl.hub.hub_store import HOT_SESSIONS, ExecutionRecord, HubStoreError, SessionRecord, SessionStore
 from agentctl.hub.stores import label, open_store, open_task_store
 from agentctl.hub.shared import SharedView
 from agentctl.hub.state import ExecutionState, SessionState
@@ -563,8 +557,12 @@ class Hub(StackedService):
                 execution = self.sessions[sid].executions[eid]
                 blob = encode(execution.history) if with_history and execution.history is not None else None
                 rows.append(ExecutionRecord.of(sid, execution, blob))
+            write = asyncio.ensure_future(asyncio.to_thread(self.store.write, sessions, rows))
             try:
-                await asyncio.to_thread(self.store.write, sessions, rows)
+                await asyncio.shield(write)
+            except asyncio.CancelledError:  # stopping: the store must not close under the write in its thread
+                await asyncio.wait([write])
+                raise
             except Exception as exc:
                 self.store_errors += 1
                 if not self._flush_failed:
