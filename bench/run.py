@@ -42,6 +42,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "legacy_sessions": ([], ["--rounds", "1", "--abandon", "300"]),
     "listener_flood": ([], ["--rounds", "1", "--seconds", "12", "--probes", "60", "--calls", "30"]),
     "bounded_json": ([], ["--rounds", "1"]),
+    "busy_listeners": ([], ["--rounds", "1", "--seconds", "12", "--probes", "40"]),
 }
 
 

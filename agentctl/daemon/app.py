@@ -54,6 +54,7 @@ from agentctl.exit_codes import EXIT_OK, EXIT_SIGNAL_BASE
 from agentctl.identity import new_execution_id, new_instance_id
 from agentctl.listener_guard import (
     HTTP_REFUSAL,
+    WRITE_TIMEOUT,
     GuardedSite,
     ListenerGuard,
     connection_caps,
@@ -382,7 +383,10 @@ class Daemon:
         if caps["mcp"] < MCP_CONNECTIONS:
             log.warning("the file descriptor limit is %d: at most %d MCP and %d control connections at once "
                         "(raise LimitNOFILE= or ulimit -n for more)", nofile, caps["mcp"], caps["control"])
-        self.listeners = {name: ListenerGuard(name, cap, refusal=HTTP_REFUSAL) for name, cap in caps.items()}
+        # The control socket's own user may pause a terminal (attach) on purpose: its answers wait as long.
+        self.listeners = {name: ListenerGuard(name, cap, refusal=HTTP_REFUSAL,
+                                              write_timeout=WRITE_TIMEOUT if name == "mcp" else None)
+                          for name, cap in caps.items()}
         self._on_stop("accept error log", install_accept_error_log())
 
     def _build_endpoint(self) -> McpEndpoint:
