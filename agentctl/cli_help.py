@@ -25,6 +25,8 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
     EnvVar("AGENTCTL_HUB_SOCKET", "the hub's socket for `hub serve` (default: <runtime dir>/hub/hub.sock)"),
     EnvVar("AGENTCTL_HUB_DB", "the hub's database, a SQLite path or a postgresql:// address, for `hub serve`, "
            "`hub status`, `hub report` and `hub migrate` (default: <state dir>/hub.sqlite3)"),
+    EnvVar("AGENTCTL_HUB_RETENTION", "how long `hub serve` keeps a session after its last contact: 30d, 12h, "
+           "90m, 3600s, or `forever` (default: 30d; --retention overrides it)"),
     EnvVar("AGENTCTL_O200K_PATH", "an o200k_base.tiktoken file to use for token estimates instead of the copy "
            "shipped in the package"),
     EnvVar("AGENTCTL_ESTIMATE_CACHE_DIR", "where daemons keep the token counts of their tool catalog, shared "

@@ -7,15 +7,21 @@ listener is served through a `ListenerGuard`, which wraps the server's protocol 
 `loop.create_server` takes any factory; aiohttp's `web.Server` is one) and tracks every connection:
 
 - A connection is *idle* until a complete request head has been parsed and a handler runs (aiohttp), or until
-  its first frame arrived (the hub's daemon socket), and again once a request's response has been written.
-  In between it is *busy*. Only idle time is bounded: a connection idle for `head_timeout` seconds is closed
-  however many bytes it dribbled (slowloris). A busy connection (an SSE stream, a legacy GET stream, a long
-  tool call, a daemon's upstream link) is never timed out here.
-- At the cap, a newcomer takes the place of the oldest idle connection, so a health probe or a real client
-  still gets in while someone holds the listener full of idle connections. A connection that carried a
-  credential-holder's request (`trust`) is displaced only when no other idle one is left, so a flood of
-  newcomers cycles through the flooder's own connections first. Only when every connection is busy is the
-  newcomer refused (HTTP listeners answer 503 first), and being busy takes real requests.
+  it is `hold`-en (the hub's daemon socket, once a daemon's snapshot arrived), and again once a request's
+  response has been written. In between it is *busy*. Idle for `head_timeout` seconds, it is closed however
+  many bytes it dribbled (slowloris). A busy one (an SSE stream, a long tool call, a daemon's link) is not.
+- It is *stalled* while its transport has paused writing: an answer waits in `drain()` for a reader that takes
+  nothing. Stalled for `write_timeout` seconds it is closed (None: never, for the control socket, whose own
+  user may pause a terminal on purpose; a held link neither: the hub bounds it by its buffer). A TCP
+  connection's kernel send buffer is fixed (`SEND_BUFFER`): loopback autotuning let a non-reader park
+  megabytes in the kernel without ever stalling. Past `PIPELINE_DEPTH` requests in a row whose bytes arrived
+  before the previous answer was written, the connection is closed.
+- At the cap, a newcomer takes the place of the connection stalled longest, else of the oldest idle one
+  (those accepted under `grace` seconds ago with no request yet last, the ones whose request is arriving
+  last of all: a probe accepted before a burst keeps its place): that is the probes' and token holders'
+  headroom. A connection that carried a credential-holder's request (`trust`) goes only when no other idle
+  or stalled one is left. Only when every connection is busy and being read is the newcomer refused (HTTP
+  listeners answer 503 first), and that takes real requests whose answers are really read.
 - The caps come from the process's RLIMIT_NOFILE less a reserve (`connection_caps`): descriptors for the
   agent's pipes, the stores, the upstream link and endpoint tests, and for connections accepted in the same
   loop iteration before the ones they displaced are closed.
@@ -26,10 +32,14 @@ listener is served through a `ListenerGuard`, which wraps the server's protocol 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
+import fcntl
 import logging
 import resource
 import socket
+import struct
+import termios
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -39,6 +49,15 @@ from aiohttp import web
 log = logging.getLogger("agentctl.listener")
 
 HEAD_TIMEOUT: Final = 10.0
+# How long an answer may wait for a reader that takes nothing (the transport's writing stays paused).
+WRITE_TIMEOUT: Final = 10.0
+# A connection accepted less than this ago that has not sent a whole request yet is displaced last: a probe's
+# request may still be arriving while a burst of newcomers is accepted.
+GRACE: Final = 1.0
+# A TCP connection's kernel send buffer (doubled by the kernel): loopback needs no more, a non-reader gets no more.
+SEND_BUFFER: Final = 128 * 1024
+# Requests in a row that arrived before the previous answer was written: one more closes the connection.
+PIPELINE_DEPTH: Final = 4
 LOG_INTERVAL: Final = 10.0
 # Descriptors kept out of every connection cap: one loop iteration accepts up to a listener's backlog (128)
 # before the connections it displaced are closed, plus what the process itself holds open.
@@ -115,26 +134,59 @@ class GuardedProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._busy = 0
         self._timer: asyncio.TimerHandle | None = None
+        self._stall_timer: asyncio.TimerHandle | None = None
+        self._chunks = 0  # data_received calls so far
+        self._answered_at = -1  # the value of _chunks when the last answer was written
+        self._pipelined = 0  # requests in a row that arrived before the previous answer was written
         self.closed = False
         self.trusted = False
+        self.held = False
+        self.fresh = True  # no request yet
+        self.reset = False
+        self.idle_since = 0.0
 
     # ---- what the guard and the servers call -------------------------------------------------------
 
-    def request_started(self) -> None:
-        """A complete request head (or a first frame): the connection is busy and no longer timed."""
+    def request_started(self) -> bool:
+        """A complete request head: the connection is busy and no longer timed. False (and the connection is
+        closed) when the request is one pipelined request too many."""
         if self.closed:
-            return
+            return True
+        # No byte arrived since the previous answer was written: this request was sent before reading it.
+        self._pipelined = self._pipelined + 1 if self._chunks == self._answered_at else 0
+        if self._pipelined > PIPELINE_DEPTH:
+            self._guard._too_deep(self)
+            return False
+        self.fresh = False
         self._busy += 1
         if self._busy == 1:
             self._guard._not_idle(self)
+        return True
 
     def request_finished(self) -> None:
         """The request's response is written: idle again, so timed and displaceable."""
         if self.closed or self._busy == 0:
             return
         self._busy -= 1
+        self._answered_at = self._chunks
         if self._busy == 0:
             self._guard._became_idle(self)
+
+    def hold(self) -> None:
+        """Busy for good (the hub's daemon link): neither timed nor displaced, nor closed for a stall."""
+        if self.closed or self.held:
+            return
+        self.held = self.trusted = True
+        self._guard._unstalled(self)
+        self._busy += 1
+        if self._busy == 1:
+            self._guard._not_idle(self)
+
+    def trust(self) -> None:
+        """A credential holder's (or a hello's) connection: displaced after every other idle or stalled one."""
+        if not self.trusted and not self.closed:
+            self.trusted = True
+            self._guard._trusted(self)
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -142,9 +194,16 @@ class GuardedProtocol(asyncio.Protocol):
             self._timer = None
 
     def _close_now(self) -> None:
-        # abort(), not close(): close() would wait for a reader that never reads.
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.abort()
+        # abort(), not close(): close() would wait for a reader that never reads. And a reset: else the kernel
+        # keeps the unsent answer (and the connection, orphaned) until it gives up on the peer's window.
+        transport = self.transport
+        if transport is not None and not self.reset:
+            self.reset = True  # also after a close() that still waits to flush (the pipelining bound's)
+            sock = transport.get_extra_info("socket")
+            if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            transport.abort()
 
     # ---- asyncio.Protocol ---------------------------------------------------------------------------
 
@@ -156,10 +215,15 @@ class GuardedProtocol(asyncio.Protocol):
                 transport.write(self._guard.refusal)  # type: ignore[attr-defined]
             transport.close()
             return
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            # A fixed send buffer: the kernel's autotuning grows it to megabytes for a peer that reads nothing.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
         self._inner = self._factory()
         self._inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
+        self._chunks += 1
         if self._inner is not None:
             self._inner.data_received(data)
 
@@ -175,30 +239,41 @@ class GuardedProtocol(asyncio.Protocol):
             self._inner.connection_lost(exc)
 
     def pause_writing(self) -> None:
+        if not self.closed and not self.held:
+            self._guard._stalled_now(self)
         if self._inner is not None:
             self._inner.pause_writing()
 
     def resume_writing(self) -> None:
+        self._guard._unstalled(self)
         if self._inner is not None:
             self._inner.resume_writing()
 
 
 class ListenerGuard:
-    """The connections of one listener: at most `limit`, idle ones closed after `head_timeout` seconds,
-    the oldest idle one displaced by a newcomer at the cap; `refusal` is written to a refused newcomer."""
+    """The connections of one listener: at most `limit`, idle ones closed after `head_timeout` seconds and
+    stalled ones after `write_timeout`, the longest stalled (else the oldest idle) one displaced by a newcomer
+    at the cap; `refusal` is written to a refused newcomer."""
 
-    def __init__(self, name: str, limit: int, *, head_timeout: float = HEAD_TIMEOUT, refusal: bytes = b"") -> None:
+    def __init__(self, name: str, limit: int, *, head_timeout: float = HEAD_TIMEOUT,
+                 write_timeout: float | None = WRITE_TIMEOUT, grace: float = GRACE, refusal: bytes = b"") -> None:
         if limit < 1:
             raise ValueError("a listener's connection cap must be at least 1")
         self.name = name
         self.limit = limit
         self.head_timeout = head_timeout
+        self.write_timeout = write_timeout
+        self.grace = grace
         self.refusal = refusal
         self._open: set[GuardedProtocol] = set()
         # Idle connections in the order they became idle (the oldest first); trusted ones apart.
         self._idle: dict[GuardedProtocol, None] = {}
         self._idle_trusted: dict[GuardedProtocol, None] = {}
-        self.counts = {"accepted": 0, "displaced": 0, "refused": 0, "timed_out": 0}
+        # Connections whose answer waits for a reader, in the order they stalled; trusted ones apart.
+        self._stalled: dict[GuardedProtocol, None] = {}
+        self._stalled_trusted: dict[GuardedProtocol, None] = {}
+        self.counts = {"accepted": 0, "displaced": 0, "refused": 0, "timed_out": 0, "stalled_out": 0,
+                       "pipelining": 0}
 
     def wrap(self, factory: ProtocolFactory) -> Callable[[], GuardedProtocol]:
         """The protocol factory to hand to `loop.create_server` / `create_unix_server`."""
@@ -212,9 +287,13 @@ class ListenerGuard:
     def idle_connections(self) -> int:
         return len(self._idle) + len(self._idle_trusted)
 
+    @property
+    def stalled_connections(self) -> int:
+        return len(self._stalled) + len(self._stalled_trusted)
+
     def _admit(self, conn: GuardedProtocol) -> bool:
         if len(self._open) >= self.limit:
-            victim = self._oldest_idle()
+            victim = self._victim()
             if victim is None:
                 self.counts["refused"] += 1
                 self._pressure()
@@ -228,22 +307,38 @@ class ListenerGuard:
         self._became_idle(conn)
         return True
 
-    def _oldest_idle(self) -> GuardedProtocol | None:
-        for idle in (self._idle, self._idle_trusted):
-            first = None
-            for n, conn in enumerate(idle):
-                first = first or conn
-                transport = conn.transport
-                if transport is None or not transport.get_write_buffer_size():
-                    return conn
-                if n >= _EVICTION_SCAN:
-                    break
-            if first is not None:
-                return first
+    def _victim(self) -> GuardedProtocol | None:
+        """The connection stalled longest, else the oldest idle one; anyone's before a credential holder's.
+
+        Stalled before idle: a stalled connection's client is not reading, while an idle one may be a probe
+        accepted a moment ago whose request is on its way (a burst of newcomers would displace it first)."""
+        for stalled, idle in ((self._stalled, self._idle), (self._stalled_trusted, self._idle_trusted)):
+            victim = next(iter(stalled), None) or self._oldest_idle(idle)
+            if victim is not None:
+                return victim
         return None
+
+    def _oldest_idle(self, idle: dict[GuardedProtocol, None]) -> GuardedProtocol | None:
+        """The oldest idle connection whose response is written (else the oldest idle one). Those accepted within
+        the grace that have sent no request yet come after: the oldest that sent nothing at all, then the newest
+        whose request is arriving (a probe accepted before a burst of newcomers keeps its place)."""
+        first = silent = None
+        settled = time.monotonic() - self.grace
+        for n, conn in enumerate(idle):
+            if n > _EVICTION_SCAN:
+                break
+            if conn.fresh and conn.idle_since > settled:
+                silent = silent or (None if conn._chunks or _unread(conn) else conn)
+                continue
+            transport = conn.transport
+            if transport is None or not transport.get_write_buffer_size():
+                return conn
+            first = first or conn
+        return first or silent or next(reversed(idle), None)
 
     def _became_idle(self, conn: GuardedProtocol) -> None:
         (self._idle_trusted if conn.trusted else self._idle)[conn] = None
+        conn.idle_since = time.monotonic()
         conn._cancel_timer()
         conn._timer = asyncio.get_running_loop().call_later(self.head_timeout, self._expire, conn)
 
@@ -252,12 +347,48 @@ class ListenerGuard:
         self._idle.pop(conn, None)
         self._idle_trusted.pop(conn, None)
 
+    def _trusted(self, conn: GuardedProtocol) -> None:
+        """Move a connection that just became trusted among the trusted ones (the newest of them)."""
+        for plain, trusted in ((self._idle, self._idle_trusted), (self._stalled, self._stalled_trusted)):
+            if plain.pop(conn, 0) is None:
+                trusted[conn] = None
+
+    def _stalled_now(self, conn: GuardedProtocol) -> None:
+        if conn not in self._stalled and conn not in self._stalled_trusted:
+            (self._stalled_trusted if conn.trusted else self._stalled)[conn] = None
+            if self.write_timeout is not None:
+                conn._stall_timer = asyncio.get_running_loop().call_later(self.write_timeout, self._stall_expired,
+                                                                          conn)
+
+    def _unstalled(self, conn: GuardedProtocol) -> None:
+        if conn._stall_timer is not None:
+            conn._stall_timer.cancel()
+            conn._stall_timer = None
+        self._stalled.pop(conn, None)
+        self._stalled_trusted.pop(conn, None)
+
     def _expire(self, conn: GuardedProtocol) -> None:
         conn._timer = None
         if conn in self._idle or conn in self._idle_trusted:
-            self.counts["timed_out"] += 1
-            self._forget(conn)
-            conn._close_now()
+            self._end(conn, "timed_out")
+
+    def _stall_expired(self, conn: GuardedProtocol) -> None:
+        conn._stall_timer = None
+        if conn in self._stalled or conn in self._stalled_trusted:
+            self._end(conn, "stalled_out")
+
+    def _too_deep(self, conn: GuardedProtocol) -> None:
+        """Closed after the answers already written reach the peer; reset if they have not within
+        `write_timeout`. Until then the connection counts against the cap (and may be displaced)."""
+        self.counts["pipelining"] += 1
+        if conn.transport is not None:
+            conn.transport.close()
+            asyncio.get_running_loop().call_later(self.write_timeout or HEAD_TIMEOUT, conn._close_now)
+
+    def _end(self, conn: GuardedProtocol, why: str) -> None:
+        self.counts[why] += 1
+        self._forget(conn)
+        conn._close_now()
 
     def _forget(self, conn: GuardedProtocol) -> None:
         conn.closed = True
@@ -265,6 +396,7 @@ class ListenerGuard:
 
     def _release(self, conn: GuardedProtocol) -> None:
         self._not_idle(conn)
+        self._unstalled(conn)
         self._open.discard(conn)
 
     def _pressure(self) -> None:
@@ -273,8 +405,16 @@ class ListenerGuard:
     def _pressure_line(self) -> str:
         counts = self.counts
         return (f"{self.name} listener is at its cap of {self.limit} connections: newcomers take the place of the "
-                f"oldest idle connection, or are refused when none is idle ({counts['displaced']} displaced, "
-                f"{counts['refused']} refused since start)")
+                f"oldest idle or unread connection, or are refused when none is ({counts['displaced']} displaced, "
+                f"{counts['refused']} refused, {counts['stalled_out']} closed unread since start)")
+
+
+def _unread(conn: GuardedProtocol) -> bool:
+    """Bytes have arrived on the connection that the loop has not read yet (FIONREAD)."""
+    sock = conn.transport.get_extra_info("socket") if conn.transport is not None else None
+    with contextlib.suppress(OSError):
+        return sock is not None and struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))[0] > 0
+    return False
 
 
 def _guarded(transport: asyncio.BaseTransport | None) -> GuardedProtocol | None:
@@ -283,18 +423,18 @@ def _guarded(transport: asyncio.BaseTransport | None) -> GuardedProtocol | None:
 
 
 def hold(transport: asyncio.BaseTransport | None) -> None:
-    """Mark a guarded connection busy for good (the hub's daemon link, once its first frame arrived)."""
+    """Mark a guarded connection busy for good (the hub's daemon link, once a daemon's snapshot arrived)."""
     protocol = _guarded(transport)
     if protocol is not None:
-        protocol.trusted = True
-        protocol.request_started()
+        protocol.hold()
 
 
 def trust(transport: asyncio.BaseTransport | None) -> None:
-    """The connection carried a request with a valid credential: displace it only after every other idle one."""
+    """The connection carried a request with a valid credential (or a hello): displace it only after every other
+    idle or stalled one."""
     protocol = _guarded(transport)
     if protocol is not None:
-        protocol.trusted = True
+        protocol.trust()
 
 
 @web.middleware
@@ -306,7 +446,9 @@ async def track_requests(request: web.Request, handler: Any) -> web.StreamRespon
     """
     protocol = _guarded(request.transport)
     if protocol is not None:
-        protocol.request_started()
+        if not protocol.request_started():
+            # Closed already: one pipelined request too many. Nothing is written to a reader that does not read.
+            return web.Response(status=503, text="too many pipelined requests")
         task = asyncio.current_task()
         if task is not None:
             task.add_done_callback(lambda _: protocol.request_finished())

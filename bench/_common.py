@@ -488,6 +488,18 @@ def machine_line(info: dict[str, Any] | None = None) -> str:
             f"Python {m['python']}, {m['kernel']}")
 
 
+def root_bench_args(parser: Any, name: str) -> Any:
+    """The parsed arguments (plus --json) of a bench that needs root (setpriv to another uid, prlimit); None,
+    with an empty result emitted, when not root."""
+    parser.add_argument("--json", metavar="PATH", help="also write the results here")
+    args = parser.parse_args()
+    if os.geteuid() == 0:
+        return args
+    print(f"# {name}: needs root (setpriv to another uid, prlimit); skipped")
+    emit({"bench": name, "skipped": "not root", "figures": []}, args.json)
+    return None
+
+
 def emit(result: dict[str, Any], json_path: str | None) -> None:
     """Print the figures table and, with --json, write the result (with its machine info) there."""
     result.setdefault("machine", machine_info())

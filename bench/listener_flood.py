@@ -110,11 +110,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0, help="how long each phase probes")
     parser.add_argument("--probes", type=int, default=150)
     parser.add_argument("--calls", type=int, default=100)
-    parser.add_argument("--json", metavar="PATH", help="also write the results here")
-    args = parser.parse_args()
-    if os.geteuid() != 0:
-        print("# listener_flood: needs root (setpriv to another uid, prlimit); skipped")
-        c.emit({"bench": "listener_flood", "skipped": "not root", "figures": []}, args.json)
+    args = c.root_bench_args(parser, "listener_flood")
+    if args is None:
         return
     print(f"# listener flood: nobody holds {FLOOD} idle connections (reopening up to 200/s) against a daemon "
           f"under RLIMIT_NOFILE {NOFILE}; {args.rounds} rounds per phase")

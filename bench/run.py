@@ -34,12 +34,15 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "mcp_throughput": ([], ["--seconds", "1", "--rounds", "1"]),
     "upstream_stall": (["--rounds", "3"], ["--calls", "300"]),
     "stderr_flood": ([], ["--mb", "100", "--rounds", "2"]),
+    "hub_db_size": ([], ["--sessions", "300"]),
+    "hub_restart": ([], ["--sessions", "2000"]),
     "fleet": ([], ["--daemons", "10", "--seconds", "10"]),
     "hub_ingest": ([], ["--publishers", "10", "--events", "500"]),
     "redact_fragments": ([], ["--rounds", "300", "--repeat", "1"]),
     "legacy_sessions": ([], ["--rounds", "1", "--abandon", "300"]),
     "listener_flood": ([], ["--rounds", "1", "--seconds", "12", "--probes", "60", "--calls", "30"]),
     "bounded_json": ([], ["--rounds", "1"]),
+    "busy_listeners": ([], ["--rounds", "1", "--seconds", "12", "--probes", "40"]),
 }
 
 

@@ -21,6 +21,7 @@ from aiohttp import web
 from agentctl.listener_guard import (
     HTTP_REFUSAL,
     MIN_CAP,
+    PIPELINE_DEPTH,
     GuardedSite,
     ListenerGuard,
     RateLimitedLog,
@@ -31,6 +32,18 @@ from agentctl.listener_guard import (
 from tests.conftest import REPO, eventually, poll
 
 REQUEST = b"GET /quick HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+BIG = b"x" * (16 << 20)  # more than loopback's socket buffers hold: its writer waits for the reader
+
+
+async def non_reader(port: int, request: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection with a small receive buffer that sends `request` and then reads nothing."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    writer.write(request)
+    return reader, writer
 
 
 @dataclass
@@ -53,9 +66,10 @@ class Served:
 
 
 @asynccontextmanager
-async def served(limit: int, head_timeout: float = 5.0) -> AsyncIterator[Served]:
+async def served(limit: int, head_timeout: float = 5.0, write_timeout: float = 5.0,
+                 grace: float = 0.0) -> AsyncIterator[Served]:
     """An aiohttp app behind a guard: /quick answers at once, /stream streams until released, /trusted
-    marks its connection trusted (as the MCP endpoint does after a valid token)."""
+    marks its connection trusted (as the MCP endpoint does after a valid token), /big answers 16 MiB."""
     release = asyncio.Event()
 
     async def quick(request: web.Request) -> web.Response:
@@ -73,13 +87,18 @@ async def served(limit: int, head_timeout: float = 5.0) -> AsyncIterator[Served]
         await response.write_eof(b"done\n")
         return response
 
+    async def big(request: web.Request) -> web.Response:
+        return web.Response(body=BIG)
+
     app = web.Application(middlewares=[track_requests])
+    app.router.add_get("/big", big)
     app.router.add_get("/quick", quick)
     app.router.add_get("/trusted", trusted)
     app.router.add_get("/stream", stream)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
-    guard = ListenerGuard("test", limit, head_timeout=head_timeout, refusal=HTTP_REFUSAL)
+    guard = ListenerGuard("test", limit, head_timeout=head_timeout, write_timeout=write_timeout, grace=grace,
+                          refusal=HTTP_REFUSAL)
     site = GuardedSite(runner, guard, host="127.0.0.1", port=0)
     await site.start()
     try:
@@ -126,6 +145,22 @@ async def test_at_the_cap_a_newcomer_displaces_the_oldest_idle_connection_and_is
             writer.close()
 
 
+async def test_a_fresh_connection_whose_request_is_arriving_is_displaced_after_those_that_sent_nothing():
+    async with served(limit=3, grace=30) as s:
+        probe_reader, probe_writer = await s.connect()  # a probe's connection, its request still arriving
+        probe_writer.write(REQUEST[:10])
+        await eventually(lambda: s.guard.open_connections == 1, what="the probe admitted")
+        burst = []
+        for _ in range(5):  # a burst of newcomers that send nothing
+            burst.append(await s.connect())
+            await eventually(lambda: s.guard.counts["accepted"] == len(burst) + 1, what="the newcomer accepted")
+        assert s.guard.counts["displaced"] == 3 and s.guard.counts["refused"] == 0
+        probe_writer.write(REQUEST[10:])
+        assert b"ok" in await asyncio.wait_for(probe_reader.readuntil(b"ok"), 5), "the probe was displaced"
+        for _, writer in [*burst, (probe_reader, probe_writer)]:
+            writer.close()
+
+
 async def test_a_trusted_idle_connection_is_displaced_only_after_every_untrusted_one():
     async with served(limit=3) as s:
         trusted_reader, trusted_writer = await s.connect()
@@ -157,6 +192,77 @@ async def test_when_every_connection_is_busy_a_newcomer_is_refused_with_503_and_
         for reader, writer in streams:
             assert b"done" in await reader.readuntil(b"done\n")
             writer.close()
+
+
+async def test_an_answer_nobody_reads_is_closed_at_the_write_deadline():
+    async with served(limit=8, write_timeout=0.6) as s:
+        reader, writer = await non_reader(s.port, b"GET /big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        await eventually(lambda: s.guard.stalled_connections == 1, what="the answer to wait for its reader")
+        began = time.monotonic()
+        await eventually(lambda: s.guard.counts["stalled_out"] == 1, 5, what="the unread answer to be cut")
+        assert 0.4 <= time.monotonic() - began < 3.0
+        assert s.guard.open_connections == 0 and s.guard.stalled_connections == 0
+        assert b"200 OK" in await s.get()
+        writer.close()
+
+
+async def test_without_a_write_deadline_an_unread_answer_waits_but_stays_displaceable_at_the_cap():
+    # The control socket's guard: its own user may pause a terminal on purpose.
+    async with served(limit=1, write_timeout=None) as s:
+        reader, writer = await non_reader(s.port, b"GET /big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        await eventually(lambda: s.guard.stalled_connections == 1, what="the answer to wait for its reader")
+        with pytest.raises(pytest.fail.Exception):  # not cut within a second (a 0.6 s deadline would have)
+            await eventually(lambda: s.guard.stalled_connections == 0, 1.0, "the unread answer to be cut")
+        assert s.guard.counts["stalled_out"] == 0
+        assert b"200 OK" in await s.get()  # at the cap the unread one made room
+        assert s.guard.counts["displaced"] == 1
+        writer.close()
+
+
+async def test_at_the_cap_a_newcomer_displaces_a_connection_whose_answer_waits_for_a_reader():
+    async with served(limit=2, write_timeout=60) as s:
+        held = [await non_reader(s.port, b"GET /big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n") for _ in range(2)]
+        await eventually(lambda: s.guard.stalled_connections == 2, what="both answers to wait for their readers")
+        answer = await s.get()
+        assert b"200 OK" in answer, answer  # before: both were busy, so the newcomer was refused with 503
+        assert (s.guard.counts["displaced"], s.guard.counts["refused"]) == (1, 0)
+        await asyncio.gather(*(closed_by_server(reader, 0.05) for reader, _ in held))
+        for _, writer in held:
+            writer.close()
+
+
+async def test_requests_pipelined_past_the_depth_close_the_connection_after_the_depth_is_answered():
+    async with served(limit=8) as s:
+        reader, writer = await s.connect()
+        writer.write(REQUEST * (PIPELINE_DEPTH + 3))
+        answers = (await asyncio.wait_for(reader.read(), 5)).count(b"200 OK")
+        # The first request and PIPELINE_DEPTH pipelined behind it are answered; one more ends the connection.
+        assert answers == PIPELINE_DEPTH + 1
+        assert s.guard.counts["pipelining"] == 1 and s.guard.open_connections == 0
+        writer.close()
+
+
+async def test_a_pipeline_within_the_depth_is_answered_whole_and_its_connection_kept():
+    async with served(limit=8) as s:
+        reader, writer = await s.connect()
+        writer.write(REQUEST * (PIPELINE_DEPTH + 1))
+        for _ in range(PIPELINE_DEPTH + 1):
+            assert b"ok" in await asyncio.wait_for(reader.readuntil(b"ok"), 5)
+        assert not await closed_by_server(reader, 0.2)
+        writer.write(REQUEST)  # read, then asked again: a new pipeline may begin
+        assert b"ok" in await asyncio.wait_for(reader.readuntil(b"ok"), 5)
+        assert s.guard.counts["pipelining"] == 0
+        writer.close()
+
+
+async def test_requests_sent_each_after_the_previous_answer_are_never_counted_as_pipelined():
+    async with served(limit=8) as s:
+        reader, writer = await s.connect()
+        for _ in range(PIPELINE_DEPTH * 3):
+            writer.write(REQUEST)
+            assert b"ok" in await reader.readuntil(b"ok")
+        assert s.guard.counts["pipelining"] == 0
+        writer.close()
 
 
 async def test_a_head_dribbled_a_byte_at_a_time_is_closed_at_the_deadline_while_a_stream_outlives_it():

@@ -29,7 +29,7 @@ from acp.schema import (
     SseMcpServer,
 )
 
-from agentctl import __version__
+from agentctl import __version__, tracing
 from agentctl.agent import acp_auth, acp_notices, gemini_acp
 from agentctl.agent.attribution import attribute, error_text
 from agentctl.agent.delivery import Planned, plan_delivery
@@ -295,10 +295,12 @@ class AcpRuntime:
         self._opening = (attempt_id, load_id)
         try:
             servers = [_to_model(p) for p in plan.delivered]
+            # The attempt's trace context as `_meta.traceparent` (empty when tracing is off).
+            meta = tracing.session_meta(ledger, attempt_id, "session/new" if load_id is None else "session/load")
             if load_id is None:
-                call = self._conn.new_session(cwd=cwd, mcp_servers=servers)
+                call = self._conn.new_session(cwd=cwd, mcp_servers=servers, **meta)
             else:
-                call = self._conn.load_session(cwd=cwd, session_id=load_id, mcp_servers=servers)
+                call = self._conn.load_session(cwd=cwd, session_id=load_id, mcp_servers=servers, **meta)
             resp = await asyncio.wait_for(call, timeout=self.agent_spec.session_timeout)
         except TimeoutError:
             return self._session_failed(attempt_id, sent, "session_timeout", "the agent did not answer in time")

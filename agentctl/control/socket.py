@@ -352,7 +352,8 @@ async def start_unix_site(runner: web.AppRunner, path: Path, guard: ListenerGuar
     path = Path(path)
     check_path_length(path)
     sock = bind_unix_socket(path)
-    site = GuardedSite(runner, guard or ListenerGuard("control", CONTROL_CONNECTIONS, refusal=HTTP_REFUSAL), sock=sock)
+    guard = guard or ListenerGuard("control", CONTROL_CONNECTIONS, refusal=HTTP_REFUSAL, write_timeout=None)
+    site = GuardedSite(runner, guard, sock=sock)
     try:
         await site.start()
     except BaseException:

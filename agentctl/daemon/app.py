@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from agentctl import __version__, tracing
 from agentctl.backend.embedded import EmbeddedBackend, TaskStoreError
 from agentctl.control.agent_routes import install_agent_routes
 from agentctl.control.attach_routes import install_attach_routes
@@ -53,6 +54,7 @@ from agentctl.exit_codes import EXIT_OK, EXIT_SIGNAL_BASE
 from agentctl.identity import new_execution_id, new_instance_id
 from agentctl.listener_guard import (
     HTTP_REFUSAL,
+    WRITE_TIMEOUT,
     GuardedSite,
     ListenerGuard,
     connection_caps,
@@ -162,6 +164,8 @@ class Daemon:
             # What a daemon killed with SIGKILL left (a merged workspace file holding its token, private
             # config files) is put right before anything new is written.
             ("recovery of killed daemons' leftovers", self._recover_leftovers),
+            # Traces before anything opens an attempt, so the first attempt's trace starts with it.
+            ("traces", self._start_traces),
             ("HTTP listener", self._start_http),
             ("metrics listener", self._start_metrics_listener),
             # Upstream before MCP: it stops after the endpoint, so the endpoint's last evidence (closed
@@ -214,6 +218,12 @@ class Daemon:
         stops, self._stops = self._stops, None
         if stops is not None:
             await stops.aclose()
+
+    async def _start_traces(self) -> None:
+        """Attempt traces when the OTEL_EXPORTER_OTLP_* variables configure them (agentctl.tracing)."""
+        ledger = self.ledger
+        if tracing.start(ledger, self.environ, version=__version__) is not None:
+            self._on_stop("traces", lambda: asyncio.to_thread(tracing.stop, ledger))
 
     def _on_stop(self, name: str, stopper: Stopper) -> None:
         """Push the stop of the start step that just made one necessary."""
@@ -373,7 +383,10 @@ class Daemon:
         if caps["mcp"] < MCP_CONNECTIONS:
             log.warning("the file descriptor limit is %d: at most %d MCP and %d control connections at once "
                         "(raise LimitNOFILE= or ulimit -n for more)", nofile, caps["mcp"], caps["control"])
-        self.listeners = {name: ListenerGuard(name, cap, refusal=HTTP_REFUSAL) for name, cap in caps.items()}
+        # The control socket's own user may pause a terminal (attach) on purpose: its answers wait as long.
+        self.listeners = {name: ListenerGuard(name, cap, refusal=HTTP_REFUSAL,
+                                              write_timeout=WRITE_TIMEOUT if name == "mcp" else None)
+                          for name, cap in caps.items()}
         self._on_stop("accept error log", install_accept_error_log())
 
     def _build_endpoint(self) -> McpEndpoint:

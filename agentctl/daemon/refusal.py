@@ -1,5 +1,6 @@
-"""Owns how `agentctl run` explains an agent's refusal on its own stderr: the agent's (sanitized) error, the
-last lines of the agent's recent-output window under the usual warning, and a hint for a known cause.
+"""Owns how `agentctl run` explains an agent's refusal, or a passthrough CLI's failed exit, on its own stderr:
+the agent's (sanitized) error, the last lines of the agent's recent-output window under the usual warning, and
+a hint for a known cause (for a passthrough CLI, its strategy's own first: agentctl/agent/passthrough/explain.py).
 
 The lines are the agent's own output and may hold anything it printed: they go to this terminal only,
 never into the report, the diagnostics, the upstream or a log.
@@ -10,7 +11,8 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, TextIO
 
-from agentctl.agent.refusal_hints import match_hint
+from agentctl.agent.passthrough.explain import explain_failure
+from agentctl.agent.refusal_hints import RefusalHint, match_hint
 from agentctl.control.agent_routes import STDERR_WARNING
 from agentctl.safetext import neutralize
 
@@ -25,19 +27,36 @@ def explain_refusal(agent: Agent | None, what: str, error: str | None, *, err: T
                     last: int = LAST_LINES) -> None:
     """`what` completes "the agent ...": "refused the session", "refused the prompt", "did not start";
     `error` is the agent's error as the evidence records it (sanitized)."""
-    err = err or sys.stderr
     lines: list[str] = []
     if agent is not None and agent.supervisor.process is not None:
         window = agent.supervisor.stderr_snapshot()
         lines = [_cut(neutralize(line, spaces=True)) for line in window.lines[-last:]]
-    out = [f"agentctl: the agent {what}: {neutralize(error or 'no reason given', spaces=True)}"]
+    head = f"agentctl: the agent {what}: {neutralize(error or 'no reason given', spaces=True)}"
+    _write(err or sys.stderr, head, lines, match_hint(error, lines), "(the agent wrote nothing to stderr)")
+
+
+def explain_exit(agent: Agent, reason: str, *, err: TextIO | None = None, last: int = LAST_LINES) -> None:
+    """A passthrough CLI ended on its own with an error (`reason`: "exited with code 1"). Its stdout and stderr
+    share the window; its strategy reads its output (Claude Code's stream-json events) and knows its causes."""
+    strategy = getattr(agent, "strategy", None)
+    told = explain_failure(
+        reason, agent.supervisor.stderr_snapshot().lines, last=last,
+        hints=getattr(strategy, "failure_hints", ()), readable=getattr(strategy, "readable_lines", None),
+    )
+    lines = [_cut(neutralize(line, spaces=True)) for line in told.lines]
+    _write(err or sys.stderr, f"agentctl: the agent {neutralize(reason, spaces=True)}", lines, told.hint,
+           "(the agent printed nothing)")
+
+
+def _write(err: TextIO, head: str, lines: list[str], hint: RefusalHint | None, silent: str) -> None:
+    out = [head]
     if lines:
         out.append(f"warning: {STDERR_WARNING}")
         out.append(f"the agent's last {len(lines)} line(s) of output (shown here only, never recorded):")
         out.extend(f"  | {line}" for line in lines)
     else:
-        out.append("(the agent wrote nothing to stderr)")
-    if (hint := match_hint(error, lines)) is not None:
+        out.append(silent)
+    if hint is not None:
         out.append(f"hint: {hint.text}")
     err.write("\n".join(out) + "\n")
     err.flush()

@@ -207,7 +207,7 @@ async def _run_main_job(
 
 
 async def _job(daemon: Daemon, prompt: str | None, show) -> int:
-    from agentctl.daemon.refusal import explain_refusal
+    from agentctl.daemon.refusal import explain_exit, explain_refusal
 
     code = EXIT_OK
     agent = daemon.agent
@@ -229,6 +229,10 @@ async def _job(daemon: Daemon, prompt: str | None, show) -> int:
             info = await agent.supervisor.wait_exit()
             show(f"  exited      the agent {info.reason}")
         await _settle(daemon)
+        if process is not None and process.terminal is None and _exited_with_error(agent):
+            # Its screen was nobody's: say what it printed last, and why that may be (a terminal's person saw it).
+            await agent.output_drained()
+            explain_exit(agent, info.reason)
         if process is not None and process.terminal is not None and code == EXIT_OK:
             # The person ran the agent itself: its own status is theirs, as `ssh -t` or `docker run -it` do.
             return attached_exit_status(info)

@@ -956,12 +956,20 @@ class HubSession(Base, kw_only=True):
     agent: AgentState | None = None
 
 
+class HubDatabase(Base, kw_only=True):
+    """The hub database's footprint: what retention keeps (sizing: docs/design.md)."""
+
+    size_bytes: int  # SQLite: the file and its write-ahead log; PostgreSQL: the hub's tables with their indexes
+    oldest_contact_at: datetime | None = None  # the oldest last contact of a session kept; null: no session
+
+
 class HubStatus(Base, kw_only=True):
     """`agentctl hub status --json`: every session the hub has heard of, most recent contact first."""
 
     version: int
     # Required, so an empty hub still prints `"sessions": []` (a default would be omitted).
     sessions: list[HubSession]
+    database: HubDatabase | None = None  # `hub status` reads it from the database; null where not measured
 
 
 class HubSessionReport(Base, kw_only=True):

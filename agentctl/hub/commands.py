@@ -25,7 +25,7 @@ from agentctl.cli_support import (
     print_json,
     stdout_color,
 )
-from agentctl.hub.locations import ENV_HUB_DB, ENV_HUB_SOCKET, default_db, default_socket
+from agentctl.hub.locations import ENV_HUB_DB, ENV_HUB_RETENTION, ENV_HUB_SOCKET, default_db, default_socket
 from agentctl.safetext import neutralize_data
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -52,6 +52,8 @@ def add_hub_commands(subparsers: Any) -> None:
     p.add_argument("--db-file", metavar="PATH", help=db_file_help)
     p.add_argument("--tasks-db", metavar="PATH", help="task store for the tool tunnel, a SQLite file (default: next to "
                    "a SQLite --db; in the same database with PostgreSQL)")
+    p.add_argument("--retention", metavar="PERIOD", help="prune sessions last in contact longer ago than PERIOD "
+                   f"(30d, 12h, 90m, 3600s; `forever` or 0 keeps every one) (default: ${ENV_HUB_RETENTION}, else 30d)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--log-format", default="text", choices=["text", "json"],
                    help="text lines, or one JSON object per line for log shippers (text)")
@@ -114,6 +116,13 @@ def _hub_serve(args: argparse.Namespace, signals: Signals) -> int:
         return fail(f"hub socket: {exc}", EXIT_NO_DAEMON)
     except DsnError as exc:
         return fail(str(exc), EXIT_USAGE)
+    from agentctl.hub.retention import DEFAULT_RETENTION, RetentionError, parse_retention
+
+    try:
+        setting = args.retention or os.environ.get(ENV_HUB_RETENTION)
+        retention = parse_retention(setting) if setting else DEFAULT_RETENTION
+    except RetentionError as exc:
+        return fail(str(exc), EXIT_USAGE)
     from agentctl.hub.web import WebConfigError, load_token, parse_listen
 
     web_args = None
@@ -128,7 +137,7 @@ def _hub_serve(args: argparse.Namespace, signals: Signals) -> int:
     from agentctl.lifecycle import run
 
     try:
-        return run(_serve(socket_path, db, args.tasks_db, web_args, signals))
+        return run(_serve(socket_path, db, args.tasks_db, web_args, signals, retention))
     except ControlSocketError as exc:
         return fail(f"hub socket: {exc}", EXIT_NO_DAEMON)
     except (HubStoreError, TaskStoreError) as exc:
@@ -142,7 +151,7 @@ HUB_SHUTDOWN_TIMEOUT = 10.0
 
 
 async def _serve(socket_path: Path, db: Any, tasks_db: str | None, web_args: tuple | None = None,
-                 signals: Signals | None = None) -> int:
+                 signals: Signals | None = None, retention: Any = None) -> int:
     """Serve until SIGTERM/SIGINT (agentctl.lifecycle): exit 0 after the drain, 128 + N when a second signal
     N cut it short."""
     import asyncio
@@ -154,7 +163,7 @@ async def _serve(socket_path: Path, db: Any, tasks_db: str | None, web_args: tup
     from agentctl.runtime import freeze_startup_heap
     from agentctl.hub.hub import Hub
 
-    hub = Hub(socket_path, db, tasks_db=tasks_db)
+    hub = Hub(socket_path, db, tasks_db=tasks_db, retention=retention)
     stops = StopStack(logging.getLogger("agentctl.hub"))
 
     async def start() -> HubReady:
@@ -191,7 +200,7 @@ async def _serve(socket_path: Path, db: Any, tasks_db: str | None, web_args: tup
 
 
 def _load(args: argparse.Namespace):
-    """Every session in the database, or (message, exit code)."""
+    """Every session in the database and its footprint (size, oldest contact), or (message, exit code)."""
     from agentctl.dsn import DsnError
     from agentctl.hub.hub_store import HubStoreError
     from agentctl.hub.stores import open_store
@@ -204,7 +213,7 @@ def _load(args: argparse.Namespace):
     try:
         store = open_store(db, readonly=True)
         try:
-            return store.load()
+            return store.load(), store.footprint()
         finally:
             store.close()
     except HubStoreError as exc:
@@ -212,12 +221,15 @@ def _load(args: argparse.Namespace):
 
 
 def cmd_hub_status(args: argparse.Namespace) -> int:
+    from agentctl.evidence.contract import HubDatabase
     from agentctl.hub.views import status_view
 
-    sessions = _load(args)
-    if isinstance(sessions, tuple):  # (message, exit code)
-        return fail(*sessions)
+    loaded = _load(args)
+    if isinstance(loaded[0], str):  # (message, exit code)
+        return fail(*loaded)
+    sessions, (size, oldest) = loaded
     view = status_view(sessions)
+    view.database = HubDatabase(size_bytes=size, oldest_contact_at=oldest)
     if args.json:
         print_json(view)
     else:
@@ -228,9 +240,10 @@ def cmd_hub_status(args: argparse.Namespace) -> int:
 def cmd_hub_report(args: argparse.Namespace) -> int:
     from agentctl.hub.views import report_view
 
-    sessions = _load(args)
-    if isinstance(sessions, tuple):  # (message, exit code)
-        return fail(*sessions)
+    loaded = _load(args)
+    if isinstance(loaded[0], str):  # (message, exit code)
+        return fail(*loaded)
+    sessions = loaded[0]
     session = sessions.get(args.session_id)
     if session is None:
         return fail(f"the hub has no session {args.session_id!r}", EXIT_FAILED)
@@ -290,10 +303,17 @@ def _session_lines(session: HubSession, color: bool) -> list[str]:
 
 def render_hub_status(view: HubStatus, color: bool) -> str:
     view = neutralize_data(view)  # ids, names and summaries came from daemons' frames: no control characters
+    footer = ""
+    if view.database is not None:
+        from agentctl.control.render import when
+
+        db = view.database
+        oldest = when(db.oldest_contact_at) if db.oldest_contact_at is not None else "none"
+        footer = f"database {db.size_bytes / 1e6:.1f} MB · oldest session kept: last contact {oldest}\n"
     if not view.sessions:
-        return "the hub has no sessions yet\n"
+        return "the hub has no sessions yet\n" + footer
     blocks = ["\n".join(_session_lines(session, color)) for session in view.sessions]
-    return "\n\n".join(blocks) + "\n"
+    return "\n\n".join(blocks) + "\n" + ("\n" + footer if footer else "")
 
 
 def render_hub_report(view: HubSessionReport, color: bool) -> str:

@@ -1,19 +1,19 @@
-"""`agentctl hub`: the reference upstream. Many daemons connect to one Unix socket; the hub keeps every
-session's history in SQLite, or in a PostgreSQL database shared by the hubs of several hosts (which then
-decides each hello: agentctl.hub.shared), and answers the tool tunnel from a task store.
+"""`agentctl hub`: the reference upstream. Many daemons connect to one Unix socket; the hub keeps every session's
+history in SQLite, or in a PostgreSQL database shared by the hubs of several hosts (which then decides each
+hello: agentctl.hub.shared), and answers the tool tunnel from a task store.
 
 This module is the hub's I/O: connections, frames in and out, persistence, requests to daemons. What a frame
-decides (which execution and instance is current, which frames are taken, who is told what) is the pure
-rules' (agentctl.hub.rules); this layer applies their decisions. A malformed, truncated or oversized frame
-gets an `error` frame, that connection is closed and one log line written; other connections are unaffected
-and the database is only ever written in transactions.
+decides (which execution and instance is current, which frames are taken, who is told what) is the pure rules'
+(agentctl.hub.rules); this layer applies their decisions. A malformed, truncated or oversized frame gets an
+`error` frame, that connection is closed and one log line written; other connections are unaffected and the
+database is only ever written in transactions.
 
 `Hub` is an async context manager: each start step pushes its own stop, so it stops in reverse order of start.
 
-State lives in memory (hydrated from the database at start) and dirty rows are flushed every
-`flush_interval`; past `hot_sessions`, the sessions least recently in contact leave memory once flushed
-and are read from the database on demand (agentctl.hub.hub_store). Tool calls are answered by the task
-store's backend (agentctl.hub.stores; tool arguments never reach the evidence tables or the log).
+State lives in memory (hydrated from the database at start) and dirty rows are flushed every `flush_interval`;
+past `hot_sessions`, the sessions least recently in contact leave memory once flushed and are read from the
+database on demand (agentctl.hub.hub_store). Tool calls are answered by the task store's backend
+(agentctl.hub.stores; tool arguments never reach the evidence tables or the log).
 """
 
 from __future__ import annotations
@@ -25,46 +25,26 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
 from agentctl.backend.embedded import EmbeddedBackend
 from agentctl.control.socket import bind_unix_socket, cleanup_socket_path, peer_allowed, prepare_socket_path
-from agentctl.evidence.contract import (
-    EndpointTestResult,
-    HubSession,
-    HubSessionReport,
-    HubStatus,
-    Identity,
-    StderrView,
-    TerminalView,
-    encode,
-)
+from agentctl.evidence.contract import (EndpointTestResult, HubSession, HubSessionReport, HubStatus, Identity,
+                                        StderrView, TerminalView, encode)
 from agentctl.evidence.ledger import utcnow
 from agentctl.listener_guard import (ListenerGuard, RateLimitedLog, forget_listener, hold, install_accept_error_log,
-                                     name_listener)
+                                     name_listener, trust)
 from agentctl.hub import rules
 from agentctl.hub.hub_conn import (  # noqa: F401 - the caps are the hub's, re-exported for its page and units
-    DAEMON_CONNECTIONS,
-    HELLO_TIMEOUT,
-    PAGE_CONNECTIONS,
-    HubConnection,
-    HubRequestError,
-    Refused,
-    listener_caps,
-)
+    DAEMON_CONNECTIONS, HELLO_TIMEOUT, PAGE_CONNECTIONS, HubConnection, HubRequestError, Refused, listener_caps)
 from agentctl.hub.hub_conn import notice_line as _notice_line
 from agentctl.dsn import PostgresDsn, SqlitePath
-from agentctl.hub.hub_store import (
-    HOT_SESSIONS,
-    ExecutionRecord,
-    HubStoreError,
-    SessionRecord,
-    SessionStore,
-)
+from agentctl.hub.hub_store import HOT_SESSIONS, ExecutionRecord, HubStoreError, SessionRecord, SessionStore
 from agentctl.hub.stores import label, open_store, open_task_store
 from agentctl.hub.shared import SharedView
+from agentctl.hub.retention import DEFAULT_RETENTION, Retention
 from agentctl.hub.state import ExecutionState, SessionState
 from agentctl.hub.views import evict, report_view, session_listing, status_view
 from agentctl.lifecycle import StackedService, StopStack
@@ -92,6 +72,7 @@ class Hub(StackedService):
         flush_interval: float = FLUSH_INTERVAL,
         clock: Callable[[], datetime] = utcnow,
         hot_sessions: int = HOT_SESSIONS,
+        retention: timedelta | None = DEFAULT_RETENTION,
     ) -> None:
         self.socket_path = Path(socket_path)
         db_path = db_path.path if isinstance(db_path, SqlitePath) else db_path
@@ -105,6 +86,7 @@ class Hub(StackedService):
         # Names this hub in a shared database (the `connected` flags it owns): stable across its restarts.
         self.hub_id = f"{socket.gethostname()}:{self.socket_path}"
         self.shared: SharedView | None = None
+        self.retention = Retention(self, retention)  # None: keep every session
         self.flush_interval = flush_interval
         self._clock = clock
         self.sessions: dict[str, SessionState] = {}  # the hot ones; see hub_store.HOT_SESSIONS
@@ -163,6 +145,8 @@ class Hub(StackedService):
             self.shared = SharedView(self, self.dsn)
             await self.shared.start()
             stops.push("shared database view", self.shared.stop)
+        await self.retention.start()
+        stops.push("retention", self.retention.stop)
         self.backend = await asyncio.to_thread(open_task_store, self.tasks_db)
         stops.push("task store", self._close_backend)
         stops.push("last flush", self.flush)
@@ -353,9 +337,6 @@ class Hub(StackedService):
                     raw = await read_frame_line(reader)
                     if raw is None:
                         return
-                    if not held:
-                        held = True
-                        hold(writer.transport)  # a daemon's link from its first frame: never timed or displaced
                     conn.last_rx = time.monotonic()
                     self.frames_in += 1
                     received = P.decode_from_daemon(raw)
@@ -365,6 +346,11 @@ class Hub(StackedService):
                             and rules.admit(conn.identity is not None, received) is None):
                         stored = await self.shared.claim(conn, received)
                     self._dispatch(conn, received, stored)
+                    if isinstance(received, P.HelloFrame):
+                        trust(writer.transport)  # displaced after unidentified peers; closed unless a snapshot follows
+                    elif isinstance(received, P.SnapshotFrame) and not held:
+                        held = True  # a daemon's link from its snapshot on: never timed out or displaced by the guard
+                        hold(writer.transport)
                 except P.ProtocolError as exc:
                     self._refuse(conn, exc.code, str(exc))
                     return
@@ -415,7 +401,7 @@ class Hub(StackedService):
         if not left.disconnected:
             return
         self._mark(session, execution, history=False)
-        if not conn.refused:  # a refusal already wrote its one line
+        if not conn.refused and conn.snapshot_seen:  # a refusal already wrote its one line; hello-only: none
             log.info("session %s: execution %s disconnected", session.session_id, execution.execution_id)
         for other in left.reconnect:
             # Without this the hub would keep rejecting a live daemon and show the dead instance's history
@@ -484,6 +470,8 @@ class Hub(StackedService):
                                                                "try again"))
             del self._cold[ident.session_id]
             self.sessions[ident.session_id] = session
+        if stored is None:  # (a shared database's claim checked it)
+            self.retention.fence(conn, session, ident)
         taken = rules.hello(session, hello, links=self._links(session), order=self._order + 1, now=self._clock())
         session, execution = taken.session, taken.execution
         if taken.new_execution:
@@ -493,7 +481,7 @@ class Hub(StackedService):
         if taken.now_current:
             log.info("session %s: execution %s is now current", ident.session_id, ident.execution_id)
         conn.identity, conn.session, conn.execution = ident, session, execution
-        conn.idle_limit = 3 * max(hello.heartbeat_ms / 1000, 0.1)
+        conn.heard_hello(hello.heartbeat_ms)
         if taken.notice is not None:  # an older execution: its frames are rejected from the start
             self._mark(session, execution, history=False)
             conn.send(_notice_line(taken.notice))
@@ -505,8 +493,6 @@ class Hub(StackedService):
             log.info("session %s: execution %s instance %s superseded (%s)", other.identity.session_id,
                      other.identity.execution_id, other.identity.instance_id, notice.code)
             other.send(_notice_line(notice))
-        log.info("session %s: execution %s connected (instance %s)", ident.session_id, ident.execution_id,
-                 ident.instance_id)
         self._touch(conn)
 
     def _touch(self, conn: HubConnection) -> None:
@@ -525,8 +511,10 @@ class Hub(StackedService):
         if isinstance(outcome, rules.Rejected):
             self._mark(session, execution, history=False)
             return
-        if outcome.snapshot:
-            conn.snapshot_seen = True
+        if outcome.snapshot and not conn.snapshot_seen:
+            conn.snapshot_seen = True  # said now, not at hello: a peer that only says hello writes no line
+            log.info("session %s: execution %s connected (instance %s)", ident.session_id, ident.execution_id,
+                     ident.instance_id)
         if outcome.applied:
             self.events_applied += 1
         self._touch(conn)
@@ -561,8 +549,12 @@ class Hub(StackedService):
                 execution = self.sessions[sid].executions[eid]
                 blob = encode(execution.history) if with_history and execution.history is not None else None
                 rows.append(ExecutionRecord.of(sid, execution, blob))
+            write = asyncio.ensure_future(asyncio.to_thread(self.store.write, sessions, rows))
             try:
-                await asyncio.to_thread(self.store.write, sessions, rows)
+                await asyncio.shield(write)
+            except asyncio.CancelledError:  # stopping: the store must not close under the write in its thread
+                await asyncio.wait([write])
+                raise
             except Exception as exc:
                 self.store_errors += 1
                 if not self._flush_failed:

@@ -24,9 +24,13 @@ log = logging.getLogger("agentctl.hub")
 TOOL_CONCURRENCY = 16  # tool calls running at once per connection
 MAX_WRITE_BUFFER = 8 * 1024 * 1024  # a daemon that stops reading its answers is disconnected past this
 DEFAULT_HEARTBEAT_SECONDS = 10.0
+# A hello's heartbeat_ms above this is taken as this: a peer that stays silent for three of these is closed
+# whatever it asked for (the daemon's own heartbeat is 10 s).
+MAX_HEARTBEAT_SECONDS = 30.0
 # Connections when the descriptor limit allows (connection_caps shrinks them under a low one): daemons on
-# the socket, browsers on the page. A daemon says hello as it connects; one that has not within
-# HELLO_TIMEOUT seconds is closed, and at the cap a newcomer takes the place of the oldest such connection.
+# the socket, browsers on the page. A daemon says hello and sends its snapshot as it connects; a connection
+# that has not sent a snapshot within HELLO_TIMEOUT seconds of connecting is closed, and at the cap a
+# newcomer takes the place of the oldest such connection (one that never said hello first).
 DAEMON_CONNECTIONS = 4096
 PAGE_CONNECTIONS = 128
 HELLO_TIMEOUT = 10.0
@@ -70,6 +74,10 @@ class HubConnection:
         self.tasks: set[asyncio.Task[Any]] = set()
         cred = peer_cred(writer.get_extra_info("socket"))
         self.peer_pid, self.peer_uid = (cred[0], cred[1]) if cred is not None else (None, None)
+
+    def heard_hello(self, heartbeat_ms: int) -> None:
+        """Silence for three heartbeats closes the connection; the hub, not the peer, bounds the heartbeat."""
+        self.idle_limit = 3 * min(max(heartbeat_ms / 1000, 0.1), MAX_HEARTBEAT_SECONDS)
 
     @property
     def label(self) -> str:

@@ -23,7 +23,7 @@ import itertools
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -105,7 +105,39 @@ class SessionStore(Protocol):
         """Upsert the records in one transaction."""
         ...
 
+    def prune(self, cutoff: datetime, keep: Collection[str], batch: int, now: datetime) -> list[str]:
+        """Delete up to `batch` sessions last in contact before `cutoff`, none with a connected daemon nor in
+        `keep`, each execution leaving a tombstone, in one transaction; the sessions pruned."""
+        ...
+
+    def tombstone(self, session_id: str, execution_id: str) -> bool | None:
+        """The execution's tombstone: whether it was its session's current one when pruned; None without one."""
+        ...
+
+    def footprint(self) -> tuple[int, datetime | None]:
+        """The database's size in bytes and the oldest last contact of a session it keeps (None: no session)."""
+        ...
+
     def close(self) -> None: ...
+
+
+# Every execution of the pruned sessions becomes a tombstone (its flag: the session's current one); a session's
+# older tombstones are first marked superseded, since the session may have moved on since its last prune.
+TOMBSTONE_RESET = "UPDATE tombstones SET was_current=0 WHERE session_id IN ({ids})"
+TOMBSTONE_INSERT = (
+    "INSERT INTO tombstones(session_id, execution_id, was_current, pruned_at) "
+    "SELECT e.session_id, e.execution_id, CASE WHEN e.execution_id = s.current_execution_id THEN 1 ELSE 0 END, {now} "
+    "FROM executions e JOIN sessions s ON s.session_id = e.session_id WHERE e.session_id IN ({ids}) "
+    "ON CONFLICT(session_id, execution_id) DO UPDATE SET was_current=excluded.was_current, pruned_at=excluded.pruned_at"
+)
+# A superseded execution's `connected` flag is not cleared when its daemon leaves (its frames were not taken
+# anyway): only the current execution's flag says a daemon is there. A hub also passes the sessions it holds.
+PRUNE_CANDIDATES = (
+    "SELECT session_id FROM sessions s WHERE last_contact_at < {cutoff} AND NOT EXISTS "
+    "(SELECT 1 FROM executions e WHERE e.session_id = s.session_id AND e.execution_id = s.current_execution_id "
+    "AND e.connected != 0) "
+    "ORDER BY last_contact_at LIMIT {limit}"
+)
 
 
 def ts(value: datetime) -> str:
@@ -282,6 +314,54 @@ class HubStore:
     def max_hello_order(self) -> int:
         row = self._conn.execute("SELECT COALESCE(MAX(hello_order), 0) FROM executions").fetchone()
         return int(row[0])
+
+    def prune(self, cutoff: datetime, keep: Collection[str], batch: int, now: datetime) -> list[str]:
+        """SessionStore.prune. Safe to call from a worker thread (not beside a write: the hub takes turns)."""
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                rows = conn.execute(PRUNE_CANDIDATES.format(cutoff="?", limit="?"),
+                                    (ts(cutoff), batch + len(keep))).fetchall()
+                ids = [sid for (sid,) in rows if sid not in keep][:batch]
+                if ids:
+                    marks = ", ".join("?" * len(ids))
+                    conn.execute(TOMBSTONE_RESET.format(ids=marks), ids)
+                    conn.execute(TOMBSTONE_INSERT.format(now="?", ids=marks), (ts(now), *ids))
+                    conn.execute(f"DELETE FROM executions WHERE session_id IN ({marks})", ids)
+                    conn.execute(f"DELETE FROM sessions WHERE session_id IN ({marks})", ids)
+                conn.execute("COMMIT")
+                return ids
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise HubStoreError(f"cannot prune hub database {self.path}: {exc}") from None
+
+    def tombstone(self, session_id: str, execution_id: str) -> bool | None:
+        try:
+            with self._lock:
+                row = self._conn.execute("SELECT was_current FROM tombstones WHERE session_id=? AND execution_id=?",
+                                         (session_id, execution_id)).fetchone()
+        except sqlite3.Error as exc:
+            raise HubStoreError(f"cannot read hub database {self.path}: {exc}") from None
+        return None if row is None else bool(row[0])
+
+    def footprint(self) -> tuple[int, datetime | None]:
+        """The file and its write-ahead log on disk, and the oldest session's last contact (indexed)."""
+        try:
+            with self._lock:
+                (oldest,) = self._conn.execute("SELECT MIN(last_contact_at) FROM sessions").fetchone()
+        except sqlite3.Error as exc:
+            raise HubStoreError(f"cannot read hub database {self.path}: {exc}") from None
+        size = 0
+        for suffix in ("", "-wal"):
+            try:
+                size += os.stat(f"{self.path}{suffix}").st_size
+            except OSError:
+                pass
+        return size, _dt(oldest) if oldest else None
 
 
 def _session_row(r: SessionRecord) -> tuple[Any, ...]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 ENV_HUB_SOCKET = "AGENTCTL_HUB_SOCKET"
 ENV_HUB_DB = "AGENTCTL_HUB_DB"
+ENV_HUB_RETENTION = "AGENTCTL_HUB_RETENTION"  # `hub serve --retention`'s default (agentctl.hub.retention)
 
 
 def default_socket() -> Path:

@@ -1,6 +1,6 @@
 """Owns the hub's Prometheus `/metrics` on its page port: a per-hub registry whose one collector reads the
 hub at scrape time (sessions, connected daemons, frames ingested by type, refused frames by reason code,
-store errors).
+store errors, the database's size and its oldest session as retention last measured them).
 
 Labels come from closed sets only (a frame type tag of the upstream protocol, an error code of its
 ERROR_CODES): never a session, task or execution id, a server name or a token. The page's token is not
@@ -104,6 +104,11 @@ class HubCollector(Collector):
                                            "frame, by reason code", labels=["code"]),
                        (*P.ERROR_CODES, "unknown"), hub.refusals_by_code)
         yield CounterMetricFamily("agentctl_hub_events_applied", "Evidence events applied", value=hub.events_applied)
+        retention = hub.retention  # measured by its rounds, never on a scrape
+        yield gauge("agentctl_hub_database_bytes", "The hub database's size", retention.size_bytes)
+        oldest = retention.oldest_contact_at
+        yield gauge("agentctl_hub_oldest_session_contact_timestamp_seconds", "Last contact of the oldest session "
+                    "kept, Unix time (0: no session)", oldest.timestamp() if oldest is not None else 0)
         yield CounterMetricFamily("agentctl_hub_store_errors", "Failed database writes (each retried)",
                                   value=hub.store_errors)
 

@@ -78,6 +78,20 @@ _V2_POSTGRESQL = (
     "FROM executions",
 )
 
+# Version 3: retention. Sessions are pruned by their last contact (an index, so the oldest are found without a
+# scan), and every execution of a pruned session leaves a tombstone: what fencing needs (was it the session's
+# current execution when pruned), so a late hello of a superseded execution is never taken as a new one.
+_V3_COMMON = (
+    "CREATE INDEX sessions_by_contact ON sessions(last_contact_at)",
+    """CREATE TABLE tombstones (
+    session_id TEXT NOT NULL,
+    execution_id TEXT NOT NULL,
+    was_current INTEGER NOT NULL,
+    pruned_at TEXT NOT NULL,
+    PRIMARY KEY (session_id, execution_id)
+)""",
+)
+
 HUB = Family(
     name="hub",
     what="hub database",
@@ -85,8 +99,10 @@ HUB = Family(
         Migration(1, "sessions and their executions (the schema from before migrations)", _V1_SQLITE, _V1_POSTGRESQL),
         Migration(2, "the hub holding each execution, and the hello order from the database", _V2_COMMON,
                   _V2_POSTGRESQL),
+        Migration(3, "retention: sessions by last contact, and the tombstones of pruned executions", _V3_COMMON,
+                  _V3_COMMON),
     ),
-    tables=("sessions", "executions"),
+    tables=("sessions", "executions", "tombstones"),
     upgrade_hint="start the hub (`agentctl hub serve`) or run `agentctl hub migrate` first",
     adopt=(1, {"sessions": _V1_SESSIONS, "executions": _V1_EXECUTIONS}),
 )

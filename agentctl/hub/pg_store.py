@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -35,9 +35,13 @@ import msgspec
 
 from agentctl.dsn import PostgresDsn
 from agentctl.evidence.contract import HubSession, Identity, encode
+from agentctl.hub import rules
 from agentctl.hub.hub_store import (
     EXECUTION_COLS,
+    PRUNE_CANDIDATES,
     SESSION_COLS,
+    TOMBSTONE_INSERT,
+    TOMBSTONE_RESET,
     ExecutionRecord,
     HubStoreError,
     SessionRecord,
@@ -55,6 +59,14 @@ CHANNEL = "agentctl_hub"
 TAG_PREFIX = "agentctl-hub "
 # The tag computed by the database from an execution's `hub` column, as hub_tag computes it from a hub's id.
 _TAG_OF_ROW = "'agentctl-hub ' || left(encode(sha256(convert_to(hub, 'UTF8')), 'hex'), 20)"
+
+
+class PrunedExecution(Exception):
+    """A hello the database refused: its execution was pruned and may not be current again (`refusal`)."""
+
+    def __init__(self, refusal: rules.Refusal) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
 
 
 def hub_tag(hub_id: str) -> str:
@@ -265,14 +277,15 @@ class PgHubStore:
 
         def work(conn: Any) -> SessionState:
             with conn.transaction():
-                conn.execute(
-                    "INSERT INTO sessions(session_id, task_id, current_execution_id, stale_rejected, last_contact_at) "
-                    "VALUES (%s, %s, %s, 0, %s) ON CONFLICT(session_id) DO NOTHING",
-                    (sid, identity.task_id, eid, ts(now)))
-                conn.execute("SELECT 1 FROM sessions WHERE session_id=%s FOR UPDATE", (sid,))
+                created = self._lock_session(conn, identity, now)
                 known = conn.execute("SELECT 1 FROM executions WHERE session_id=%s AND execution_id=%s",
                                      (sid, eid)).fetchone()
                 if known is None:
+                    tomb = conn.execute("SELECT was_current FROM tombstones WHERE session_id=%s AND execution_id=%s",
+                                        (sid, eid)).fetchone()
+                    refusal = rules.after_prune(None if tomb is None else bool(tomb[0]), session_live=not created)
+                    if refusal is not None:
+                        raise PrunedExecution(refusal)  # the transaction rolls back: nothing of the hello stays
                     conn.execute(
                         "INSERT INTO executions(session_id, execution_id, hello_order, identity, daemon_version, "
                         "first_hello_at, last_contact_at, connected, rejected_frames, history, hub) "
@@ -289,9 +302,60 @@ class PgHubStore:
 
         return self._run("write", work)
 
+    @staticmethod
+    def _lock_session(conn: Any, identity: Identity, now: datetime) -> bool:
+        """The session's row, locked; True when this claim created it. A prune that held the row meanwhile deleted
+        it: the claim starts the session anew (its tombstones decide which execution may)."""
+        sid = identity.session_id
+        for _ in range(3):  # a row gone, then taken by another hub's claim: at most a few turns
+            if conn.execute(
+                    "INSERT INTO sessions(session_id, task_id, current_execution_id, stale_rejected, last_contact_at) "
+                    "VALUES (%s, %s, %s, 0, %s) ON CONFLICT(session_id) DO NOTHING RETURNING 1",
+                    (sid, identity.task_id, identity.execution_id, ts(now))).fetchone() is not None:
+                return True
+            if conn.execute("SELECT 1 FROM sessions WHERE session_id=%s FOR UPDATE", (sid,)).fetchone() is not None:
+                return False
+        raise HubStoreError(f"session {sid} kept changing under this hello; try again")
+
     def currents(self, session_ids: Sequence[str]) -> dict[str, str]:
         """session id -> its current execution, for the given sessions (one indexed query)."""
         rows = self._run("read", lambda conn: conn.execute(
             "SELECT session_id, current_execution_id FROM sessions WHERE session_id = ANY(%s)",
             (list(session_ids),)).fetchall())
         return {sid: current for sid, current in rows}
+
+    # -- retention -----------------------------------------------------------------------------------------
+
+    def prune(self, cutoff: datetime, keep: Collection[str], batch: int, now: datetime) -> list[str]:
+        """SessionStore.prune; hubs pruning at once take disjoint batches (SKIP LOCKED), and a hello claiming
+        a session waits for its prune, then finds it gone (and its tombstones). The other hubs are told."""
+
+        def work(conn: Any) -> list[str]:
+            with conn.transaction():
+                rows = conn.execute(PRUNE_CANDIDATES.format(cutoff="%s", limit="%s") + " FOR UPDATE SKIP LOCKED",
+                                    (ts(cutoff), batch + len(keep))).fetchall()
+                ids = [sid for (sid,) in rows if sid not in keep][:batch]
+                if ids:
+                    marks = ", ".join(["%s"] * len(ids))
+                    conn.execute(TOMBSTONE_RESET.format(ids=marks), ids)
+                    conn.execute(TOMBSTONE_INSERT.format(now="%s", ids=marks), (ts(now), *ids))
+                    conn.execute("DELETE FROM executions WHERE session_id = ANY(%s)", (ids,))
+                    conn.execute("DELETE FROM sessions WHERE session_id = ANY(%s)", (ids,))
+                    self._notify(conn, ids)
+                return ids
+
+        return self._run("write", work)
+
+    def tombstone(self, session_id: str, execution_id: str) -> bool | None:
+        row = self._run("read", lambda conn: conn.execute(
+            "SELECT was_current FROM tombstones WHERE session_id=%s AND execution_id=%s",
+            (session_id, execution_id)).fetchone())
+        return None if row is None else bool(row[0])
+
+    def footprint(self) -> tuple[int, datetime | None]:
+        """The hub's tables with their indexes and TOAST (not the rest of a database it may share), and the
+        oldest session's last contact."""
+        size, oldest = self._run("read", lambda conn: conn.execute(
+            "SELECT pg_total_relation_size('sessions') + pg_total_relation_size('executions') + "
+            "pg_total_relation_size('tombstones'), (SELECT MIN(last_contact_at) FROM sessions)").fetchone())
+        return int(size), datetime.fromisoformat(oldest) if oldest else None

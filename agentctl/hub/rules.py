@@ -314,3 +314,18 @@ def departure(
     if not stopping:
         outcome.reconnect = [key for key, other in same.items() if standing(session, other) == "stale_instance"]
     return outcome
+
+
+# -- a hello after retention pruned the session ------------------------------------------------------------------
+
+
+def after_prune(was_current: bool | None, session_live: bool) -> Refusal | None:
+    """A hello of an execution the session does not hold (or of a session the hub does not hold), checked
+    against the tombstone retention left when it pruned the session: `was_current` is whether that execution
+    was the pruned session's current one (None: no tombstone, a new execution), `session_live` whether the
+    session is held again. Only the execution current when pruned may start the session again; a superseded
+    one, or any pruned one once the session lives again, is stale forever: pruning never moves current back."""
+    if was_current is None or (was_current and not session_live):
+        return None
+    return Refusal("stale_execution", "a newer execution of this session said hello before the hub pruned it; "
+                                      "this execution's frames are rejected")

@@ -26,7 +26,7 @@ from agentctl.hub.hub_store import HubStoreError
 from agentctl.hub.state import SessionState
 from agentctl.hub.views import session_listing
 from agentctl.upstream import protocol as P
-from agentctl.hub.pg_store import CHANNEL, hub_tag, parse_notice
+from agentctl.hub.pg_store import CHANNEL, PrunedExecution, hub_tag, parse_notice
 from agentctl.postgres import PostgresUnavailable, connect_async, describe_error, driver
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -92,6 +92,8 @@ class SharedView:
         try:
             return await asyncio.to_thread(hub.store.claim, hello.identity, hello.daemon_version,  # type: ignore[attr-defined]
                                            hub._clock())
+        except PrunedExecution as exc:  # retention's tombstone: this execution may not be current again
+            hub._fatal(conn, exc.refusal)
         except HubStoreError as exc:
             log.warning("hello from %s not taken: %s", hello.identity.session_id, exc)
             hub._fatal(conn, rules.Refusal("unavailable", "the hub's database is unavailable; reconnect later"))
@@ -131,7 +133,8 @@ class SharedView:
         except HubStoreError as exc:
             log.warning("rereading session %s failed: %s", session_id, exc)
             return
-        if stored is None:
+        if stored is None:  # pruned (by this hub or another): gone from memory too, unless held here
+            hub.retention.forget(session_id)
             return
         if session_id in hub.sessions:
             self.take_stored(stored)
@@ -149,6 +152,8 @@ class SharedView:
         except HubStoreError as exc:
             log.warning("rereading the hub database failed: %s", exc)
             return
+        for sid in [sid for sid in hub._cold if sid not in listings]:  # pruned meanwhile
+            hub.retention.forget(sid)
         for sid, listing in listings.items():
             if sid in hub.sessions:
                 await self.refresh(sid)

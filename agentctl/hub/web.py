@@ -51,6 +51,7 @@ from agentctl.listener_guard import (
 from agentctl.logs import http_server_logging
 from agentctl.safe_files import UnsafePath, check_private_file, open_nofollow, open_private
 from agentctl.hub.hub import Hub, HubRequestError, listener_caps
+from agentctl.hub.web_assets import AssetCache
 from agentctl.hub.metrics import METRICS_PATH, hub_registry, metrics_handler
 from agentctl.hub.web_view import (
     diagnostics_text,
@@ -184,6 +185,7 @@ class HubWeb(StackedService):
         self._closing = False
         self._allowed_hosts: set[str] | None = None
         self.guard = ListenerGuard("page", listener_caps()["page"], refusal=HTTP_REFUSAL)
+        self._assets = AssetCache(STATIC)
 
     @property
     def url(self) -> str:
@@ -199,7 +201,7 @@ class HubWeb(StackedService):
         app = web.Application(middlewares=[track_requests, self._guard], client_max_size=MAX_BODY_BYTES)
         runner_logging = http_server_logging(app, "hub page")
         for route, (name, kind) in ASSETS.items():
-            app.router.add_get(route, self._asset(name, kind), allow_head=False)
+            app.router.add_get(route, self._assets.handler(name, kind), allow_head=False)
         app.router.add_get("/favicon.ico", self._no_icon, allow_head=False)
         app.router.add_get("/readyz", self._readyz, allow_head=False)
         app.router.add_get("/api/status", self._status, allow_head=False)
@@ -213,6 +215,7 @@ class HubWeb(StackedService):
         app.router.add_post("/api/sessions/{sid}/agent-terminal", self._agent_terminal)
         app.router.add_get(METRICS_PATH, metrics_handler(hub_registry(self.hub)), allow_head=False)
         app.on_shutdown.append(self._on_shutdown)
+        await self._assets.preload(name for name, _ in ASSETS.values())  # compressed before the first request
         runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0, **runner_logging)
         await runner.setup()
         stops.push("page server", runner.cleanup)  # its site too
@@ -285,16 +288,6 @@ class HubWeb(StackedService):
         return response
 
     # -- the page -------------------------------------------------------------------------------------
-
-    def _asset(self, name: str, kind: str) -> Any:
-        path = STATIC / name
-
-        async def handler(request: web.Request) -> web.Response:
-            body = await asyncio.to_thread(path.read_bytes)
-            return web.Response(body=body, content_type=kind, charset="utf-8",
-                                headers={"Cache-Control": "no-cache"})
-
-        return handler
 
     async def _no_icon(self, request: web.Request) -> web.Response:
         return web.Response(status=204)

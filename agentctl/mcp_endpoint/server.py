@@ -62,6 +62,7 @@ from agentctl.mcp_endpoint.capabilities import advertise_capabilities
 from agentctl.mcp_endpoint.observe import SCOPE_ATTEMPT, SCOPE_REACHED, Observer
 from agentctl.mcp_endpoint.pool import MCP_SESSION_ID, PER_ATTEMPT, TOTAL, SessionPool, legacy_session_of
 from agentctl.mcp_endpoint.sdk import install_sdk_log_redaction, new_mcp_server
+from agentctl.mcp_endpoint.traced import TraceMiddleware
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,8 @@ class McpEndpoint:
         self.observer = Observer(ledger, builtin_name, estimator_loader, advertise_list_changed=False)
         self._bus = InMemorySubscriptionBus()
         self.server: MCPServer[Any] = new_mcp_server(
-            builtin_name, middleware=[advertise_capabilities, self.observer], subscriptions=self._bus
+            builtin_name, middleware=[TraceMiddleware(ledger), advertise_capabilities, self.observer],
+            subscriptions=self._bus
         )
         register_tools(self.server, backend_getter, ledger.identity)
         self.profile = profile

@@ -59,6 +59,29 @@ class _Session:
     attempted: bool = False
     cancelled: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # The W3C trace context the client sent in the session request's `_meta` (traceparent, tracestate).
+    trace: dict[str, str] = field(default_factory=dict)
+
+
+def _trace_of(meta: dict[str, Any]) -> dict[str, str]:
+    return {k: v for k, v in meta.items() if k in ("traceparent", "tracestate") and isinstance(v, str)}
+
+
+@contextlib.contextmanager
+def _in_trace(carrier: dict[str, str]) -> Any:
+    """Run the MCP client inside the client's trace: the MCP SDK injects the current trace context into every
+    request's `params._meta` (as an agent that continues the ACP meta-propagation convention does)."""
+    if not carrier:
+        yield
+        return
+    from opentelemetry import context as otel_context
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    token = otel_context.attach(TraceContextTextMapPropagator().extract(carrier))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 class ReferenceAgent:
@@ -164,9 +187,11 @@ class ReferenceAgent:
             )
         session.conns = conns
 
-    async def _open_session(self, session_id: str, cwd: str, mcp_servers: list[Any] | None) -> _Session:
+    async def _open_session(
+        self, session_id: str, cwd: str, mcp_servers: list[Any] | None, meta: dict[str, Any]
+    ) -> _Session:
         entries = self._deliverable([M.entry_from_acp(s) for s in (mcp_servers or [])])
-        session = _Session(id=session_id, cwd=cwd, entries=entries)
+        session = _Session(id=session_id, cwd=cwd, entries=entries, trace=_trace_of(meta))
         names = ", ".join(f"'{e.name}' ({e.transport})" for e in entries) or "none"
         log.info("session %s: MCP servers delivered: %s", session_id, names)
         if self._opts.ignore_mcp:
@@ -174,7 +199,8 @@ class ReferenceAgent:
         elif self._opts.lazy:
             log.info("lazy: connecting on the first prompt")
         else:
-            await self._connect(session)
+            with _in_trace(session.trace):
+                await self._connect(session)
         self._sessions[session_id] = session
         return session
 
@@ -219,7 +245,7 @@ class ReferenceAgent:
             os.write(2, f"reference-agent: refuse-auth: reading credentials of profile {REFUSAL_CANARY}\n"
                         "Error: ANTHROPIC_API_KEY is not set; run /login or set an API key\n".encode())
             raise RequestError.auth_required()
-        session = await self._open_session(f"ref-{uuid.uuid4().hex}", cwd, mcp_servers)
+        session = await self._open_session(f"ref-{uuid.uuid4().hex}", cwd, mcp_servers, kwargs)
         if self._opts.send_notice:
             self.send_notice(session)  # before the answer: the client does not know the session's id yet
         if self._opts.hostile_echo:
@@ -239,7 +265,7 @@ class ReferenceAgent:
             self._hostile_round += 1
             raise H.refusal([M.entry_from_acp(s) for s in (mcp_servers or [])], self._hostile_round)
         await self._drop_session(session_id)  # no history to replay: reconnect with the new delivery
-        await self._open_session(session_id, cwd, mcp_servers)
+        await self._open_session(session_id, cwd, mcp_servers, kwargs)
         self.garbage()
         return LoadSessionResponse()
 
@@ -276,10 +302,11 @@ class ReferenceAgent:
         if self._opts.ignore_mcp:
             answer = f"Ignoring MCP servers ({len(session.entries)} delivered); no tool called."
         else:
-            async with session.lock:
-                if not session.attempted:
-                    await self._connect(session)
-            outcome = await M.perform_turn(session.conns, self._opts.builtin_name, text)
+            with _in_trace(session.trace):
+                async with session.lock:
+                    if not session.attempted:
+                        await self._connect(session)
+                outcome = await M.perform_turn(session.conns, self._opts.builtin_name, text)
             if outcome["server"] and outcome["tool"]:
                 await self._client.session_update(
                     session_id,

@@ -192,3 +192,17 @@ def serving_many(pairs: list[tuple[Path, Path]]) -> Iterator[list[ServeProcess]]
 def stderr_text(daemon: ServeProcess) -> str:
     """The daemon's whole log, once `serving` has ended."""
     return daemon.stderr_text()
+
+
+def assert_recorded_nowhere(daemon: Any, canary: str, log_text: str) -> None:
+    """What the agent printed (`canary`) is in nothing recorded: the report, the diagnostics, the log, any state
+    file (the in-process hub's store, which is what went upstream, among them). `daemon`: a finished Daemon."""
+    from agentctl.diagnostics.diagnostics import build_diagnostics
+    from agentctl.evidence.contract import encode
+
+    assert canary not in daemon.ctx.report_path.read_text()
+    assert canary.encode() not in encode(build_diagnostics(daemon.ctx))
+    assert canary not in log_text
+    for path in daemon.ctx.state_dir.rglob("*"):
+        if path.is_file():
+            assert canary.encode() not in path.read_bytes(), path.name

@@ -1,10 +1,12 @@
 """What a daemon loads and keeps: the ACP SDK (~8 MB, ~0.4 s of pydantic schema) and the agent supervisor (psutil)
 only once an agent starts; the MCP SDK without its client, httpx2, uvicorn or rich, and aiohttp without its
-client (agentctl.mcp_endpoint.sdk_imports), prometheus_client only at the first scrape, and nothing else new from
-its dependencies; the start-up heap frozen out of the garbage collector once started."""
+client (agentctl.mcp_endpoint.sdk_imports), prometheus_client only at the first scrape, nothing of the OpenTelemetry
+SDK while no OTLP endpoint is configured, and nothing else new from its dependencies; the start-up heap frozen out
+of the garbage collector once started."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -19,6 +21,9 @@ _PROBE = textwrap.dedent(
     from agentctl.daemon.app import Daemon
     from agentctl.spec import load_spec
 
+    # With no OTEL_EXPORTER_OTLP_* endpoint, tracing is off: none of the OpenTelemetry SDK or exporter.
+    TRACING = ("opentelemetry.sdk", "opentelemetry.exporter", "agentctl.tracing.otel", "google.protobuf")
+
     async def go():
         daemon = Daemon(load_spec(sys.argv[1]), socket_path=sys.argv[2])
         await daemon.start()
@@ -26,7 +31,7 @@ _PROBE = textwrap.dedent(
         frozen = gc.get_freeze_count()
         third_party = sorted({m.split(".")[0] for m in sys.modules} - set(sys.stdlib_module_names))
         with open(sys.argv[3], "w") as out:
-            out.write(" ".join([*third_party, *(m for m in sys.modules if m.startswith(("mcp.client", "httpx2."))),
+            out.write(" ".join([*third_party, *(m for m in sys.modules if m.startswith(("mcp.client", "httpx2.", *TRACING))),
                                 *(["aiohttp-init"] if "ClientSession" in vars(sys.modules["aiohttp"]) else [])]))
         if before:
             await daemon.stop()
@@ -54,7 +59,8 @@ _PROBE = textwrap.dedent(
 
 def _run(spec, sock) -> list[str]:
     proc = subprocess.run([sys.executable, "-c", _PROBE, str(spec), str(sock), str(sock.parent / "modules")], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")})
     assert proc.returncode == 0, proc.stderr
     frozen, *imports = proc.stdout.split()
     # The SDKs' schemas and modules (~100,000 objects) are out of reach of every later full collection.
@@ -88,6 +94,8 @@ def test_an_idle_mcp_only_daemon_loads_only_the_pinned_dependencies_and_not_the_
     loaded = (short_tmp / "modules").read_text().split()
     clients = [m for m in loaded if m.startswith(("mcp.client", "httpx2.")) or m == "aiohttp-init"]
     assert not clients, f"an HTTP client (the MCP SDK's, httpx2, aiohttp's) is loaded at idle: {clients}"
+    traced = [m for m in loaded if m.startswith(("opentelemetry.sdk", "opentelemetry.exporter", "agentctl.tracing."))]
+    assert not traced, f"tracing is off (no OTLP endpoint) yet the daemon loaded {traced}"
     found = {m for m in loaded if not m.startswith(_NOT_DEPENDENCIES)}
     new, gone = sorted(found - IDLE_MCP_ONLY), sorted(IDLE_MCP_ONLY - found)
     assert not new and not gone, (

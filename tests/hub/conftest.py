@@ -4,6 +4,7 @@ real PostgreSQL."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -14,14 +15,21 @@ from agentctl.hub.web import HubWeb
 from tests.pg import PgDatabase
 
 
-@pytest.fixture
-async def hub(short_dir: Path) -> AsyncIterator[Hub]:
+@asynccontextmanager
+async def started_hub(short_dir: Path) -> AsyncIterator[Hub]:
+    """An in-process hub on short_dir/hub.sock (a test that shortens its deadlines starts it after doing so)."""
     h = Hub(short_dir / "hub.sock", short_dir / "hub.sqlite3", flush_interval=0.02)
     await h.start()
     try:
         yield h
     finally:
         await h.stop()
+
+
+@pytest.fixture
+async def hub(short_dir: Path) -> AsyncIterator[Hub]:
+    async with started_hub(short_dir) as h:
+        yield h
 
 
 @pytest.fixture

@@ -13,9 +13,12 @@ from datetime import UTC, datetime
 from agentctl.evidence.contract import encode
 from agentctl.evidence.ledger import Ledger
 from agentctl.upstream import protocol as P
+from agentctl.hub import hub as hub_module
+from agentctl.hub import hub_conn
 from agentctl.hub.hub import Hub
 from agentctl.hub.hub_store import HubStore
 from agentctl.hub.views import status_view
+from tests.hub.conftest import started_hub
 from tests.upstream.support import SEEDS, RawClient, eventually, identity
 
 CANARY = "CANARY-hub-9c41"
@@ -131,3 +134,39 @@ async def test_a_peer_error_code_is_logged_only_when_known_and_listener_tracebac
     assert any(r.exc_info for r in caplog.records if r.getMessage() == "hub listener failed: RuntimeError")
     hub.unsubscribe(broken)
     await client.close()
+
+
+async def hello_asking(client: RawClient, ident, heartbeat_ms: int) -> None:
+    await client.send(P.frame(P.HelloFrame, identity=ident, daemon_version="t", contract_version=1,
+                              heartbeat_ms=heartbeat_ms))
+
+
+async def test_a_peer_asking_for_an_hour_between_heartbeats_is_still_closed_after_three_of_the_hubs_maximum(
+        short_dir, monkeypatch):
+    # The clamp shortened so the test is quick: what is tested is that the hub, not the hello, decides.
+    monkeypatch.setattr(hub_conn, "MAX_HEARTBEAT_SECONDS", 0.2)
+    async with started_hub(short_dir) as hub:
+        client = await RawClient.connect(hub.socket_path)
+        ident = identity(session="silent")
+        await hello_asking(client, ident, 3_600_000)
+        await client.send(P.frame(P.SnapshotFrame, history=Ledger(ident).history))  # a held daemon link
+        began = asyncio.get_running_loop().time()
+        assert [f.code for f in await client.recv_until_closed(timeout=10)] == ["idle_timeout"]
+        assert asyncio.get_running_loop().time() - began < 5  # the sweep runs every second
+
+
+async def test_a_connection_that_says_hello_and_sends_no_snapshot_is_closed_at_the_hello_deadline(
+        short_dir, monkeypatch):
+    monkeypatch.setattr(hub_module, "HELLO_TIMEOUT", 0.5)
+    async with started_hub(short_dir) as hub:
+        hello_only = await RawClient.connect(hub.socket_path)
+        await hello_asking(hello_only, identity(session="forged"), 3_600_000)
+        daemon = await RawClient.connect(hub.socket_path)
+        ident = identity(session="real")
+        await daemon.hello(ident)
+        await daemon.send(P.frame(P.SnapshotFrame, history=Ledger(ident).history))
+        assert await hello_only.recv_until_closed(timeout=5) == []  # closed, not held, however long it asked
+        assert hub.guard is not None and hub.guard.counts["timed_out"] == 1
+        await daemon.send(P.frame(P.HeartbeatFrame))  # the daemon that sent its snapshot is held past it
+        assert isinstance(await daemon.recv(), P.HeartbeatFrame)
+        await daemon.close()

@@ -4,6 +4,7 @@ the bundled page itself (no external resource, no HTML rendering of data)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -215,3 +216,26 @@ def test_the_bundled_page_loads_nothing_external_and_never_renders_data_as_html(
     for name in ("app.js", "views.js"):
         for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
             assert sink not in files[name], (name, sink)
+
+
+def test_static_assets_are_served_gzip_compressed_to_who_accepts_it_and_revalidated_for_an_empty_304(short_dir):
+    proc, ready, _ = _serve(short_dir)
+    try:
+        url = ready["http"] + "vendor/xterm/xterm.js"
+        original = (STATIC / "vendor" / "xterm" / "xterm.js").read_bytes()
+        status, headers, body = _get(url, {"Accept-Encoding": "gzip, deflate"})
+        assert status == 200 and headers["Content-Encoding"] == "gzip" and "Accept-Encoding" in headers["Vary"]
+        assert gzip.decompress(body) == original and len(body) < len(original) // 3
+        etag = headers["ETag"]
+        assert headers["Cache-Control"] == "no-cache" and etag.startswith('"')
+        status, headers, body = _get(url, {"Accept-Encoding": "gzip", "If-None-Match": etag})
+        assert (status, body, headers["ETag"]) == (304, b"", etag)
+        # Without gzip (or refusing it with q=0): the file as it is.
+        for refusing in ({}, {"Accept-Encoding": "gzip;q=0, identity"}):
+            status, headers, body = _get(url, refusing)
+            assert status == 200 and "Content-Encoding" not in headers and body == original
+        status, headers, body = _get(ready["http"], {"Accept-Encoding": "gzip"})
+        assert status == 200 and b"<html" in gzip.decompress(body).lower()
+        assert "default-src 'none'" in headers["Content-Security-Policy"]
+    finally:
+        _stop(proc)

@@ -41,6 +41,7 @@ from agentctl.agent.passthrough.base import (
     plan_materialization,
     unsupported,
 )
+from agentctl.agent.refusal_hints import RefusalHint
 from agentctl.runtime import SERVICE_MANAGER_ENV_PREFIXES
 
 TOKEN_ENV = "AGENTCTL_MCP_BEARER_TOKEN"
@@ -75,9 +76,33 @@ def _refused_name(name: str) -> str | None:
     return None if _BARE_KEY.fullmatch(name) else "Codex server names allow only letters, digits, '-' and '_'"
 
 
+# Why `codex exec` fails, as Codex 0.171 says it: a CODEX_HOME that does not exist ("Error finding codex home:
+# CODEX_HOME points to ..., but that path does not exist", exit 1, before anything else); no credentials.
+FAILURE_HINTS = (
+    RefusalHint(
+        "home_missing",
+        ("error finding codex home", "codex_home points to"),
+        "Codex's CODEX_HOME does not exist: create that directory (owned by the user agentctl runs as), or "
+        "point CODEX_HOME in [agent] env at one that does.",
+    ),
+    RefusalHint(
+        "not_logged_in",
+        ("not logged in", "401 unauthorized", "missing bearer", "incorrect api key", "invalid_api_key"),
+        "Codex has no usable credentials: set OPENAI_API_KEY in [agent] env, or run `codex login` with the "
+        "same CODEX_HOME as the user agentctl runs as.",
+    ),
+    RefusalHint(
+        "rate_limited",
+        ("usage limit", "rate limit", "429 too many requests"),
+        "OpenAI refused for rate or usage limits: wait, or use another key or plan.",
+    ),
+)
+
+
 class CodexStrategy:
     name = "codex"
     receiver = CliReceiver(frozenset({"http", "stdio"}), refuse_name=_refused_name)
+    failure_hints = FAILURE_HINTS
 
     def materialize(self, req: MaterializeRequest) -> Materialization:
         plan = plan_materialization(req, self.receiver)

@@ -39,6 +39,7 @@ from agentctl.agent.passthrough.base import (
     plan_materialization,
 )
 from agentctl.agent.passthrough.workspace import merge_workspace_json
+from agentctl.agent.refusal_hints import RefusalHint
 
 PARTS = (".gemini", "settings.json")
 EXCLUDED = "excluded_by_workspace_settings"
@@ -56,9 +57,29 @@ def _names(value: Any) -> list[str] | None:
     return [str(v) for v in value] if isinstance(value, list) else None
 
 
+# Why a headless run (`gemini -p`) fails, as Gemini CLI 0.61 says it: no credentials, "Please set an Auth
+# method ...", exit 41 (FatalAuthenticationError); an untrusted folder, "Gemini CLI is not running in a trusted
+# directory ...", exit 55.
+FAILURE_HINTS = (
+    RefusalHint(
+        "api_key_missing",
+        ("please set an auth method", "api key is missing", "exited with code 41"),
+        "Gemini CLI has no credentials: set GEMINI_API_KEY in [agent] env, or an auth method in the Gemini "
+        "settings of the user agentctl runs as.",
+    ),
+    RefusalHint(
+        "untrusted_folder",
+        ("not running in a trusted directory", "exited with code 55"),
+        "Gemini CLI does not trust the agent's workdir: set GEMINI_CLI_TRUST_WORKSPACE=true in [agent] env, add "
+        "--skip-trust to the command, or trust the folder in ~/.gemini/trustedFolders.json.",
+    ),
+)
+
+
 class GeminiStrategy:
     name = "gemini"
     receiver = CliReceiver(frozenset({"http", "sse", "stdio"}))
+    failure_hints = FAILURE_HINTS
 
     def materialize(self, req: MaterializeRequest) -> Materialization:
         plan = plan_materialization(req, self.receiver)

@@ -251,6 +251,11 @@ class PassthroughManager:
                 feed.feed(chunk)
         feed.close()
 
+    async def output_drained(self, timeout: float = 2.0) -> None:
+        """Return once the CLI's stdout reached its end (so the window holds its last words), or after `timeout`."""
+        if self._drain is not None:
+            await asyncio.wait([self._drain], timeout=timeout)
+
     # -- endings ------------------------------------------------------------------------------------
 
     async def _halt(self) -> None:
@@ -309,7 +314,7 @@ class PassthroughManager:
         self._start_cleanup()
         if info.stopped or self._stopping:
             return
-        log.info("passthrough agent %s", info.reason)
+        log.debug("passthrough agent %s", info.reason)  # the supervisor logs the end once at default level
         if info.returncode != 0 and self.attempt_id is not None:
             # A print-mode CLI exiting 0 has simply finished; anything else is a report-level diagnostic.
             ctx.ledger.record("explicit_error", self.attempt_id, reason_code="agent_exited", summary=info.reason)

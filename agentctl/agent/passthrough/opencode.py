@@ -32,6 +32,7 @@ from agentctl.agent.passthrough.base import (
     plan_materialization,
 )
 from agentctl.agent.passthrough.workspace import write_private
+from agentctl.agent.refusal_hints import RefusalHint
 
 FILE_NAME = "opencode.json"
 ENV_NAME = "OPENCODE_CONFIG"
@@ -42,9 +43,28 @@ def _refused_name(name: str) -> str | None:
     return "opencode 2 reads mcp.servers as its own server table" if name == "servers" else None
 
 
+# Why `opencode run` fails, as OpenCode 1.18 says it: its default model's provider out of reach ("Error: Cannot
+# connect to API: Unable to connect. ...", exit 1, after about 80 s of retries); a provider with no key.
+FAILURE_HINTS = (
+    RefusalHint(
+        "provider_unreachable",
+        ("cannot connect to api", "unable to connect"),
+        "OpenCode cannot reach its model's provider: check the network and proxy variables of the agent's "
+        "process, or pick a model (--model) whose provider is reachable and set its key in [agent] env.",
+    ),
+    RefusalHint(
+        "api_key_missing",
+        ("api key is missing", "apikey", "no api key", "invalid x-api-key", "authentication"),
+        "OpenCode's provider wants a key: set it in [agent] env (ANTHROPIC_API_KEY, OPENAI_API_KEY, ...), or "
+        "run `opencode auth login` as the user agentctl runs as.",
+    ),
+)
+
+
 class OpencodeStrategy:
     name = "opencode"
     receiver = CliReceiver(frozenset({"http", "sse", "stdio"}), refuse_name=_refused_name)
+    failure_hints = FAILURE_HINTS
 
     def materialize(self, req: MaterializeRequest) -> Materialization:
         plan = plan_materialization(req, self.receiver)

@@ -1,0 +1,170 @@
+"""Owns the hub's retention: sessions whose last contact is older than the retention period leave the database
+(and the hub's memory) in bounded batches, each execution leaving a tombstone that keeps fencing whole, and
+the database's size and oldest session, measured for `/metrics`.
+
+A batch is one short transaction in a worker thread, taken in turns with the hub's flush (never beside it),
+with a pause between batches: ingest and the page never wait on more than one batch. A session whose current
+execution's daemon is connected (on any hub: the `connected` flags) or that this hub holds (a connection it
+follows, changes not yet written) is never pruned. A session pruned while a hello raced it (its daemon
+connected meanwhile) is written again whole from memory at the next flush. A superseded daemon's connection
+does not hold its session: when the session is pruned it is closed with `stale_execution`, and its next hello
+meets the tombstone.
+
+A hello of an execution the hub does not hold is checked against its tombstone (agentctl.hub.rules.after_prune):
+a superseded execution of a pruned session is refused as `stale_execution` forever. With a shared PostgreSQL
+database the claim does that check in its transaction (agentctl.hub.pg_store).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from agentctl.hub import rules
+from agentctl.hub.hub_store import HubStoreError
+from agentctl.hub.state import SessionState
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agentctl.evidence.contract import Identity
+    from agentctl.hub.hub import Hub
+    from agentctl.hub.hub_conn import HubConnection
+
+log = logging.getLogger("agentctl.hub")
+
+DEFAULT_RETENTION = timedelta(days=30)
+PRUNE_INTERVAL = 60.0  # seconds between rounds (a round prunes every session due, batch after batch)
+PRUNE_BATCH = 200  # sessions per transaction: tens of milliseconds each (bench/hub_db_size.py)
+PRUNE_PAUSE = 0.05  # seconds between batches: the flush and the readers get their turn
+FOREVER = ("forever", "0", "never", "off")
+_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+class RetentionError(ValueError):
+    """A retention period that cannot be read; one line for the CLI."""
+
+
+def parse_retention(text: str) -> timedelta | None:
+    """`30d`, `12h`, `90m`, `3600s` or a number of days; `forever` (or 0) keeps every session: None."""
+    value = text.strip().lower()
+    if value in FOREVER:
+        return None
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([dhms]?)", value)
+    if match is None:
+        raise RetentionError(f"retention {text!r}: give a period such as 30d, 12h, 90m or 3600s, or `forever`")
+    seconds = float(match.group(1)) * _UNITS[match.group(2) or "d"]
+    if seconds <= 0:
+        return None
+    return timedelta(seconds=seconds)
+
+
+class Retention:
+    """Started by the hub after its stores and hydration, stopped before its last flush."""
+
+    def __init__(self, hub: Hub, period: timedelta | None, *, interval: float = PRUNE_INTERVAL,
+                 batch: int = PRUNE_BATCH) -> None:
+        self.hub = hub
+        self.period = period
+        self.interval = interval
+        self.batch = batch
+        self.pruned = 0  # sessions this hub pruned since it started
+        self.size_bytes = 0  # the database's size at the last measure
+        self.oldest_contact_at: datetime | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        try:
+            await self.measure()
+        except HubStoreError as exc:  # the hub serves without the figures; the next round measures again
+            log.warning("measuring the hub database failed: %s", exc)
+        self._task = asyncio.create_task(self._loop(), name="agentctl-hub-retention")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.prune()
+                await self.measure()
+            except HubStoreError as exc:  # the flush says the database is away; the next round tries again
+                log.warning("retention round failed: %s", exc)
+            await asyncio.sleep(self.interval)
+
+    async def measure(self) -> None:
+        reader = self.hub._reader
+        if reader is not None:
+            self.size_bytes, self.oldest_contact_at = await asyncio.to_thread(reader.footprint)
+
+    async def prune(self) -> int:
+        """Prune every session due, a batch per transaction; how many went."""
+        hub = self.hub
+        if self.period is None:
+            return 0
+        total = 0
+        while hub.store is not None:
+            now = hub._clock()
+            async with hub._flush_lock:  # never beside a flush: one user of the store at a time
+                store = hub.store
+                if store is None:
+                    break
+                ids = await asyncio.to_thread(store.prune, now - self.period, self._busy(), self.batch, now)
+            for session_id in ids:
+                self.forget(session_id)
+            total += len(ids)
+            if len(ids) < self.batch:
+                break
+            await asyncio.sleep(PRUNE_PAUSE)
+        if total:
+            self.pruned += total
+            log.info("retention: pruned %d session(s) last in contact over %s ago", total, self.period)
+        return total
+
+    def _busy(self) -> set[str]:
+        """Sessions this hub holds: a connection it follows, or changes not yet written. A superseded daemon's
+        connection does not hold its session: it is closed when the session is pruned (`forget`)."""
+        hub = self.hub
+        busy = {c.session.session_id for c in hub._conns if c.session is not None and c.standing == "current"}
+        return busy | hub._dirty_sessions | {sid for sid, _ in hub._dirty_executions}
+
+    def forget(self, session_id: str) -> None:
+        """The database no longer holds the session: drop it from memory, unless it became busy meanwhile (a
+        hello raced the prune), in which case all of it is written again at the next flush."""
+        hub = self.hub
+        session = hub.sessions.get(session_id)
+        if session is not None and session_id in self._busy():
+            for execution in session.executions.values():
+                hub._mark(session, execution, history=True)
+            return
+        hub.sessions.pop(session_id, None)
+        hub._cold.pop(session_id, None)
+        gone = rules.after_prune(False, session_live=False)  # what its superseded daemons' next hello meets
+        for conn in [c for c in hub._conns if c.session is session and session is not None]:
+            assert gone is not None
+            hub._refuse(conn, gone.code, gone.message)  # its frames could not be kept anyway
+        hub._changed(session_id)
+
+    def fence(self, conn: HubConnection, session: SessionState | None, ident: Identity) -> None:
+        """A hello of an execution the hub does not hold: refused when its tombstone says it may not be current
+        again (raises Refused through the hub), else nothing."""
+        hub = self.hub
+        if session is not None and ident.execution_id in session.executions:
+            return
+        reader = hub._reader
+        if reader is None:
+            return
+        try:
+            was_current = reader.tombstone(ident.session_id, ident.execution_id)  # one indexed row
+        except HubStoreError:
+            hub._fatal(conn, rules.Refusal("unavailable", "the hub cannot read this session's stored state; "
+                                                          "try again"))
+        refusal = rules.after_prune(was_current, session_live=session is not None)
+        if refusal is not None:
+            log.info("session %s: refused a hello of pruned execution %s (stale)", ident.session_id,
+                     ident.execution_id)
+            hub._fatal(conn, refusal)
