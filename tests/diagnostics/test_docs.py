@@ -31,10 +31,11 @@ def test_the_doc_shows_commands_and_names_only_commands_it_runs() -> None:
     assert len(commands) >= 10 and all(" agentctl " in f" {c} " for c in commands)
     run = {" ".join(shlex.split(c.split("agentctl", 1)[1])[:2]) for c in commands}
     run |= {shlex.split(c.split("agentctl", 1)[1])[0] for c in commands}
-    # Not commands for a live daemon: `recover` needs a journal a killed daemon left (run for real by the
-    # hostile-workspace-file tests), and `run` starts its own (the doc's failed-CLI text is checked against a
-    # real run by the failure-explanation tests).
-    run |= {"recover", "run"}
+    # Not commands to type at a live daemon here: `serve` is the daemon this test starts; `recover` needs a
+    # journal a killed daemon left (run for real by the hostile-workspace-file tests); `run` starts its own
+    # (the doc's failed-CLI text is checked against a real run by the failure-explanation tests); `attach`
+    # needs a terminal (run through a real PTY by the attach tests).
+    run |= {"serve", "recover", "run", "attach"}
     for mention in re.findall(r"`agentctl ([^`]*)`", DOC.read_text()):
         words = mention.split()
         assert words[0] in run or " ".join(words[:2]) in run, f"`agentctl {mention}` is shown but never run"
