@@ -407,6 +407,35 @@ class AgentReadiness(msgspec.Struct, kw_only=True, omit_defaults=True):
     stopped_by_daemon: bool | None = None  # set once the agent has exited
 
 
+RequiredState = Literal["attached", "waiting", "failed", "not_attached"]
+GateState = Literal["open", "waiting", "blocked"]
+
+
+class RequiredServer(Base, kw_only=True):
+    """One required server as the gate judged it: a policy result beside the evidence, never evidence itself.
+    `evidence` is what the row rests on in words (`delivered · connection unverified for 30 s`, `failed ·
+    reported by codex-acp: ...`); `policy` the gate's reading of it (`required, not attached after 30 s`)."""
+
+    name: str
+    source: Source = "profile"
+    state: RequiredState
+    evidence: str
+    policy: str
+
+
+class AttachedGate(Base, kw_only=True):
+    """Whether every required server is attached (agentctl/evidence/required.py decides): `open` (the prompt
+    may go), `waiting` (within `timeout` seconds of the attempt's start), `blocked` (a required server failed,
+    or was not attached in time: no prompt is sent). The same answer for `run --prompt`, `wait --attached`,
+    GET /v1/attached and `/readyz?verbose`."""
+
+    state: GateState
+    timeout: float
+    waited: float | None = None  # seconds since the current attempt started (None: no attempt yet)
+    attempt_id: str | None = None
+    servers: list[RequiredServer] = []
+
+
 class HealthResponse(msgspec.Struct, kw_only=True):
     """Readiness, one shape wherever it is asked: GET /v1/health (`agentctl health --json`) and `/readyz?verbose`.
 
@@ -421,6 +450,9 @@ class HealthResponse(msgspec.Struct, kw_only=True):
     checks: dict[str, CheckState]
     degraded: dict[str, str] = {}  # as in StatusResponse
     agent: AgentReadiness | None = None  # null without an [agent]
+    # The required-server gate, when the spec marks a server required. Never part of `ready`: a server that is
+    # not attached is a policy result for the executor to act on, not the daemon's health.
+    required: AttachedGate | None = None
 
 
 class SessionResult(msgspec.Struct, kw_only=True):
