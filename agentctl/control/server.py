@@ -205,8 +205,10 @@ def build_gate(ctx: DaemonContext, now: datetime | None = None) -> AttachedGate 
     `run --prompt` waits on, GET /v1/attached answers and `/readyz?verbose` carries."""
     mcp = ctx.spec.mcp
     required = required_names(mcp.builtin_name, mcp.builtin_required, [s.name for s in mcp.servers if s.required])
-    return judge(ctx.ledger.history.current, required, builtin_name=mcp.builtin_name, timeout=mcp.required_timeout,
-                 now=now or ctx.ledger.now())
+    history = ctx.ledger.history
+    exited = history.agent is not None and history.agent.state == "exited"
+    return judge(history.current, required, builtin_name=mcp.builtin_name, timeout=mcp.required_timeout,
+                 now=now or ctx.ledger.now(), agent_exited=exited)
 
 
 def install_control_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext]) -> None:

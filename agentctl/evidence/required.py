@@ -25,9 +25,10 @@ def required_names(builtin_name: str, builtin_required: bool, profile_required: 
 
 
 def judge(attempt: Attempt | None, required: Sequence[str], *, builtin_name: str, timeout: float,
-          now: datetime) -> AttachedGate | None:
+          now: datetime, agent_exited: bool = False) -> AttachedGate | None:
     """The gate for `attempt` at `now` (None when nothing is required). Without an attempt it waits: the time
-    counts from the attempt's start, the moment delivery began."""
+    counts from the attempt's start, the moment delivery began. Once the agent has exited nothing more can
+    attach: what is not attached then blocks at once, rather than when the time is up."""
     if not required:
         return None
     if attempt is None:
@@ -35,7 +36,7 @@ def judge(attempt: Attempt | None, required: Sequence[str], *, builtin_name: str
                    for name in required]
         return AttachedGate(state="waiting", timeout=timeout, servers=servers)
     waited = max(0.0, (now - attempt.started_at).total_seconds())
-    late = waited >= timeout
+    late = "the agent exited" if agent_exited else f"after {timeout:g} s" if waited >= timeout else None
     rows = {row.name: row for row in attempt.servers}
     servers = [_judge_row(name, rows.get(name), _source(name, builtin_name), late, timeout) for name in required]
     states = {server.state for server in servers}
@@ -54,11 +55,11 @@ def _source(name: str, builtin_name: str) -> Source:
 
 
 def _server(name: str, source: Source, state: str, evidence: str, policy: str) -> RequiredServer:
-    return RequiredServer(name=name, source=source, state=state, evidence=evidence, policy=policy)  # type: ignore[arg-type]
+    return RequiredServer(name=name, source=source, state=state,  # type: ignore[arg-type]
+                          evidence=evidence, policy=policy)
 
 
-def _judge_row(name: str, row: ServerRow | None, source: Source, late: bool, timeout: float) -> RequiredServer:
-    after = f"{timeout:g} s"
+def _judge_row(name: str, row: ServerRow | None, source: Source, late: str | None, timeout: float) -> RequiredServer:
     if row is None:
         # Not in this attempt at all: never configured for it, so nothing could ever attach it.
         return _server(name, source, "failed", "not in this attempt", "required, not delivered")
@@ -66,11 +67,12 @@ def _judge_row(name: str, row: ServerRow | None, source: Source, late: bool, tim
         return _server(name, source, "failed", _evidence(row), f"required, {row.status}")
     if _attached(row, source):
         return _server(name, source, "attached", _evidence(row), "required, attached")
-    if late:
+    if late is not None:
         evidence = _evidence(row)
-        if row.status == "delivered":
-            evidence += f" for {after}"
-        return _server(name, source, "not_attached", evidence, f"required, not attached after {after}")
+        if row.status == "delivered" and late.startswith("after"):
+            evidence += f" for {timeout:g} s"
+        policy = f"required, not attached {late}" if late.startswith("after") else f"required, not attached ({late})"
+        return _server(name, source, "not_attached", evidence, policy)
     return _server(name, source, "waiting", _evidence(row), "required, waiting")
 
 

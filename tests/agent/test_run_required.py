@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -13,7 +15,7 @@ from pathlib import Path
 from agentctl.daemon.app import Daemon
 from agentctl.daemon.run import run_main_job
 from agentctl.evidence.contract import decode_history
-from agentctl.exit_codes import EXIT_NOT_ATTACHED, EXIT_OK
+from agentctl.exit_codes import EXIT_FAILED as EXIT_AGENT_FAILED, EXIT_NOT_ATTACHED, EXIT_OK
 from agentctl.spec import load_spec
 from tests.agent.serve_support import agent_spec, canary_http_server, closed_port
 from tests.conftest import write_spec
@@ -97,3 +99,26 @@ async def test_the_same_replayed_agent_reporting_the_server_connected_gets_its_p
     assert code == EXIT_OK, text
     assert prompts.read_text() == "prompt\n"
     assert "docs: required, attached (connected · reported by codex-acp)" in text
+
+
+async def test_an_agent_killed_while_the_gate_waits_ends_the_wait_at_once_and_no_prompt_is_sent(tmp_path, short_tmp):
+    spec = agent_spec(tmp_path, "--lazy", servers=_required_builtin(60))
+    daemon = Daemon(load_spec(spec), socket_path=short_tmp / "r.sock")
+
+    class Out(io.StringIO):
+        def write(self, text: str) -> int:
+            if text.startswith("  waiting"):
+                os.kill(daemon.agent.supervisor.pid, signal.SIGKILL)  # a real SIGKILL while the gate waits
+            return super().write(text)
+
+    out = Out()
+    began = time.monotonic()
+    code = await run_main_job(daemon, prompt="hello", out=out)
+    took, text = time.monotonic() - began, out.getvalue()
+    # The agent's own end is the first cause: run's code says that one (1); the gate's line says why nothing
+    # was prompted.
+    assert code == EXIT_AGENT_FAILED, text
+    assert "  required    kandev: required, not attached (the agent exited) " \
+           "(delivered · connection unverified)" in text
+    assert "prompt sent" not in text
+    assert took < 30, f"the wait outlived the agent: {took:.1f} s for a 60 s timeout"

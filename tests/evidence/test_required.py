@@ -96,3 +96,13 @@ def test_the_gate_never_changes_the_row_it_reads():
     before = attempt.servers[0].status
     _judge(attempt, after=99)
     assert attempt.servers[0].status == before == "delivered"
+
+
+def test_once_the_agent_has_exited_what_is_not_attached_blocks_at_once_saying_so():
+    gate = judge(_attempt(_builtin()), ["kandev"], builtin_name="kandev", timeout=30, now=T0 + timedelta(seconds=2),
+                 agent_exited=True)
+    assert (gate.state, gate.servers[0].policy) == ("blocked", "required, not attached (the agent exited)")
+    assert gate.servers[0].evidence == "delivered · connection unverified"
+    attached = judge(_attempt(_builtin("active")), ["kandev"], builtin_name="kandev", timeout=30, now=T0,
+                     agent_exited=True)
+    assert attached.state == "open"
