@@ -170,6 +170,7 @@ def build_status(ctx: DaemonContext) -> StatusResponse:
         upstream=ctx.upstream.status() if ctx.upstream is not None else None,
         agent=history.agent,
         degraded=dict(ctx.readiness.degraded),
+        required=build_gate(ctx),
     )
 
 

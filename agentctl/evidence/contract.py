@@ -387,6 +387,8 @@ class StatusResponse(msgspec.Struct, kw_only=True):
     # Components that work but not fully, by check name, with a reason code (e.g. persistence:
     # `report_write_failed`). Degraded is visible, not unready: the daemon keeps serving MCP.
     degraded: dict[str, str] = {}
+    # The required-server gate (as GET /v1/attached answers it), when the spec marks a server required.
+    required: AttachedGate | None = None
 
 
 class CheckState(msgspec.Struct, kw_only=True, omit_defaults=True):

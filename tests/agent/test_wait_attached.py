@@ -44,6 +44,9 @@ def test_wait_attached_exits_with_the_gates_code_when_a_lazy_agent_leaves_the_bu
     assert (status, health["ready"], health["required"]["state"]) == (200, True, "blocked")
     row = json.loads(cli(daemon.socket, "status", "--json").stdout)["current"]["servers"][0]
     assert (row["name"], row["status"]) == ("kandev", "delivered")
+    shown = cli(daemon.socket, "status").stdout
+    assert "delivered · connection unverified" in shown  # the row says what the evidence says ...
+    assert "  required   kandev: required, not attached after 1 s" in shown  # ... and the gate's reading beside it
 
 
 def test_wait_attached_without_a_daemon_says_so_with_its_own_code(short_tmp):
