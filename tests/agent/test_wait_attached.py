@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from agentctl.exit_codes import EXIT_NOT_ATTACHED, EXIT_OK
 from tests.agent.serve_support import agent_spec, base_url, cli, http_get
@@ -47,6 +50,11 @@ def test_wait_attached_exits_with_the_gates_code_when_a_lazy_agent_leaves_the_bu
     shown = cli(daemon.socket, "status").stdout
     assert "delivered · connection unverified" in shown  # the row says what the evidence says ...
     assert "  required   kandev: required, not attached after 1 s" in shown  # ... and the gate's reading beside it
+    with urllib.request.urlopen(base_url(daemon) + "/metrics", timeout=10) as resp:
+        scraped = {(s.name, s.labels.get("state")): s.value
+                   for family in text_string_to_metric_families(resp.read().decode()) for s in family.samples}
+    assert scraped[("agentctl_required_gate", "blocked")] == 1 and scraped[("agentctl_required_gate", "open")] == 0
+    assert scraped[("agentctl_required_servers", "not_attached")] == 1
 
 
 def test_wait_attached_without_a_daemon_says_so_with_its_own_code(short_tmp):
