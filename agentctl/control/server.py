@@ -206,10 +206,12 @@ def build_gate(ctx: DaemonContext, now: datetime | None = None) -> AttachedGate 
     `run --prompt` waits on, GET /v1/attached answers and `/readyz?verbose` carries."""
     mcp = ctx.spec.mcp
     required = required_names(mcp.builtin_name, mcp.builtin_required, [s.name for s in mcp.servers if s.required])
-    history = ctx.ledger.history
-    exited = history.agent is not None and history.agent.state == "exited"
-    return judge(history.current, required, builtin_name=mcp.builtin_name, timeout=mcp.required_timeout,
-                 now=now or ctx.ledger.now(), agent_exited=exited)
+    agent = ctx.ledger.history.agent
+    exited = agent is not None and agent.state == "exited"
+    # A passthrough CLI run whose arguments ask for no report of its servers (its start says so, and why).
+    silent = agent is not None and agent.protocol == "passthrough" and agent.report_source is None
+    return judge(ctx.ledger.history.current, required, builtin_name=mcp.builtin_name, timeout=mcp.required_timeout,
+                 now=now or ctx.ledger.now(), agent_exited=exited, no_report=agent.report_note if silent else None)
 
 
 def install_control_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext]) -> None:

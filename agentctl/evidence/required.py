@@ -25,10 +25,12 @@ def required_names(builtin_name: str, builtin_required: bool, profile_required: 
 
 
 def judge(attempt: Attempt | None, required: Sequence[str], *, builtin_name: str, timeout: float,
-          now: datetime, agent_exited: bool = False) -> AttachedGate | None:
+          now: datetime, agent_exited: bool = False, no_report: str | None = None) -> AttachedGate | None:
     """The gate for `attempt` at `now` (None when nothing is required). Without an attempt it waits: the time
     counts from the attempt's start, the moment delivery began. Once the agent has exited nothing more can
-    attach: what is not attached then blocks at once, rather than when the time is up."""
+    attach: what is not attached then blocks at once, rather than when the time is up. `no_report` says why
+    this agent run gives no report of its servers (a passthrough CLI whose arguments ask for none): a third-party
+    server nothing else observes can then never be proven attached, and blocks at once saying so."""
     if not required:
         return None
     if attempt is None:
@@ -38,7 +40,8 @@ def judge(attempt: Attempt | None, required: Sequence[str], *, builtin_name: str
     waited = max(0.0, (now - attempt.started_at).total_seconds())
     late = "the agent exited" if agent_exited else f"after {timeout:g} s" if waited >= timeout else None
     rows = {row.name: row for row in attempt.servers}
-    servers = [_judge_row(name, rows.get(name), _source(name, builtin_name), late, timeout) for name in required]
+    servers = [_judge_row(name, rows.get(name), _source(name, builtin_name), late, timeout, no_report)
+               for name in required]
     states = {server.state for server in servers}
     if states & {"failed", "not_attached"}:
         state = "blocked"
@@ -59,7 +62,8 @@ def _server(name: str, source: Source, state: str, evidence: str, policy: str) -
                           evidence=evidence, policy=policy)
 
 
-def _judge_row(name: str, row: ServerRow | None, source: Source, late: str | None, timeout: float) -> RequiredServer:
+def _judge_row(name: str, row: ServerRow | None, source: Source, late: str | None, timeout: float,
+               no_report: str | None) -> RequiredServer:
     if row is None:
         # Not in this attempt at all: never configured for it, so nothing could ever attach it.
         return _server(name, source, "failed", "not in this attempt", "required, not delivered")
@@ -67,6 +71,9 @@ def _judge_row(name: str, row: ServerRow | None, source: Source, late: str | Non
         return _server(name, source, "failed", _evidence(row), f"required, {row.status}")
     if _attached(row, source):
         return _server(name, source, "attached", _evidence(row), "required, attached")
+    if source == "profile" and no_report is not None:
+        return _server(name, source, "failed", f"{_evidence(row)}; {no_report}",
+                       "required, cannot be proven attached")
     if late is not None:
         evidence = _evidence(row)
         if row.status == "delivered" and late.startswith("after"):

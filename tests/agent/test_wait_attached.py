@@ -10,7 +10,16 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentctl.exit_codes import EXIT_NOT_ATTACHED, EXIT_OK
-from tests.agent.serve_support import agent_spec, base_url, cli, http_get
+from tests.agent.serve_support import (
+    agent_spec,
+    base_url,
+    canary_http_server,
+    cli,
+    closed_port,
+    http_get,
+    reference_passthrough,
+)
+from tests.conftest import write_spec
 
 
 def test_wait_attached_holds_until_the_session_and_exits_0_once_the_builtin_server_is_active(tmp_path, serve):
@@ -60,3 +69,21 @@ def test_wait_attached_exits_with_the_gates_code_when_a_lazy_agent_leaves_the_bu
 def test_wait_attached_without_a_daemon_says_so_with_its_own_code(short_tmp):
     done = cli(short_tmp / "nobody.sock", "wait", "--attached", "--timeout", "1")
     assert done.returncode == 2 and "agentctl:" in done.stderr
+
+
+def test_a_passthrough_run_that_reports_nothing_blocks_a_required_third_party_server_at_once_saying_why(
+    tmp_path, serve
+):
+    # Claude Code run interactively (no -p) prints no status of its servers: nothing could ever prove `docs`.
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    server = canary_http_server(closed_port(), "41") + "required = true\n"
+    spec = write_spec(tmp_path, f"[mcp]\nrequired_timeout = 60\n{server}", agent=reference_passthrough(workdir))
+    daemon = serve(spec=spec)
+    began = time.monotonic()
+    done = cli(daemon.socket, "wait", "--attached", "--timeout", "60")
+    assert done.returncode == EXIT_NOT_ATTACHED, done.stdout + done.stderr
+    assert time.monotonic() - began < 30, "a run with no report blocks at once, not at the 60 s timeout"
+    assert done.stdout.startswith("required servers: blocked\n  docs: required, cannot be proven attached "
+                                  "(delivered · connection unverified; Claude Code runs interactively"), done.stdout
+    assert "CANARY" not in done.stdout

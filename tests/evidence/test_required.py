@@ -106,3 +106,15 @@ def test_once_the_agent_has_exited_what_is_not_attached_blocks_at_once_saying_so
     attached = judge(_attempt(_builtin("active")), ["kandev"], builtin_name="kandev", timeout=30, now=T0,
                      agent_exited=True)
     assert attached.state == "open"
+
+
+def test_a_third_party_server_of_a_run_that_reports_nothing_blocks_at_once_saying_why_and_the_builtin_still_waits():
+    why = "Claude Code runs interactively (no -p): no agent report is available"
+    gate = judge(_attempt(_builtin(), _docs()), ["kandev", "docs"], builtin_name="kandev", timeout=30,
+                 now=T0 + timedelta(seconds=1), no_report=why)
+    kandev, docs = gate.servers
+    assert (gate.state, kandev.state, docs.state, docs.policy) == ("blocked", "waiting", "failed",
+                                                                   "required, cannot be proven attached")
+    assert docs.evidence == f"delivered · connection unverified; {why}"
+    observed = judge(_attempt(_docs("connected")), ["docs"], builtin_name="kandev", timeout=30, now=T0, no_report=why)
+    assert observed.state == "open", "an observation still proves it"
