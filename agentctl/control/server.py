@@ -197,8 +197,14 @@ def build_health(ctx: DaemonContext) -> HealthResponse:
         checks={name: CheckState(ok=ok, detail=readiness.details.get(name)) for name, ok in readiness.checks.items()},
         degraded=dict(readiness.degraded),
         agent=agent_readiness(ctx.ledger.history.agent),
-        required=build_gate(ctx),
+        required=gate_readiness(build_gate(ctx)),
     )
+
+
+def gate_readiness(gate: AttachedGate | None) -> AttachedGate | None:
+    """The gate as readiness carries it: its state and times only. Which servers, and the evidence in words
+    (the agent's own among them), stay on the control socket: the loopback probe answers without a credential."""
+    return None if gate is None else AttachedGate(state=gate.state, timeout=gate.timeout, waited=gate.waited)
 
 
 def build_gate(ctx: DaemonContext, now: datetime | None = None) -> AttachedGate | None:

@@ -452,8 +452,10 @@ class HealthResponse(msgspec.Struct, kw_only=True):
     checks: dict[str, CheckState]
     degraded: dict[str, str] = {}  # as in StatusResponse
     agent: AgentReadiness | None = None  # null without an [agent]
-    # The required-server gate, when the spec marks a server required. Never part of `ready`: a server that is
-    # not attached is a policy result for the executor to act on, not the daemon's health.
+    # The required-server gate, when the spec marks a server required: its state and times only (no server
+    # names, no evidence words: the loopback probe answers without a credential; `wait --attached` and
+    # GET /v1/attached name them). Never part of `ready`: a server that is not attached is a policy result for
+    # the executor to act on, not the daemon's health.
     required: AttachedGate | None = None
 
 

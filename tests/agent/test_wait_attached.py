@@ -54,6 +54,8 @@ def test_wait_attached_exits_with_the_gates_code_when_a_lazy_agent_leaves_the_bu
     # A policy result, not the daemon's health: it stays ready and the row stays what the evidence says.
     status, health = http_get(base_url(daemon) + "/readyz?verbose")
     assert (status, health["ready"], health["required"]["state"]) == (200, True, "blocked")
+    # The probe answers without a credential: the gate's state and times, never a server's name or evidence.
+    assert set(health["required"]) == {"state", "timeout", "waited"}
     row = json.loads(cli(daemon.socket, "status", "--json").stdout)["current"]["servers"][0]
     assert (row["name"], row["status"]) == ("kandev", "delivered")
     shown = cli(daemon.socket, "status").stdout
