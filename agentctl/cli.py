@@ -20,7 +20,7 @@ from agentctl.cli_support import (
     wrapped,
 )
 from agentctl.cli_help import environment_help, examples_help
-from agentctl.exit_codes import exit_codes_help
+from agentctl.exit_codes import EXIT_NOT_ATTACHED, exit_codes_help
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,13 +90,15 @@ def build_parser() -> argparse.ArgumentParser:
             f"exit codes: {EXIT_OK} the job ran (an agent that ended on its own exited with code 0); "
             f"{EXIT_FAILED} the agent failed: it did not start, did not accept the session, the prompt failed, or it "
             "exited with an error (a non-zero code or a signal), for ACP and passthrough agents alike; "
-            f"{EXIT_NO_DAEMON} bad spec or the daemon could not start; {EXIT_SIGNAL_BASE}+N interrupted by signal N "
+            f"{EXIT_NO_DAEMON} bad spec or the daemon could not start; {EXIT_NOT_ATTACHED} a required server failed "
+            f"or was not attached in time, so the prompt was not sent; {EXIT_SIGNAL_BASE}+N interrupted by signal N "
             "(the agent is stopped and the report persisted all the same). A spec with [agent] terminal = true run "
             "from a terminal is attached to the agent, and exits with the agent's own status instead (128+N if a "
             "signal killed it), as `ssh -t` does"),
     )
     _daemon_arguments(run, log_level="warning")
-    run.add_argument("--prompt", metavar="TEXT", help="send this prompt once the session is accepted")
+    run.add_argument("--prompt", metavar="TEXT", help="send this prompt once the session is accepted and every "
+                     "required server is attached")
     run.add_argument("--json", action="store_true", help="print the final report as JSON")
     run.set_defaults(func=cmd_run)
 

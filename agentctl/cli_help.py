@@ -70,6 +70,10 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
         ("agentctl stop", "ask the daemon to drain and exit; returns at once"),
         ("agentctl stop --wait 30 && echo gone", "return once it has exited, at most 30 s"),
     ),
+    "wait": (
+        ("agentctl wait --attached && send-first-prompt", "hold the first prompt until the required servers attach"),
+        ("agentctl wait --attached --timeout 45 --json", "at most 45 s; each required server and its evidence"),
+    ),
     "ls": (
         ("agentctl ls", "one line per daemon: execution, task, session, agent, state, pid, socket"),
         ("agentctl ps --json", "the same as the contract's DaemonListing"),
@@ -86,6 +90,7 @@ _COMMAND_ENV: dict[str, tuple[str, ...]] = {
     "status": (*_SOCKET_ENV, "NO_COLOR"),
     "report": (*_SOCKET_ENV, "NO_COLOR"),
     "stop": _SOCKET_ENV,
+    "wait": _SOCKET_ENV,
     "ls": (*_SOCKET_ENV, "RUNTIME_DIRECTORY"),
 }
 

@@ -17,6 +17,7 @@ EXIT_NO_DAEMON = 2
 EXIT_TEST_FAILED = 3
 EXIT_UNHEALTHY = 4
 EXIT_STILL_RUNNING = 5
+EXIT_NOT_ATTACHED = 6
 EXIT_SIGNAL_BASE = 128  # + the signal's number
 
 
@@ -43,6 +44,9 @@ EXIT_CODES: tuple[ExitCode, ...] = (
              "or not sensibly"),
     ExitCode("5", ("EXIT_STILL_RUNNING",), "`stop --wait`: the daemon was asked to stop and was still there when "
              "the wait ended (still draining, or hung)"),
+    ExitCode("6", ("EXIT_NOT_ATTACHED",), "a server the spec marks `required` failed or was not attached in "
+             "time: `run --prompt` sent no prompt (it names each server and its evidence, and persists the "
+             "report); `wait --attached` ended with one not attached"),
     ExitCode("128+N", ("EXIT_SIGNAL_BASE",), "interrupted by signal N (130 for SIGINT, 143 for SIGTERM): `run` "
              "once it stopped the agent and persisted the report; `serve` and `hub serve` when a second signal "
              "cut the drain short"),

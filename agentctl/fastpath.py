@@ -213,7 +213,8 @@ def _typed(value: object, kinds: tuple[type, ...]) -> bool:
 
 
 def valid_health(data: object) -> bool:
-    """Whether the full client would decode `data` (a JSON value) as a HealthResponse."""
+    """Whether the full client would decode `data` (a JSON value) as a HealthResponse. A body with a required-server
+    gate is left to the full client (False), whatever its shape."""
     if not isinstance(data, dict):
         return False
     if any(not _typed(data.get(name), (kind,)) for name, kind in _HEALTH_REQUIRED.items()):
@@ -223,6 +224,8 @@ def valid_health(data: object) -> bool:
             return False
         if any(key in check and not _typed(check[key], kinds) for key, kinds in _CHECK_FIELDS.items()):
             return False
+    if data.get("required") is not None:
+        return False  # the required-server gate's shape is the full client's to check (and to print)
     degraded = data.get("degraded", {})
     if not isinstance(degraded, dict) or any(type(v) is not str for v in degraded.values()):
         return False

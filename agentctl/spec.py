@@ -86,6 +86,9 @@ class ServerSpec(_S):
     command: str | list[str] | None = None
     args: list[str] = []
     env: dict[str, str] = {}
+    # The prompt waits until this server is attached (agentctl/evidence/required.py decides); a third-party
+    # server must have a channel that can prove it (the agent's own report), or the spec is refused.
+    required: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.command, list) and self.command:
@@ -98,6 +101,11 @@ class McpSpec(_S):
     listen: str = "127.0.0.1:0"
     profile: Literal["task", "task-title", "config", "external"] = "task"
     builtin_name: str = "kandev"
+    # The built-in server is required: `run --prompt` (and `wait --attached`) hold until the agent is observed
+    # active on the endpoint.
+    builtin_required: bool = False
+    # How long a required server may take to attach before the gate says it is not there.
+    required_timeout: float = 30.0
     servers: list[ServerSpec] = []
 
 
@@ -293,6 +301,10 @@ def _check(spec: Spec, source: str) -> None:
                             "argv list ([\"npx\", \"-y\", \"server\"])")
             if server.url is not None or server.headers:
                 raise _fail(source, f"{where}.url", "not allowed for type = \"stdio\"")
+        if server.required and (why := no_attachment_channel(spec)) is not None:
+            raise _fail(source, f"{where}.required", f"cannot be required: {why}")
+    if not 0 < mcp.required_timeout <= 3600:
+        raise _fail(source, "mcp.required_timeout", "must be > 0 and <= 3600 seconds")
     if spec.agent is not None:
         for field in ("initialize_timeout", "session_timeout", "stop_grace"):
             value = getattr(spec.agent, field)
@@ -306,6 +318,34 @@ def _check(spec: Spec, source: str) -> None:
         raise _fail(source, "daemon.persist_delay", "must be between 0 and 10 seconds")
     if spec.upstream.socket is not None and len(spec.upstream.socket.encode()) > AF_UNIX_PATH_MAX:
         raise _fail(source, "upstream.socket", f"path longer than {AF_UNIX_PATH_MAX} bytes (AF_UNIX limit)")
+
+
+def no_attachment_channel(spec: Spec) -> str | None:
+    """Why nothing could ever prove a third-party server attached under this spec, or None.
+
+    agentctl does not observe third-party servers (the agent connects to them directly): only the agent's own
+    report can say one is connected. An ACP agent may report (claude-agent-acp, codex-acp and Kiro do, which
+    one runs is known only after initialize); a passthrough CLI only under a strategy with a known status
+    output (agentctl/agent/reported/feed.py). Whether its arguments ask for that output is known at its start
+    (`report_note` says so); a run that gives none leaves the server unverified until the deadline."""
+    agent = spec.agent
+    if agent is None:
+        return ("no [agent] runs under this daemon, and agentctl does not observe third-party servers, so "
+                "nothing could report it attached")
+    if agent.protocol == "acp":
+        return None
+    if agent.report == "off":
+        return "agent.report = \"off\": the CLI's own report is the only channel that could prove it attached"
+    if agent.strategy in (None, NO_STRATEGY):
+        return "the CLI runs without MCP configuration (strategy = \"none\"): no server is delivered to it"
+    if agent.strategy not in _REPORTING_STRATEGIES:
+        return (f"the {agent.strategy} strategy has no known MCP status output, so nothing could report it "
+                "attached")
+    return None
+
+
+# Passthrough strategies with a reader of the CLI's own MCP status (agentctl/agent/reported/feed.py).
+_REPORTING_STRATEGIES = ("claude", "codex", "opencode")
 
 
 def spec_schema() -> dict[str, object]:

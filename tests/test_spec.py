@@ -271,3 +271,36 @@ def test_an_auth_method_is_an_acp_method_id_and_only_for_an_acp_agent():
     msg = _err(MINIMAL.decode() + "\n[agent]\ncommand = ['x']\nprotocol = 'passthrough'\nstrategy = 'claude'\n"
                "auth_method = 'api-key'\n")
     assert msg.startswith("spec.toml: agent.auth_method:") and "acp" in msg
+
+
+_REQUIRED_DOCS = """
+[[mcp.servers]]
+name = "docs"
+type = "http"
+url = "https://h.example/mcp"
+required = true
+"""
+
+
+def test_a_required_builtin_server_and_the_gates_timeout_are_read_with_a_30_s_default():
+    spec = parse_spec(MINIMAL + b"\n[mcp]\nbuiltin_required = true\n")
+    assert (spec.mcp.builtin_required, spec.mcp.required_timeout) == (True, 30.0)
+    assert "must be > 0" in _err(MINIMAL.decode() + "\n[mcp]\nrequired_timeout = 0\n")
+
+
+def test_a_required_third_party_server_under_an_acp_agent_is_accepted_its_report_can_prove_it():
+    spec = parse_spec(MINIMAL + b'\n[agent]\ncommand = ["agent"]\n' + _REQUIRED_DOCS.encode())
+    assert spec.mcp.servers[0].required is True
+
+
+@pytest.mark.parametrize("agent, why", [
+    ("", "no [agent] runs under this daemon"),
+    ('[agent]\ncommand = ["gemini"]\nprotocol = "passthrough"\nstrategy = "gemini"\n', "no known MCP status output"),
+    ('[agent]\ncommand = ["claude"]\nprotocol = "passthrough"\nstrategy = "claude"\nreport = "off"\n',
+     'agent.report = "off"'),
+    ('[agent]\ncommand = ["claude"]\nprotocol = "passthrough"\nstrategy = "none"\n', "without MCP configuration"),
+], ids=["no agent", "a CLI with no status output", "reports switched off", "no strategy"])
+def test_a_required_third_party_server_nothing_could_prove_attached_is_refused_at_load_saying_why(agent, why):
+    msg = _err(MINIMAL.decode() + "\n" + agent + _REQUIRED_DOCS)
+    assert msg.startswith("spec.toml: mcp.servers[0].required: cannot be required: "), msg
+    assert why in msg

@@ -1,4 +1,4 @@
-"""The client commands over the control socket: `status`, `report`, `health`, `stop` (and `ls`, registered here
+"""The client commands over the control socket: `status`, `report`, `health`, `stop`, `wait` (and `ls`, registered here
 from agentctl.commands.host_daemons).
 
 Each is `func(args) -> exit code` (agentctl.cli_support's table: `health` is 4 when unhealthy, that is not
@@ -29,10 +29,15 @@ from agentctl.cli_support import (
     fail,
     out,
     persisted_report,
+    positive_seconds,
     print_json,
     stdout_color,
 )
-from agentctl.evidence.contract import AttachmentHistory, HealthResponse, StatusResponse, StopResult
+from agentctl.evidence.contract import AttachedGate, AttachmentHistory, HealthResponse, StatusResponse, StopResult
+from agentctl.exit_codes import EXIT_NOT_ATTACHED
+
+WAIT_ATTACHED = 60.0  # `wait --attached` with no --timeout: past real agents' start-up and the default 30 s gate
+WAIT_POLL = 0.1
 
 
 def add_client_commands(subparsers: Any) -> None:
@@ -79,6 +84,21 @@ def add_client_commands(subparsers: Any) -> None:
     )
     add_stop_wait(p)
     p.set_defaults(func=cmd_stop)
+
+    p = add_main_command(
+        subparsers, "wait", parents=(daemon_options(timeout=False),),
+        help="--attached: wait until every required server is attached (hold the first prompt until then)",
+        description=("Wait until every server the spec marks required is attached, for an executor driving `serve`.",
+                     "Attached: the built-in server observed active on its endpoint, a third-party one reported "
+                     "connected by the agent. Each required server is named with its evidence. Exit codes: "
+                     f"{EXIT_OK} all attached, {EXIT_NOT_ATTACHED} one failed, was not attached within the "
+                     f"spec's [mcp] required_timeout, or the wait ended first, {EXIT_NO_DAEMON} no daemon."),
+    )
+    p.add_argument("--attached", action="store_true", required=True,
+                   help="wait for the required servers (the one thing `wait` waits for)")
+    p.add_argument("--timeout", metavar="SECONDS", type=positive_seconds(3600), default=WAIT_ATTACHED,
+                   help=f"give up after this many seconds (default {WAIT_ATTACHED:g})")
+    p.set_defaults(func=cmd_wait)
 
     add_host_commands(subparsers)
 
@@ -130,6 +150,32 @@ def cmd_health(args: argparse.Namespace) -> int:
 
         out(render_health(health, args.ready, stdout_color()))
     return EXIT_OK if healthy else EXIT_UNHEALTHY
+
+
+@command
+def cmd_wait(args: argparse.Namespace) -> int:
+    import time
+
+    from agentctl.evidence.required import gate_lines
+
+    from agentctl.control.client import ControlClientError
+
+    deadline = time.monotonic() + args.timeout
+    client = connect(args, timeout=5.0)  # each answer's own bound; --timeout bounds the whole wait
+    while True:
+        try:
+            gate = client.call("GET", "/v1/attached", AttachedGate)
+        except ControlClientError as exc:
+            return fail(str(exc), client_exit(exc))
+        if gate.state != "waiting" or time.monotonic() >= deadline:
+            break
+        time.sleep(min(WAIT_POLL, max(deadline - time.monotonic(), 0.0)))  # a poll with a deadline
+    if args.json:
+        print_json(gate)
+    else:
+        ended = " (the wait ended first)" if gate.state == "waiting" else ""
+        out("\n".join([f"required servers: {gate.state}{ended}", *("  " + line for line in gate_lines(gate))]))
+    return EXIT_OK if gate.state == "open" else EXIT_NOT_ATTACHED
 
 
 @command

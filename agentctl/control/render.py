@@ -484,6 +484,10 @@ def render_status(status: StatusResponse | AttachmentHistory | Attempt, color: b
             lines += _detail("upstream", state + (f", {plural(dropped, 'event')} resynced" if dropped else ""), color)
         if live.report_path:
             lines += _detail("report", live.report_path, color)
+        if live.required is not None:
+            # The gate's reading beside the rows' evidence: a policy result, never a row's colour.
+            for server in live.required.servers:
+                lines += _detail("required", f"{server.name}: {server.policy}", color)
     rejected = status.rejected_events if not isinstance(status, Attempt) else 0
     if rejected:
         lines += _detail("rejected", f"{plural(rejected, 'event')} for attempts no longer kept", color)

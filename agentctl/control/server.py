@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -19,6 +20,7 @@ from agentctl.control.socket import peer_allowed, peer_cred
 from agentctl.evidence.contract import (
     AgentReadiness,
     AgentState,
+    AttachedGate,
     CheckState,
     ControlError,
     HealthResponse,
@@ -27,6 +29,7 @@ from agentctl.evidence.contract import (
     encode,
 )
 from agentctl.evidence.decode_errors import describe_decode_error
+from agentctl.evidence.required import judge, required_names
 from agentctl.logs import log_failure
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -167,6 +170,7 @@ def build_status(ctx: DaemonContext) -> StatusResponse:
         upstream=ctx.upstream.status() if ctx.upstream is not None else None,
         agent=history.agent,
         degraded=dict(ctx.readiness.degraded),
+        required=build_gate(ctx),
     )
 
 
@@ -193,7 +197,27 @@ def build_health(ctx: DaemonContext) -> HealthResponse:
         checks={name: CheckState(ok=ok, detail=readiness.details.get(name)) for name, ok in readiness.checks.items()},
         degraded=dict(readiness.degraded),
         agent=agent_readiness(ctx.ledger.history.agent),
+        required=gate_readiness(build_gate(ctx)),
     )
+
+
+def gate_readiness(gate: AttachedGate | None) -> AttachedGate | None:
+    """The gate as readiness carries it: its state and times only. Which servers, and the evidence in words
+    (the agent's own among them), stay on the control socket: the loopback probe answers without a credential."""
+    return None if gate is None else AttachedGate(state=gate.state, timeout=gate.timeout, waited=gate.waited)
+
+
+def build_gate(ctx: DaemonContext, now: datetime | None = None) -> AttachedGate | None:
+    """The required-server gate on the current attempt (None when the spec requires no server): what
+    `run --prompt` waits on, GET /v1/attached answers and `/readyz?verbose` carries."""
+    mcp = ctx.spec.mcp
+    required = required_names(mcp.builtin_name, mcp.builtin_required, [s.name for s in mcp.servers if s.required])
+    agent = ctx.ledger.history.agent
+    exited = agent is not None and agent.state == "exited"
+    # A passthrough CLI run whose arguments ask for no report of its servers (its start says so, and why).
+    silent = agent is not None and agent.protocol == "passthrough" and agent.report_source is None
+    return judge(ctx.ledger.history.current, required, builtin_name=mcp.builtin_name, timeout=mcp.required_timeout,
+                 now=now or ctx.ledger.now(), agent_exited=exited, no_report=agent.report_note if silent else None)
 
 
 def install_control_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext]) -> None:
@@ -211,6 +235,10 @@ def install_control_routes(app: web.Application, ctx_key: web.AppKey[DaemonConte
     async def health(request: web.Request) -> web.Response:
         return json_response(build_health(request.app[ctx_key]))
 
+    async def attached(request: web.Request) -> web.Response:
+        gate = build_gate(request.app[ctx_key])
+        return json_response(gate if gate is not None else AttachedGate(state="open", timeout=0.0))
+
     async def stop(request: web.Request) -> web.StreamResponse:
         ctx = request.app[ctx_key]
         response = json_response(StopResult(stopping=True), status=202)
@@ -223,4 +251,5 @@ def install_control_routes(app: web.Application, ctx_key: web.AppKey[DaemonConte
     app.router.add_get("/v1/status", status, allow_head=False)
     app.router.add_get("/v1/report", report, allow_head=False)
     app.router.add_get("/v1/health", health, allow_head=False)
+    app.router.add_get("/v1/attached", attached, allow_head=False)
     app.router.add_post("/v1/stop", stop)

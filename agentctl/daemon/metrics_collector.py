@@ -1,6 +1,6 @@
 """Owns what the daemon's Prometheus `/metrics` exposes: a per-daemon registry whose collector reads the
 daemon's own state at scrape time (build info, attempts, rows by display state, evidence by kind, MCP request
-latency by method, HTTP refusals, the upstream's queue, agent restarts), with prometheus_client's process and
+latency by method, HTTP refusals, the upstream's queue, agent restarts, the required-server gate), with prometheus_client's process and
 platform collectors beside it. Imported at the first scrape (agentctl.daemon.metrics mounts the route and
 counts from the start), so prometheus_client is no part of a daemon that is never scraped.
 
@@ -19,7 +19,7 @@ from prometheus_client import PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from agentctl.evidence.contract import EVIDENCE_KINDS, Status
+from agentctl.evidence.contract import EVIDENCE_KINDS, GateState, RequiredState, Status
 from agentctl.hub.metrics import build_info, by_label, gauge, metrics_handler
 from agentctl.mcp_endpoint.latency import METHODS
 from agentctl.mcp_endpoint.server import MCP_PATH, MESSAGES_PATH, SSE_PATH
@@ -32,6 +32,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 STATES: tuple[str, ...] = Status.__args__  # type: ignore[attr-defined]
 UPSTREAM_STATES = ("connected", "buffering", "superseded")
+GATE_STATES: tuple[str, ...] = GateState.__args__  # type: ignore[attr-defined]
+REQUIRED_STATES: tuple[str, ...] = RequiredState.__args__  # type: ignore[attr-defined]
 # Routes the daemon counts refusals under (the MCP endpoint's and the control socket's); anything else
 # would be a bug, and is shown as "other" rather than trusted as a label.
 REFUSAL_ROUTES = frozenset({MCP_PATH, SSE_PATH, MESSAGES_PATH, "control"})
@@ -75,6 +77,19 @@ class DaemonCollector(Collector):
         yield from self._latency()
         yield from self._agent()
         yield from self._upstream()
+        yield from self._required()
+
+    def _required(self) -> Iterator[Metric]:
+        from agentctl.control.server import build_gate
+
+        gate = build_gate(self.ctx)
+        if gate is None:
+            return
+        yield by_label(GaugeMetricFamily("agentctl_required_gate", "1 for the required-server gate's current "
+                                         "state", labels=["state"]), GATE_STATES, {gate.state: 1})
+        yield by_label(GaugeMetricFamily("agentctl_required_servers", "Required servers by the gate's reading",
+                                         labels=["state"]), REQUIRED_STATES,
+                       Counter(server.state for server in gate.servers))
 
     def _latency(self) -> Iterator[Metric]:
         endpoint = self.ctx.endpoint

@@ -7,6 +7,7 @@ evidence step as it arrives, then the status table and where the report is persi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
@@ -21,7 +22,7 @@ from agentctl.evidence.contract import EvidenceEvent, PromptStreamItem, encode
 from agentctl.evidence.display import reporter_name
 from agentctl.evidence.reasons import meaning
 from agentctl.control.socket import cleanup_socket_path
-from agentctl.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SIGNAL_BASE
+from agentctl.exit_codes import EXIT_FAILED, EXIT_NOT_ATTACHED, EXIT_OK, EXIT_SIGNAL_BASE
 from agentctl.lifecycle import Signals, StopStack, serve_until_signalled
 from agentctl.logs import TRANSITIONS
 from agentctl.safetext import neutralize
@@ -245,6 +246,9 @@ async def _job(daemon: Daemon, prompt: str | None, show) -> int:
         if not outcome.accepted:
             code = EXIT_AGENT_FAILED
             refused = ("refused the session", f"{outcome.reason_code}: {outcome.summary}" if outcome.summary else outcome.reason_code)
+        elif prompt is not None and not await hold_for_required(daemon, show):
+            code = EXIT_NOT_ATTACHED
+            show("  no prompt   a required server is not attached: the prompt was not sent")
         elif prompt is not None:
             show("prompt sent")
             printer = _AnswerPrinter(show)
@@ -263,6 +267,42 @@ async def _job(daemon: Daemon, prompt: str | None, show) -> int:
     if agent is not None and _exited_with_error(agent):
         code = EXIT_AGENT_FAILED
     return code
+
+
+async def hold_for_required(daemon: Daemon, show) -> bool:
+    """Wait until every required server is attached (True) or the gate blocks (False), saying each server's
+    evidence and the gate's reading of it. Nothing is required: True at once."""
+    from agentctl.control.server import build_gate
+    from agentctl.evidence.required import gate_lines
+
+    gate = build_gate(daemon.ctx)
+    if gate is None:
+        return True
+    loop = asyncio.get_running_loop()
+    changed = asyncio.Event()
+
+    def listener(event: EvidenceEvent | None) -> None:
+        changed.set()
+
+    daemon.ledger.subscribe(listener)
+    try:
+        if gate.state == "waiting":
+            show(f"  waiting     for {', '.join(s.name for s in gate.servers if s.state != 'attached')} "
+                 f"(required, up to {gate.timeout:g} s)")
+        while gate is not None and gate.state == "waiting":
+            changed.clear()
+            # The evidence wakes the gate; the deadline is the attempt's start plus the timeout.
+            left = gate.timeout - (gate.waited or 0.0)
+            deadline = loop.time() + max(left, 0.0) + 0.01
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), timeout=max(deadline - loop.time(), 0.0))
+            gate = build_gate(daemon.ctx)
+    finally:
+        daemon.ledger.unsubscribe(listener)
+    assert gate is not None
+    for line in gate_lines(gate):
+        show(f"  required    {line}")
+    return gate.state == "open"
 
 
 def _exited_with_error(agent: Agent) -> bool:

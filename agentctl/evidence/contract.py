@@ -387,6 +387,8 @@ class StatusResponse(msgspec.Struct, kw_only=True):
     # Components that work but not fully, by check name, with a reason code (e.g. persistence:
     # `report_write_failed`). Degraded is visible, not unready: the daemon keeps serving MCP.
     degraded: dict[str, str] = {}
+    # The required-server gate (as GET /v1/attached answers it), when the spec marks a server required.
+    required: AttachedGate | None = None
 
 
 class CheckState(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -407,6 +409,35 @@ class AgentReadiness(msgspec.Struct, kw_only=True, omit_defaults=True):
     stopped_by_daemon: bool | None = None  # set once the agent has exited
 
 
+RequiredState = Literal["attached", "waiting", "failed", "not_attached"]
+GateState = Literal["open", "waiting", "blocked"]
+
+
+class RequiredServer(Base, kw_only=True):
+    """One required server as the gate judged it: a policy result beside the evidence, never evidence itself.
+    `evidence` is what the row rests on in words (`delivered · connection unverified for 30 s`, `failed ·
+    reported by codex-acp: ...`); `policy` the gate's reading of it (`required, not attached after 30 s`)."""
+
+    name: str
+    source: Source = "profile"
+    state: RequiredState
+    evidence: str
+    policy: str
+
+
+class AttachedGate(Base, kw_only=True):
+    """Whether every required server is attached (agentctl/evidence/required.py decides): `open` (the prompt
+    may go), `waiting` (within `timeout` seconds of the attempt's start), `blocked` (a required server failed,
+    or was not attached in time: no prompt is sent). The same answer for `run --prompt`, `wait --attached`,
+    GET /v1/attached and `/readyz?verbose`."""
+
+    state: GateState
+    timeout: float
+    waited: float | None = None  # seconds since the current attempt started (None: no attempt yet)
+    attempt_id: str | None = None
+    servers: list[RequiredServer] = []
+
+
 class HealthResponse(msgspec.Struct, kw_only=True):
     """Readiness, one shape wherever it is asked: GET /v1/health (`agentctl health --json`) and `/readyz?verbose`.
 
@@ -421,6 +452,11 @@ class HealthResponse(msgspec.Struct, kw_only=True):
     checks: dict[str, CheckState]
     degraded: dict[str, str] = {}  # as in StatusResponse
     agent: AgentReadiness | None = None  # null without an [agent]
+    # The required-server gate, when the spec marks a server required: its state and times only (no server
+    # names, no evidence words: the loopback probe answers without a credential; `wait --attached` and
+    # GET /v1/attached name them). Never part of `ready`: a server that is not attached is a policy result for
+    # the executor to act on, not the daemon's health.
+    required: AttachedGate | None = None
 
 
 class SessionResult(msgspec.Struct, kw_only=True):

@@ -191,6 +191,14 @@ def test_the_fast_paths_health_check_accepts_exactly_what_the_full_clients_decod
     assert fastpath.valid_health(body) is accepted
 
 
+def test_a_health_body_with_a_required_server_gate_is_left_to_the_full_cli():
+    gate = {"state": "waiting", "timeout": 30.0, "servers": []}
+    body = {"live": True, "ready": True, "stopping": False, "checks": {}, "required": gate}
+    msgspec.json.decode(json.dumps(body), type=HealthResponse)  # the full client reads it
+    assert fastpath.valid_health(body) is False
+    assert fastpath.valid_health({**body, "required": None}) is True
+
+
 def test_a_health_body_msgspec_would_not_read_as_utf8_is_left_to_the_full_cli():
     body = json.dumps({"live": True, "ready": True, "stopping": False, "checks": {}}).encode("utf-16")
     assert fastpath._health_line(body, ready_mode=False) is None
@@ -199,7 +207,8 @@ def test_a_health_body_msgspec_would_not_read_as_utf8_is_left_to_the_full_cli():
 def test_the_fast_paths_health_tables_name_every_field_of_the_contract():
     fields = {f.name: f for f in msgspec.structs.fields(HealthResponse)}
     assert set(fastpath._HEALTH_REQUIRED) == {name for name, f in fields.items() if f.required}
-    assert set(fields) - set(fastpath._HEALTH_REQUIRED) == {"degraded", "agent"}  # the optional ones it reads
+    # The optional ones it reads; `required` (the required-server gate) only to leave such a body to the full CLI.
+    assert set(fields) - set(fastpath._HEALTH_REQUIRED) == {"degraded", "agent", "required"}
     assert set(fastpath._CHECK_FIELDS) == {f.name for f in msgspec.structs.fields(CheckState)}
     assert set(fastpath._AGENT_FIELDS) == {f.name for f in msgspec.structs.fields(AgentReadiness)}
     state = next(f for f in msgspec.structs.fields(AgentReadiness) if f.name == "state")

@@ -161,7 +161,8 @@ def test_attempts_agent_restarts_supersessions_and_evidence_kinds_are_counted_fr
     ledger = Ledger(ident)
     counts = DaemonCounts(ledger)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(DaemonCollector(SimpleNamespace(ledger=ledger, upstream=None, endpoint=None), counts))
+    ctx = SimpleNamespace(ledger=ledger, upstream=None, endpoint=None, spec=parse_spec(spec_toml().encode()))
+    registry.register(DaemonCollector(ctx, counts))
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     ledger.update_agent(protocol="passthrough", state="starting", started_at=t0)
     seeds = [ServerSeed(name=HOSTILE, source="profile", transport="http", target="http://127.0.0.1:1")]
