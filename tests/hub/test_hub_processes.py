@@ -58,7 +58,7 @@ def test_a_second_instance_of_the_execution_that_dies_leaves_the_first_rejected_
         hub_status = subprocess.run(agentctl_cmd("hub", "status", "--db", str(d / "hub.sqlite3")),
                                     capture_output=True, text=True, timeout=60, cwd=REPO).stdout
         assert "no attachment attempt" not in hub_status and opened["attempt_id"] in hub_status
-        assert "execution exec-1 · connected" in hub_status
+        assert "execution exec-1 · daemon connected" in hub_status
         # And it keeps following it: new evidence lands.
         status, reset = control(first).post("/v1/session/reset")
         assert status == 200

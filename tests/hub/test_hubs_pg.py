@@ -137,7 +137,7 @@ async def test_execution_2_on_hub_b_fences_execution_1_on_hub_a_and_both_hubs_sh
             page = _page(hub, "/api/sessions/session-1/history")
             flags = {e["execution_id"]: e["flags"] for e in page["executions"]}
             assert flags["exec-1"].startswith("superseded") and "4 frames rejected" in flags["exec-1"]
-            assert flags["exec-2"].startswith("current, connected")
+            assert flags["exec-2"].startswith("current, daemon connected")
 
         # A change through hub B (a reset on its daemon) reaches hub A's page live.
         status, reset = control(daemon).post("/v1/session/reset")
@@ -215,7 +215,7 @@ async def test_a_hub_sigkilled_leaves_the_other_hubs_view_right_and_its_daemon_r
         await eventually(lambda: _views(hub_a) == _views(hub_b), timeout=10, what="both hubs' views equal")
         _, history = _views(hub_b)
         assert history["current"]["attempt_id"] == daemon_report(daemon)["current"]["attempt_id"] == reset["attempt_id"]
-        assert [e["flags"] for e in history["executions"]] == ["current, connected"]
+        assert [e["flags"] for e in history["executions"]] == ["current, daemon connected"]
         assert [p["attempt_id"] for p in history["previous"]] == [opened["attempt_id"]]
     finally:
         if daemon is not None:

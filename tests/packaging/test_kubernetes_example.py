@@ -19,7 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from agentctl.spec import listen_address, load_spec
+from agentctl.spec import Spec, listen_address, parse_spec
 from tests.conftest import REPO
 
 K8S = REPO / "packaging" / "kubernetes"
@@ -116,13 +116,22 @@ def test_each_probe_has_exactly_one_handler(directory):
         assert len(handlers) == 1, f"{_name(directory)}: {probe} has handlers {handlers}"
 
 
+def pod_spec() -> Spec:
+    """The example spec as the sidecar reads it. Parsed, not loaded: loading also checks that the agent's
+    workdir exists, which is the pod's mounted volume, not a directory of this machine (the test below
+    checks the sidecar mounts it)."""
+    return parse_spec((BASE / "spec.toml").read_bytes(), source=str(BASE / "spec.toml"))
+
+
 def test_the_example_spec_is_valid_and_fixes_a_loopback_port_for_probes():
-    spec = load_spec(BASE / "spec.toml")
+    spec = pod_spec()
     host, port = listen_address(spec)
     assert host == "127.0.0.1" and port == 8765
     assert spec.agent is not None and spec.agent.command == ["agentctl-reference-agent"]
     # The state in a subdirectory the daemon makes its own: the emptyDir itself is root's and world-writable.
     assert spec.state.dir == "/var/lib/agentctl/state" and spec.upstream.socket == "/run/executor/agentctl.sock"
+    # The agent's workdir is a volume the sidecar mounts, so the daemon's check at load passes in the pod.
+    assert {"name": "workspace", "mountPath": spec.agent.workdir} in sidecar(objects(BASE)["Pod"])["volumeMounts"]
 
 
 def test_exec_probes_ask_the_socket_the_sidecar_serves():
@@ -142,7 +151,7 @@ def test_exec_probes_ask_the_socket_the_sidecar_serves():
 
 
 def test_grace_period_outlasts_the_specs_shutdown_bound():
-    spec = load_spec(BASE / "spec.toml")
+    spec = pod_spec()
     assert spec.agent is not None
     for directory in KUSTOMIZATIONS:
         grace = objects(directory)["Pod"]["spec"]["terminationGracePeriodSeconds"]
@@ -150,7 +159,7 @@ def test_grace_period_outlasts_the_specs_shutdown_bound():
 
 
 def test_httpget_variant_probes_the_specs_port_on_loopback_with_host_network():
-    _, port = listen_address(load_spec(BASE / "spec.toml"))
+    _, port = listen_address(pod_spec())
     pod = objects(HTTPGET)["Pod"]
     assert pod["spec"]["hostNetwork"] is True and pod["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
     container = sidecar(pod)
