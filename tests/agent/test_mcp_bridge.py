@@ -11,6 +11,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+from mcp.server.mcpserver import Context
+from pydantic import BaseModel
 
 from tests.agent.serve_support import agent_pid, agent_spec, cli, cli_json, closed_port, row, serving, wait_row
 from tests.conftest import agentctl_cmd, poll
@@ -131,3 +133,58 @@ def test_the_bridge_exits_when_the_agent_that_spawned_it_is_killed(tmp_path):
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+class Confirm(BaseModel):
+    ok: bool
+
+
+# Legacy-era logging is what a handshake-era server sends unasked; the SDK marks it deprecated for 2026-07-28.
+@pytest.mark.filterwarnings("ignore:The logging capability is deprecated")
+async def test_server_notifications_and_server_initiated_requests_cross_the_bridge_and_the_answers_go_back():
+    # A real SDK server (not agentctl's endpoint) so the server side can send a log notification and ask an
+    # elicitation mid-call; a real SDK stdio client spawns the bridge and answers it.
+    import mcp_types
+    from mcp.client import Client
+    from mcp.client.stdio import StdioServerParameters
+    from mcp.server import MCPServer
+
+    from tests.conftest import serve_asgi
+
+    server = MCPServer("bridged")
+
+    @server.tool()
+    async def ask(ctx: Context) -> str:
+        await ctx.info("working on it")
+        answer = await ctx.elicit("go ahead?", Confirm)
+        return f"{answer.action}:{getattr(answer, 'data', None)}"
+
+    app = server.streamable_http_app()
+    seen: list[str] = []
+
+    async def recording(scope, receive, send):  # the Authorization each request carried
+        if scope["type"] == "http":
+            seen.append(dict(scope["headers"]).get(b"authorization", b"").decode())
+        await app(scope, receive, send)
+
+    logs: list[str] = []
+
+    async def on_log(params: mcp_types.LoggingMessageNotificationParams) -> None:
+        logs.append(str(params.data))
+
+    async def on_elicit(context, params) -> mcp_types.ElicitResult:
+        return mcp_types.ElicitResult(action="accept", content={"ok": True})
+
+    token = "bridge-token-" + "c" * 24
+    async with serve_asgi(recording) as port:
+        params = StdioServerParameters(command=sys.executable, args=["-m", "agentctl.cli", "mcp-bridge"],
+                                       env={"AGENTCTL_BRIDGE_URL": f"http://127.0.0.1:{port}/mcp",
+                                            "AGENTCTL_BRIDGE_TOKEN": token})
+        async with Client(params, mode="legacy", logging_callback=on_log, elicitation_callback=on_elicit,
+                          read_timeout_seconds=20) as client:
+            tools = await client.list_tools()
+            assert [t.name for t in tools.tools] == ["ask"]
+            result = await client.call_tool("ask", {})
+    assert result.content[0].text == "accept:ok=True"
+    assert logs == ["working on it"], "the notification inside the answer's SSE stream reached the client"
+    assert seen and set(seen) == {f"Bearer {token}"}, "every request carried the attempt's token"
