@@ -135,6 +135,10 @@ class Bridge:
                     if is_request:
                         await self._error(message["id"], f"the built-in endpoint answered HTTP {resp.status}")
                     return
+                if is_request and not answered:
+                    # Never leave the agent waiting: an answer too large, cut off, or not JSON-RPC is an error.
+                    await self._error(message["id"], "the built-in endpoint's answer was too large or cut off")
+                    return
         except asyncio.CancelledError:
             raise
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
@@ -142,11 +146,17 @@ class Bridge:
             if is_request:
                 await self._error(message["id"], "the built-in endpoint is unreachable")
             return
+        except Exception as exc:  # noqa: BLE001 - whatever went wrong, the agent is answered, not left waiting
+            _say(f"relaying a message failed ({type(exc).__name__})")
+            if is_request:
+                await self._error(message["id"], "the built-in endpoint's answer was too large or cut off")
+            return
         if message.get("method") == "notifications/initialized" and self._session_id and self._get_stream is None:
             self._get_stream = asyncio.create_task(self._listen())
 
     async def _answers(self, resp: Any, sent: dict[str, Any]) -> bool:
-        """Write every JSON-RPC message of the answer to stdout; True when there was at least one."""
+        """Write every JSON-RPC message of the answer to stdout; True when one of them answers `sent` (a
+        request), or, for anything else, when there was at least one."""
         ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
         count = 0
         if ctype == "text/event-stream":
@@ -161,6 +171,8 @@ class Bridge:
         return count > 0
 
     async def _write(self, data: bytes, sent: dict[str, Any]) -> int:
+        """Each message in `data` to stdout; the count of those that answer `sent` (or of all, when `sent`
+        is no request)."""
         try:
             value = json.loads(data)
         except (ValueError, RecursionError):
@@ -177,7 +189,9 @@ class Bridge:
                 await self._stdio.send(message)
             except (ConnectionError, OSError):
                 return written
-            written += 1
+            is_answer = "method" not in message and message.get("id") == sent.get("id")
+            if "id" not in sent or "method" not in sent or is_answer:
+                written += 1
         return written
 
     async def _error(self, request_id: Any, text: str) -> None:
@@ -233,9 +247,9 @@ async def _sse_events(content: Any) -> Any:
     while True:
         try:
             line = await content.readuntil(b"\n")
-        except ValueError:  # a line over the reader's limit: the whole event is dropped
-            oversized = True
-            continue
+        except Exception:  # noqa: BLE001 - a line over the reader's limit (aiohttp's LineTooLong): stream dropped
+            _say("an event larger than the line limit was dropped")
+            return
         if not line:
             return
         line = line.rstrip(b"\r\n")

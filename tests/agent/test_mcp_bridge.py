@@ -154,6 +154,10 @@ async def test_server_notifications_and_server_initiated_requests_cross_the_brid
     server = MCPServer("bridged")
 
     @server.tool()
+    async def huge() -> str:
+        return "x" * (9 * 1024 * 1024)
+
+    @server.tool()
     async def ask(ctx: Context) -> str:
         await ctx.info("working on it")
         answer = await ctx.elicit("go ahead?", Confirm)
@@ -183,7 +187,9 @@ async def test_server_notifications_and_server_initiated_requests_cross_the_brid
         async with Client(params, mode="legacy", logging_callback=on_log, elicitation_callback=on_elicit,
                           read_timeout_seconds=20) as client:
             tools = await client.list_tools()
-            assert [t.name for t in tools.tools] == ["ask"]
+            assert sorted(t.name for t in tools.tools) == ["ask", "huge"]
+            with pytest.raises(Exception, match="too large or cut off"):  # bounded: an error, not a hang
+                await client.call_tool("huge", {})
             result = await client.call_tool("ask", {})
     assert result.content[0].text == "accept:ok=True"
     assert logs == ["working on it"], "the notification inside the answer's SSE stream reached the client"
