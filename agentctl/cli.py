@@ -42,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
         from agentctl.agent.shim import main as shim
 
         return shim(["agent-shim", *argv[1:]])
+    if argv[:1] == ["mcp-bridge"]:
+        # Hidden: the built-in server as a stdio server, for an agent that speaks only stdio MCP
+        # (agentctl.agent.mcp_bridge). Its URL and token come from its environment, never from argv.
+        from agentctl.agent.mcp_bridge import main as mcp_bridge
+
+        return mcp_bridge(argv[1:])
     if argv[:1] == ["estimate-tokens"]:
         # Hidden: the short-lived token-estimate helper a daemon starts (agentctl.evidence.estimates), here
         # so a zipapp or frozen build has it too.

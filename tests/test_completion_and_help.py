@@ -145,7 +145,9 @@ def test_zsh_loads_the_script_from_fpath_and_it_lists_every_command(scripts: dic
 # AGENTCTL_ names in the code that are not for the user to set: what agentctl puts into its children's
 # environment, test switches, the prefix itself.
 NOT_USER_SETTINGS = {"AGENTCTL_", "AGENTCTL_MCP_BEARER_TOKEN", "AGENTCTL_MCP_HEADER_", "AGENTCTL_PROBE_CREDENTIAL",
-                     "AGENTCTL_ENDPOINT_TEST", "AGENTCTL_TEST_PAUSE_AT", "AGENTCTL_TEST_PAUSE_FILE"}
+                     "AGENTCTL_ENDPOINT_TEST", "AGENTCTL_TEST_PAUSE_AT", "AGENTCTL_TEST_PAUSE_FILE",
+                     # set by agentctl's delivery for the stdio bridge it hands an agent, never by a user
+                     "AGENTCTL_BRIDGE_URL", "AGENTCTL_BRIDGE_TOKEN"}
 
 
 def variables_read_by_the_code() -> set[str]:

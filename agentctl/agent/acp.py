@@ -36,6 +36,7 @@ from agentctl.agent.delivery import Planned, plan_delivery
 from agentctl.agent.outcome import AgentError, SessionOutcome
 from agentctl.agent.reported.acp_tap import AcpReportTap, ReportSink
 from agentctl.agent.transports import AgentStdioTransport
+from agentctl.bundled import self_command
 from agentctl.evidence.contract import AttemptOrigin, McpCapabilities, PromptStreamItem
 from agentctl.evidence.ledger import Ledger, ServerSeed
 from agentctl.evidence.reducer import find_attempt
@@ -284,7 +285,8 @@ class AcpRuntime:
             summary = self._summary(self._gone())
             ledger.record("explicit_error", attempt_id, reason_code="agent_not_running", summary=summary)
             return SessionOutcome(attempt_id, False, reason_code="agent_not_running", summary=summary)
-        plan = plan_delivery(self.spec, self.caps, builtin_base=self._builtin_base(), token=token)
+        plan = plan_delivery(self.spec, self.caps, builtin_base=self._builtin_base(), token=token,
+                             bridge=(*self_command(), "mcp-bridge"))
         cwd = self._cwd()
         if self._gemini_trust is not None:
             gemini_acp.filter_untrusted(plan, self._gemini_trust)

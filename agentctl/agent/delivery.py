@@ -25,8 +25,12 @@ POLICY_DENIED = "policy_denied"
 DUPLICATE_NAME = "duplicate_name"
 NO_SUPPORTED_TRANSPORT = "no_supported_transport"
 
-# The built-in server's transports, preferred first; it is never a stdio server.
+# The built-in server's transports, preferred first. To an agent that takes neither, it goes as a stdio
+# server whose command is agentctl's bridge to the same endpoint (`bridged`).
 BUILTIN_TRANSPORTS: tuple[Transport, ...] = ("http", "sse")
+# The bridge's environment: where the endpoint is and the attempt's bearer token (agentctl/agent/mcp_bridge.py).
+BRIDGE_ENV_URL = "AGENTCTL_BRIDGE_URL"
+BRIDGE_ENV_TOKEN = "AGENTCTL_BRIDGE_TOKEN"
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,9 @@ class BuiltinEndpoint:
     url: str  # streamable HTTP (both MCP eras): <base>/mcp
     sse_url: str  # legacy HTTP+SSE: <base>/sse
     token: str = field(repr=False)
+    # argv of agentctl's stdio bridge (agentctl/agent/mcp_bridge.py), or empty: without it, an agent that takes
+    # no remote transport policy allows gets no built-in server.
+    bridge: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -138,7 +145,9 @@ def plan_servers(spec: Spec, builtin: BuiltinEndpoint, receiver: Receiver) -> Se
             break
     else:
         wanted = [t for t in BUILTIN_TRANSPORTS if t in allowed]
-        if not wanted and supported & set(BUILTIN_TRANSPORTS):
+        if wanted and builtin.bridge and "stdio" in allowed and "stdio" in supported:
+            plan.delivered.append(bridged(builtin))
+        elif not wanted and supported & set(BUILTIN_TRANSPORTS):
             plan.filtered.append(Omitted(builtin.name, POLICY_DENIED, "executor policy allows neither http nor sse"))
         else:
             refusal = receiver.builtin_refused((wanted or ["http"])[0])
@@ -177,6 +186,14 @@ def plan_servers(spec: Spec, builtin: BuiltinEndpoint, receiver: Receiver) -> Se
     return plan
 
 
+def bridged(builtin: BuiltinEndpoint) -> ServerEntry:
+    """The built-in server as a stdio server: agentctl's bridge, which reaches the endpoint over streamable
+    HTTP. The URL and the attempt's token go in its environment, never in its arguments (argv is public)."""
+    return ServerEntry(builtin.name, "builtin", "stdio", target_for_url(builtin.url),
+                       command=builtin.bridge[0], args=list(builtin.bridge[1:]),
+                       env={BRIDGE_ENV_URL: builtin.url, BRIDGE_ENV_TOKEN: builtin.token})
+
+
 def drop(plan: ServerPlan, entry: ServerEntry, reason_code: str, summary: str) -> None:
     """Move a planned server from delivered to filtered."""
     plan.delivered.remove(entry)
@@ -202,9 +219,13 @@ class DeliveryPlan:
     filtered: list[Omitted] = field(default_factory=list)
 
 
-def plan_delivery(spec: Spec, caps: McpCapabilities, *, builtin_base: str, token: str) -> DeliveryPlan:
-    """The plan for an ACP agent with these capabilities, its entries in the ACP wire shape."""
-    builtin = BuiltinEndpoint(spec.mcp.builtin_name, f"{builtin_base}/mcp", f"{builtin_base}/sse", token)
+def plan_delivery(
+    spec: Spec, caps: McpCapabilities, *, builtin_base: str, token: str, bridge: tuple[str, ...] = ()
+) -> DeliveryPlan:
+    """The plan for an ACP agent with these capabilities, its entries in the ACP wire shape. With `bridge`
+    (agentctl's own argv for `mcp-bridge`), an agent that advertises no remote transport gets the built-in
+    server over stdio through it."""
+    builtin = BuiltinEndpoint(spec.mcp.builtin_name, f"{builtin_base}/mcp", f"{builtin_base}/sse", token, bridge)
     plan = plan_servers(spec, builtin, AcpReceiver(caps))
     delivered = [Planned(e.name, e.transport, e.target, _acp_entry(e)) for e in plan.delivered]
     return DeliveryPlan(delivered, plan.filtered)

@@ -9,7 +9,7 @@ built-in server (named by `--builtin-name`, default "kandev") and answers with a
 
 Modes, as flags or in `AGENTCTL_REF_MODE` (comma list; valued ones as `name=value`,
 e.g. `lazy,strict,crash-after=5`): ignore-mcp, lazy, strict, modern, sse-only,
-no-mcp-capabilities, crash-after=S, crash-before-initialize, delay-initialize=S, flood-stderr=MB,
+no-mcp-capabilities, stdio-only (the same, named for what it models: agentctl bridges the built-in server), crash-after=S, crash-before-initialize, delay-initialize=S, flood-stderr=MB,
 garbage-stdout, hang-on-shutdown, fork-grandchildren, stubborn-grandchildren, request-permission,
 refuse-auth, send-notice, stray-notices, hostile-echo, passthrough=claude|codex, builtin-name=NAME, connect-timeout=S, call-timeout=S. In
 passthrough mode `--prompt TEXT` chooses the call (`CALL <tool> <json-args>`), as a prompt does over ACP.
@@ -58,6 +58,7 @@ class Options:
     modern: bool = False
     sse_only: bool = False
     no_mcp_capabilities: bool = False
+    stdio_only: bool = False
     crash_after: float | None = None
     crash_before_initialize: bool = False
     delay_initialize: float = 0.0
@@ -80,11 +81,11 @@ class Options:
 
     @property
     def advertise_http(self) -> bool:
-        return not (self.no_mcp_capabilities or self.sse_only)
+        return not (self.no_mcp_capabilities or self.stdio_only or self.sse_only)
 
     @property
     def advertise_sse(self) -> bool:
-        return not self.no_mcp_capabilities
+        return not (self.no_mcp_capabilities or self.stdio_only)
 
 
 _VALUED = {"crash_after": float, "delay_initialize": float, "flood_stderr": float, "passthrough": str,
@@ -99,6 +100,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--modern", action="store_true", help="use the 2026-07-28 (modern-era) MCP client")
     p.add_argument("--sse-only", action="store_true", help="advertise only sse in mcpCapabilities")
     p.add_argument("--no-mcp-capabilities", action="store_true", help="advertise neither http nor sse")
+    p.add_argument("--stdio-only", action="store_true",
+                   help="a stdio-only MCP agent (as Auggie, pi-acp): advertise neither http nor sse, spawn stdio servers")
     p.add_argument("--crash-after", type=float, metavar="SECONDS", help="exit 3 after SECONDS")
     p.add_argument("--crash-before-initialize", action="store_true", help="exit 2 before reading anything")
     p.add_argument("--delay-initialize", type=float, metavar="SECONDS", help="answer initialize SECONDS late")

@@ -61,6 +61,36 @@ def test_builtin_is_filtered_when_the_agent_advertises_no_remote_transport():
     assert [(o.name, o.reason_code) for o in plan.filtered] == [("kandev", "no_supported_transport")]
 
 
+BRIDGE = ("/usr/bin/python3", "-m", "agentctl.cli", "mcp-bridge")
+
+
+def test_builtin_goes_over_stdio_through_the_bridge_to_an_agent_that_advertises_no_remote_transport():
+    spec = parse_spec(BASE.encode())
+    plan = plan_delivery(spec, McpCapabilities(), builtin_base="http://127.0.0.1:4000", token="tok-123", bridge=BRIDGE)
+    [builtin] = plan.delivered
+    assert (builtin.name, builtin.transport, builtin.target) == ("kandev", "stdio", "http://127.0.0.1:4000")
+    assert builtin.entry == {
+        "name": "kandev",
+        "command": "/usr/bin/python3",
+        "args": ["-m", "agentctl.cli", "mcp-bridge"],
+        "env": [{"name": "AGENTCTL_BRIDGE_URL", "value": "http://127.0.0.1:4000/mcp"},
+                {"name": "AGENTCTL_BRIDGE_TOKEN", "value": "tok-123"}],
+    }
+    assert "tok-123" not in " ".join(builtin.entry["args"]), "the token is never an argument"
+    assert plan.filtered == []
+
+
+@pytest.mark.parametrize("policy, caps, expected", [
+    ('["stdio"]', McpCapabilities(), "no_supported_transport"),  # policy allows no remote transport to bridge to
+    ('["http", "sse"]', McpCapabilities(), "no_supported_transport"),  # the agent could not spawn the bridge
+])
+def test_the_bridge_is_not_used_when_policy_rather_than_the_agent_leaves_the_builtin_out(policy, caps, expected):
+    spec = parse_spec((BASE + f"\n[policy]\ntransports = {policy}\n").encode())
+    plan = plan_delivery(spec, caps, builtin_base="http://127.0.0.1:4000", token="tok-123", bridge=BRIDGE)
+    assert [(o.name, o.reason_code) for o in plan.filtered if o.name == "kandev"] == [("kandev", expected)]
+    assert all(p.name != "kandev" for p in plan.delivered)
+
+
 @pytest.mark.parametrize(
     "caps, expected",
     [

@@ -30,6 +30,10 @@ from tests.agent.serve_support import (
 from tests.conftest import poll
 
 
+def _evidence(body: dict, server: str, kind: str) -> list[dict]:
+    return [e for e in body["current"]["evidence"] if e.get("server") == server and e["kind"] == kind]
+
+
 def _kinds(attempt: dict, server: str) -> list[str]:
     return [e["kind"] for e in attempt["evidence"] if e.get("server") == server]
 
@@ -256,9 +260,9 @@ url = "http://127.0.0.1:9/mcp"
         assert docs["status"] == "filtered" and docs["reason_code"] == "http_unsupported"
         assert report_of(sock_sse)["agent"]["mcp_capabilities"] == {"sse": True}
 
-        body = status(sock_none)
-        builtin = row(body, "kandev")
-        assert builtin["status"] == "filtered" and builtin["reason_code"] == "no_supported_transport"
+        # Neither advertised: the built-in server goes as a stdio server, agentctl's bridge to the endpoint.
+        body = wait_row(sock_none, "kandev", "active")
+        assert [e["transport"] for e in _evidence(body, "kandev", "delivered")] == ["stdio"]
         docs = row(body, "docs")
         assert docs["status"] == "filtered" and docs["reason_code"] == "http_unsupported"
         assert report_of(sock_none)["agent"]["mcp_capabilities"] == {}

@@ -322,8 +322,9 @@ async def test_sse_only_advertises_sse_and_connects_over_sse(mcp_server: McpFixt
     assert b"skipping MCP server 'other'" in agent.stderr
 
 
-async def test_no_mcp_capabilities_advertises_false_false() -> None:
-    async with spawn("--no-mcp-capabilities") as agent:
+@pytest.mark.parametrize("flag", ["--no-mcp-capabilities", "--stdio-only"])
+async def test_no_mcp_capabilities_and_stdio_only_advertise_false_false(flag: str) -> None:
+    async with spawn(flag) as agent:
         init = await initialize(agent)
         caps = init.agent_capabilities.mcp_capabilities
         assert (caps.http, caps.sse) == (False, False)
