@@ -92,8 +92,15 @@ class PostgresDsn:
         return found
 
     def secrets(self) -> tuple[str, ...]:
-        """Every value that must never be shown: passwords, `options`, parameters not known to be harmless."""
-        return tuple(value for name, value in self.params if value and name not in SHOWN_KEYS)
+        """Every value that must never be shown: passwords, the values `options` sets, parameters not known to
+        be harmless."""
+        found: list[str] = []
+        for name, value in self.params:
+            if value and name == "options":
+                found += _options_secrets(value)
+            elif value and name not in SHOWN_KEYS:
+                found.append(value)
+        return tuple(found)
 
     @property
     def has_inline_secret(self) -> bool:
@@ -143,6 +150,27 @@ class PostgresDsn:
 
     def __repr__(self) -> str:
         return f"PostgresDsn({self.display()!r})"
+
+
+# A server setting as `options` passes it: `-c NAME=VALUE`, `-cNAME=VALUE` or `--NAME=VALUE`.
+_SETTING = re.compile(r"(?:-c|--)?[A-Za-z_][A-Za-z0-9_.-]*=(?P<value>.*)", re.S)
+_SHORT_FLAG = re.compile(r"-[A-Za-z]")
+
+
+def _options_secrets(options: str) -> list[str]:
+    """What `options` holds that is secret: each setting's value, and any word that is not a setting or a
+    flag. The setting names are PostgreSQL's own (`statement_timeout`) and the server quotes them in its
+    errors; registering the whole string would redact them by fragment and leave the error unreadable."""
+    found: list[str] = []
+    # The server splits `options` at blanks, a backslash escaping the next character (a blank or itself).
+    for word in re.findall(r"(?:\\.|[^\s\\]|\\$)+", options, re.S):
+        unescaped = re.sub(r"\\(.)", r"\1", word, flags=re.S)
+        setting = _SETTING.fullmatch(unescaped)
+        if setting:
+            found += [setting.group("value")] if setting.group("value") else []
+        elif unescaped != "-c" and not _SHORT_FLAG.fullmatch(unescaped):
+            found.append(unescaped)
+    return found
 
 
 def _q(value: str) -> str:

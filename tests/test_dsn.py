@@ -187,6 +187,25 @@ def test_scrubbing_a_driver_message_masks_the_secrets_it_quotes():
     assert 'invalid value for parameter "x"' in scrubbed
 
 
+@pytest.mark.parametrize("options", [
+    f"-c statement_timeout={CANARY}", f"-cstatement_timeout={CANARY}", f"--statement_timeout={CANARY}",
+    f"-c search_path=a\\ {CANARY} -c statement_timeout={CANARY}",
+])
+def test_the_options_register_the_values_they_set_and_leave_the_setting_names_readable(options):
+    dsn = parse_location(f"postgresql://db/hub?options={quote(options, safe='')}")
+    message = f'FATAL:  invalid value for parameter "statement_timeout": "{CANARY}"'
+    scrubbed = dsn.scrub(message)
+    assert _leaks(scrubbed) == [] and 'invalid value for parameter "statement_timeout"' in scrubbed
+    assert not [value for value in dsn.secrets() if "statement_timeout" in value]
+    assert dsn.display() == "postgresql://db/hub?options=***"
+
+
+def test_a_word_of_the_options_that_sets_nothing_is_a_secret_whole():
+    dsn = parse_location(f"host=db options='-c geqo=off {CANARY} -B 128'")
+    assert set(dsn.secrets()) == {"off", CANARY, "128"}
+    assert _leaks(dsn.scrub(f"unrecognized option {CANARY}")) == []
+
+
 # ---- sources ----------------------------------------------------------------------------------------------
 
 

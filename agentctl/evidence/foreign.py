@@ -4,7 +4,9 @@ an agent state passes the generic rules again, within its bound, before the hub 
 A hub must not trust a daemon's redaction: an old daemon, a bug, or a hostile one may send a summary with a
 credential or a URL in it. The hub does not know the daemon's registered secrets, so only the generic rules
 apply here (credentials after a key or a scheme, prefixed tokens, random runs, URLs, paths, user info); they
-leave text the daemon already redacted as it is. Pure: changes only the structures it is given.
+leave text the daemon already redacted as it is. Only what a rule matches is replaced: line breaks, control
+and format characters stay for the renderer to make visible and for `--json` to keep exact (rewriting them
+here would hide what the daemon really sent). Pure: changes only the structures it is given.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from agentctl.evidence.contract import (
     EvidenceEvent,
     ServerRow,
 )
-from agentctl.evidence.sanitize import bounded_text, summarize
+from agentctl.evidence.sanitize import redact_in_place
 
 __all__ = ["reredact_agent", "reredact_event", "reredact_history"]
 
@@ -27,16 +29,16 @@ _NAME_BYTES = 128
 def _summary(text: str | None) -> str | None:
     if not text:
         return text
-    return summarize("x", text).summary
+    return redact_in_place(text)
 
 
 def _error(error: ErrorSummary | None) -> None:
     if error is not None and error.summary:
-        error.summary = summarize(error.reason_code, error.summary).summary
+        error.summary = redact_in_place(error.summary)
 
 
 def _name(text: str | None) -> str | None:
-    return bounded_text(text, _NAME_BYTES) if text else text
+    return (redact_in_place(text, _NAME_BYTES) or None) if text else text
 
 
 def reredact_event(event: EvidenceEvent) -> EvidenceEvent:

@@ -33,6 +33,7 @@ __all__ = [
     "bounded_text",
     "opaque_id",
     "redact",
+    "redact_in_place",
     "scrub",
     "summarize",
     "target_for_command",
@@ -345,6 +346,7 @@ def redact(text: str, secrets: Iterable[str] | SecretRegistry = ()) -> str:
 
 _SPACE_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
 _ASCII_SPACE = re.compile(r"[\x00-\x20\x7f]+")
+_ASCII_BLANKS = {code: " " for code in (*range(0x21), 0x7F)}
 
 
 def _collapse(text: str) -> str:
@@ -466,3 +468,37 @@ def bounded_text(
         return None
     text = summarize("x", _head(value, _SHORT_TEXT_INPUT), secrets).summary or ""
     return _bounded(text, max_bytes) or None
+
+
+# ---- text another process sanitized ----------------------------------------------------------------
+
+def _blanked(text: str) -> str:
+    """`text` with every whitespace, control and format character as one space, character for character:
+    the view the generic rules read, so that `Bearer\\x00X` is still a credential, while the spans they
+    match stay the spans of `text`."""
+    if text.isascii():
+        return text.translate(_ASCII_BLANKS)
+    return "".join(" " if ch.isspace() or unicodedata.category(ch) in _SPACE_CATEGORIES else ch for ch in text)
+
+
+def redact_in_place(text: str, max_bytes: int = MAX_SUMMARY_BYTES) -> str:
+    """`text` after the generic rules, within `max_bytes` of UTF-8 (cut marked), and otherwise exactly as it
+    was: line breaks, control and format characters are kept for the renderer to make visible (a JSON reader
+    gets them exact). For text another process already sanitized: only what a rule matches is replaced."""
+    if not text:
+        return ""
+    text = _head(text, _SUMMARY_INPUT)
+    view = _blanked(text)
+    for pattern, replacement in _RULES:
+        pieces: list[str] = []
+        last = 0
+        for match in pattern.finditer(view):
+            new = match.expand(replacement) if isinstance(replacement, str) else replacement(match)
+            if new == match.group():
+                continue
+            pieces += (text[last : match.start()], new)
+            last = match.end()
+        if pieces:
+            text = "".join(pieces) + text[last:]
+            view = _blanked(text)
+    return _bounded(text, max_bytes)

@@ -86,3 +86,17 @@ async def test_redacting_again_leaves_a_daemons_redacted_text_as_it_was(hub):
     report = await eventually(lambda: hub.report("session-1"), what="snapshot stored")
     assert encode(report.history) == encode(history)
     await client.close()
+
+
+def test_the_second_redaction_changes_only_the_spans_it_redacts_keeping_control_characters_as_sent():
+    from agentctl.evidence.foreign import reredact_agent, reredact_event
+
+    name = "agent\x1b[2J\x1b[H\x1b]0;owned\x07  \u202eevil\u202c\nnext"
+    agent = reredact_agent(AgentState(protocol="acp", state="running", name=name))
+    assert agent is not None and agent.name == name  # nothing secret: kept exactly, for the renderer to show
+    sent = f"line one\x1b[31m\n\tBearer\x00{TOKEN}\x85 and api_key=Zx9Wq4Lm7Rt2Vb5Nc8\x07 end"
+    event = reredact_event(EvidenceEvent(kind="explicit_error", occurred_at=T0, task_id="t", session_id="s",
+                                         execution_id="e", instance_id="i", attempt_id="a", seq=1,
+                                         summary=sent))
+    assert not [leak for leak in LEAKS if leak in (event.summary or "")]
+    assert event.summary == f"line one\x1b[31m\n\tBearer {REDACTED}\x85 and api_key={REDACTED}\x07 end"
