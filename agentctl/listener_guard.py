@@ -15,7 +15,8 @@ listener is served through a `ListenerGuard`, which wraps the server's protocol 
   user may pause a terminal on purpose; a held link neither: the hub bounds it by its buffer). A TCP
   connection's kernel send buffer is fixed (`SEND_BUFFER`): loopback autotuning let a non-reader park
   megabytes in the kernel without ever stalling. Past `PIPELINE_DEPTH` requests in a row whose bytes arrived
-  before the previous answer was written, the connection is closed.
+  before the previous answer was written (when its handler ended, or earlier: `answered`, as an ASGI app's
+  handler outlives its answer), the connection is closed.
 - At the cap, a newcomer takes the place of the connection stalled longest, else of the oldest idle one
   (those accepted under `grace` seconds ago with no request yet last, the ones whose request is arriving
   last of all: a probe accepted before a burst keeps its place): that is the probes' and token holders'
@@ -91,9 +92,7 @@ def connection_caps(nofile: int, wanted: Mapping[str, int], reserve: int = RESER
 
 class RateLimitedLog:
     """At most one line per key per `interval`: the first at once, the rest of the window as one count.
-
-    `render` is called when the line is written, so the text it returns can say how things stand then.
-    """
+    `render` is called when the line is written, so the text it returns can say how things stand then."""
 
     def __init__(self, logger: logging.Logger, interval: float = LOG_INTERVAL, level: int = logging.WARNING) -> None:
         self._log = logger
@@ -136,7 +135,7 @@ class GuardedProtocol(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._stall_timer: asyncio.TimerHandle | None = None
         self._chunks = 0  # data_received calls so far
-        self._answered_at = -1  # the value of _chunks when the last answer was written
+        self._answered_at = -1  # the value of _chunks when the last answer was written (-1: not yet written)
         self._pipelined = 0  # requests in a row that arrived before the previous answer was written
         self.closed = False
         self.trusted = False
@@ -158,6 +157,7 @@ class GuardedProtocol(asyncio.Protocol):
             self._guard._too_deep(self)
             return False
         self.fresh = False
+        self._answered_at = -1
         self._busy += 1
         if self._busy == 1:
             self._guard._not_idle(self)
@@ -168,9 +168,14 @@ class GuardedProtocol(asyncio.Protocol):
         if self.closed or self._busy == 0:
             return
         self._busy -= 1
-        self._answered_at = self._chunks
+        self.answered()
         if self._busy == 0:
             self._guard._became_idle(self)
+
+    def answered(self) -> None:
+        """The current request's answer is written, though its handler may still run (an ASGI app unwinds)."""
+        if self._answered_at < 0:
+            self._answered_at = self._chunks
 
     def hold(self) -> None:
         """Busy for good (the hub's daemon link): neither timed nor displaced, nor closed for a stall."""
@@ -357,8 +362,7 @@ class ListenerGuard:
         if conn not in self._stalled and conn not in self._stalled_trusted:
             (self._stalled_trusted if conn.trusted else self._stalled)[conn] = None
             if self.write_timeout is not None:
-                conn._stall_timer = asyncio.get_running_loop().call_later(self.write_timeout, self._stall_expired,
-                                                                          conn)
+                conn._stall_timer = asyncio.get_running_loop().call_later(self.write_timeout, self._stall_expired, conn)
 
     def _unstalled(self, conn: GuardedProtocol) -> None:
         if conn._stall_timer is not None:
@@ -424,39 +428,36 @@ def _guarded(transport: asyncio.BaseTransport | None) -> GuardedProtocol | None:
 
 def hold(transport: asyncio.BaseTransport | None) -> None:
     """Mark a guarded connection busy for good (the hub's daemon link, once a daemon's snapshot arrived)."""
-    protocol = _guarded(transport)
-    if protocol is not None:
+    if (protocol := _guarded(transport)) is not None:
         protocol.hold()
+
+
+def answered(transport: asyncio.BaseTransport | None) -> None:
+    """The connection's request has its whole answer written: a request arriving from now on is not pipelined."""
+    if (protocol := _guarded(transport)) is not None:
+        protocol.answered()
 
 
 def trust(transport: asyncio.BaseTransport | None) -> None:
     """The connection carried a request with a valid credential (or a hello): displace it only after every other
     idle or stalled one."""
-    protocol = _guarded(transport)
-    if protocol is not None:
+    if (protocol := _guarded(transport)) is not None:
         protocol.trust()
 
 
 @web.middleware
 async def track_requests(request: web.Request, handler: Any) -> web.StreamResponse:
     """aiohttp middleware (the outermost): a request's connection is busy until its response is written.
-
-    The handler runs in the task aiohttp made for this request, which ends once the response is written;
-    its done-callback marks the connection idle again.
-    """
+    The handler runs in the task aiohttp made for this request, which ends once the response is written (an
+    ASGI app's may run on: `answered`); its done-callback marks the connection idle again."""
     protocol = _guarded(request.transport)
     if protocol is not None:
         if not protocol.request_started():
             # Closed already: one pipelined request too many. Nothing is written to a reader that does not read.
             return web.Response(status=503, text="too many pipelined requests")
         task = asyncio.current_task()
-        if task is not None:
-            task.add_done_callback(lambda _: protocol.request_finished())
-        else:  # pragma: no cover - aiohttp always runs handlers in a task
-            try:
-                return await handler(request)
-            finally:
-                protocol.request_finished()
+        assert task is not None, "aiohttp runs every handler in a task"
+        task.add_done_callback(lambda _: protocol.request_finished())
     return await handler(request)
 
 
@@ -469,8 +470,7 @@ class GuardedSite(web.BaseSite):
     with its runner, so `runner.cleanup()` stops it before it shuts the server down), `runner.server` (a
     protocol factory for the loop's create_server, as aiohttp documents it) and the loop's own servers. The
     listening server is this site's own, so aiohttp's `runner.addresses` (which reads its own sites' servers)
-    does not list it: the bound addresses are `addresses`.
-    """
+    does not list it: the bound addresses are `addresses`."""
 
     __slots__ = ("_guard", "_owner", "_sock", "_host", "_port", "_listen_backlog", "_listener")
 

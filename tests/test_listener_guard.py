@@ -5,10 +5,13 @@ interval (a real EMFILE in a child process with a low descriptor limit)."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import socket
+import struct
 import subprocess
 import sys
+import termios
 import textwrap
 import time
 from collections.abc import AsyncIterator
@@ -25,6 +28,7 @@ from agentctl.listener_guard import (
     GuardedSite,
     ListenerGuard,
     RateLimitedLog,
+    answered,
     connection_caps,
     track_requests,
     trust,
@@ -51,6 +55,7 @@ class Served:
     guard: ListenerGuard
     port: int
     release: asyncio.Event  # ends every /stream response
+    lingering: asyncio.Queue[tuple[asyncio.BaseTransport, asyncio.Event]]  # /lingers handlers: set to end one
 
     async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         return await asyncio.open_connection("127.0.0.1", self.port)
@@ -69,8 +74,10 @@ class Served:
 async def served(limit: int, head_timeout: float = 5.0, write_timeout: float = 5.0,
                  grace: float = 0.0) -> AsyncIterator[Served]:
     """An aiohttp app behind a guard: /quick answers at once, /stream streams until released, /trusted
-    marks its connection trusted (as the MCP endpoint does after a valid token), /big answers 16 MiB."""
+    marks its connection trusted (as the MCP endpoint does after a valid token), /big answers 16 MiB, /lingers
+    writes its whole answer and says so, then runs on until released (as the MCP endpoint's ASGI apps unwind)."""
     release = asyncio.Event()
+    lingering: asyncio.Queue[tuple[asyncio.BaseTransport, asyncio.Event]] = asyncio.Queue()
 
     async def quick(request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -90,11 +97,22 @@ async def served(limit: int, head_timeout: float = 5.0, write_timeout: float = 5
     async def big(request: web.Request) -> web.Response:
         return web.Response(body=BIG)
 
+    async def lingers(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        await response.write_eof(b"ok")
+        answered(request.transport)
+        done = asyncio.Event()
+        lingering.put_nowait((request.transport, done))
+        await done.wait()
+        return response
+
     app = web.Application(middlewares=[track_requests])
     app.router.add_get("/big", big)
     app.router.add_get("/quick", quick)
     app.router.add_get("/trusted", trusted)
     app.router.add_get("/stream", stream)
+    app.router.add_get("/lingers", lingers)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
     guard = ListenerGuard("test", limit, head_timeout=head_timeout, write_timeout=write_timeout, grace=grace,
@@ -102,7 +120,7 @@ async def served(limit: int, head_timeout: float = 5.0, write_timeout: float = 5
     site = GuardedSite(runner, guard, host="127.0.0.1", port=0)
     await site.start()
     try:
-        yield Served(guard, site.sockets[0].getsockname()[1], release)
+        yield Served(guard, site.sockets[0].getsockname()[1], release, lingering)
     finally:
         release.set()
         await runner.cleanup()
@@ -263,6 +281,29 @@ async def test_requests_sent_each_after_the_previous_answer_are_never_counted_as
             assert b"ok" in await reader.readuntil(b"ok")
         assert s.guard.counts["pipelining"] == 0
         writer.close()
+
+
+async def test_requests_sent_after_reading_an_answer_whose_handler_still_runs_are_never_counted_as_pipelined():
+    async with served(limit=8) as s:
+        reader, writer = await s.connect()
+        writer.write(b"GET /lingers HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        for _ in range(PIPELINE_DEPTH * 3):
+            transport, done = await asyncio.wait_for(s.lingering.get(), 5)
+            assert b"ok" in await asyncio.wait_for(reader.readuntil(b"ok"), 5)
+            # Read, then asked again while the answered request's handler still runs.
+            writer.write(b"GET /lingers HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            await eventually(lambda: not unread(transport), what="the next request to reach the server")
+            done.set()
+        transport, done = await asyncio.wait_for(s.lingering.get(), 5)
+        done.set()
+        assert s.guard.counts["pipelining"] == 0 and s.guard.open_connections == 1
+        writer.close()
+
+
+def unread(transport: asyncio.BaseTransport) -> int:
+    """Bytes in the server socket's receive queue that its loop has not read yet."""
+    sock = transport.get_extra_info("socket")
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))[0]
 
 
 async def test_a_head_dribbled_a_byte_at_a_time_is_closed_at_the_deadline_while_a_stream_outlives_it():

@@ -42,6 +42,8 @@ from typing import Any, Final
 from aiohttp import web
 from multidict import CIMultiDict
 
+from agentctl.listener_guard import answered
+
 log = logging.getLogger(__name__)
 
 Scope = MutableMapping[str, Any]
@@ -195,6 +197,8 @@ class _Exchange:
                 await response.write_eof(body)
             self.complete = True
             self._finished.set()
+            # The app unwinds after this; the client's next request may arrive meanwhile, sent after this answer.
+            answered(self.request.transport)
         except (ConnectionError, OSError):
             # aiohttp raises ClientConnectionResetError (a ConnectionResetError) on a closed transport.
             self.client_gone()
