@@ -63,8 +63,9 @@ async def test_status_reports_identity_readiness_and_current_attempt(served: Ser
     status, body = await unix_request(served.socket_path, "GET", "/v1/status")
     assert status == 200
     assert set(body) == {"identity", "ready", "checks", "current", "report_path", "mcp_url", "rejected_events",
-                         "upstream", "agent", "degraded"}
+                         "upstream", "agent", "degraded", "required"}
     assert body["upstream"] is None, "no [upstream] in the spec"
+    assert body["required"] is None, "no server is required"
     assert body["agent"] is None and body["degraded"] == {}, "no [agent]; nothing degraded"
     assert body["identity"]["execution_id"] == EXECUTION_ID
     assert body["ready"] is True
