@@ -8,14 +8,13 @@ import json
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 from agentctl.agent.reported.opencode import PATH, parse_status
 from agentctl.evidence.display import row_view
 from tests.clis.conftest import clean_env
-from tests.conftest import eventually, write_spec
+from tests.conftest import eventually, poll, write_spec
 from tests.passthrough.support import STDIO_SERVER, reachable_and_closed_toml
 
 
@@ -48,18 +47,18 @@ def test_real_opencode_serve_answers_each_servers_status_and_the_reader_labels_i
 
 def _poll(url: str, names: list[str], timeout: float):
     """GET /mcp until every server has settled (none still connecting), within `timeout`."""
-    deadline = time.monotonic() + timeout
-    reports = None
-    while time.monotonic() < deadline:
+
+    def settled():
         try:
             with urllib.request.urlopen(url, timeout=5) as answer:
                 reports = parse_status(answer.read(), names)
         except OSError:
-            reports = None  # not listening yet
+            return None  # not listening yet
         if reports is not None and len(reports) == len(names) and all(r.state != "pending" for r in reports):
             return reports
-        time.sleep(0.25)
-    raise AssertionError(f"GET /mcp did not settle in {timeout} s: {reports}")
+        return None
+
+    return poll(settled, timeout=timeout, interval=0.25, what="GET /mcp to settle")
 
 
 async def test_a_passthrough_opencode_serve_run_is_asked_get_mcp_and_its_rows_say_reported_by_opencode(

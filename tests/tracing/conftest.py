@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -15,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, free_socket
+from tests.conftest import REPO, free_socket, poll
 
 REQUIRE = "AGENTCTL_REQUIRE_PHOENIX"  # .ci/run sets it when Phoenix installed: then a missing one fails the test
 INSTALL = "pip install arize-phoenix==20.26.1 into .ci-cache/phoenix (.ci/run does), or set AGENTCTL_PHOENIX"
@@ -47,15 +46,16 @@ class Phoenix:
             return r.read().decode()
 
     def wait_spans(self, project: str, count: int, timeout: float = 60.0) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout
-        while True:
-            spans = self.spans(project)
-            if len(spans) >= count:
-                return spans
-            if time.monotonic() > deadline:
-                pytest.fail(f"Phoenix has {len(spans)} spans of {project}, not {count}: "
-                            f"{[s['name'] for s in spans]}")
-            time.sleep(0.2)
+        seen: list[dict[str, Any]] = []
+
+        def enough() -> list[dict[str, Any]] | None:
+            seen[:] = self.spans(project)
+            return seen if len(seen) >= count else None
+
+        try:
+            return poll(enough, timeout=timeout, interval=0.2, what=f"{count} spans of {project}")
+        except pytest.fail.Exception:
+            pytest.fail(f"Phoenix has {len(seen)} spans of {project}, not {count}: {[s['name'] for s in seen]}")
 
 
 @pytest.fixture(scope="module")
@@ -77,18 +77,17 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Phoenix]:
     proc = subprocess.Popen([exe, "serve"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=work)
     url = f"http://127.0.0.1:{http_port}"
     try:
-        deadline = time.monotonic() + 180
-        while True:
+        def healthy() -> bool:
+            if proc.poll() is not None:
+                pytest.fail(f"Phoenix exited ({proc.poll()}): "
+                            f"{(work / 'phoenix.log').read_text(errors='replace')[-2000:]}")
             try:
                 with urllib.request.urlopen(f"{url}/healthz", timeout=2) as r:
-                    if r.status == 200:
-                        break
+                    return r.status == 200
             except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"Phoenix did not start (exit {proc.poll()}): "
-                            f"{(work / 'phoenix.log').read_text(errors='replace')[-2000:]}")
-            time.sleep(0.3)
+                return False
+
+        poll(healthy, timeout=180, interval=0.3, what="Phoenix to answer /healthz")
         yield Phoenix(url)
     finally:
         proc.terminate()
