@@ -223,8 +223,12 @@ class AgentProcess:
             self.tree.signal(signal.SIGTERM, members)
             await self._wait_tree_gone(loop.time() + term_timeout)
 
-        await self._kill_tree(kill_timeout)
+        left = [] if await self._kill_tree(kill_timeout) else await self._scan_async(True)
         await self._finish()
+        if self._exit_info is None and not left:
+            # The tree is gone, but the shim's word on how the agent ended was not read in time (a loaded
+            # host): what is known is recorded (stopped, status unknown), never a report still "starting".
+            self._handle_exited(exit_info_shim_lost(self._shim_returncode, stopped=True))
         if self._exit_info is not None:
             return self._exit_info
         return ExitInfo(None, None, "still running after SIGKILL", True)
