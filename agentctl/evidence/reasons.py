@@ -109,10 +109,12 @@ TABLE: tuple[Reason, ...] = tuple(Reason(*row) for row in (
     ("unsupported_version", "upstream", "a frame of another protocol version arrived", "Run daemon and hub from the same agentctl release."),
     # ---- refusals of the control API and of the hub page's API (the reason_code of an error answer) -----------
     ("bad_message", "control", "a terminal viewer sent a message that is not one of the terminal route's", "Attach with the `attach` command of the same agentctl release as the daemon; the viewer stays attached."),
+    ("bad_query", "control", "the hub page's session list was asked with a parameter it does not take", "Use filter, q (at most 8 words), offset and limit (at most 200); the message names the parameter."),
     ("bad_request_body", "control", "the request body could not be used: not JSON, or a field it does not take", "Send only the fields the route documents; the message names the field msgspec refused."),
     ("bad_token", "control", "the hub page's token is missing or wrong", "Open the page at the address the hub printed when it started (with its #token=), or read the token from the hub's --token-file."),
     ("body_too_large", "control", "the request body is over the route's size limit", "Send a smaller body (a prompt is at most 256 KiB)."),
     ("catalog_not_loaded", "control", "the agent has not listed the built-in server's tools in this attempt yet", "Wait until the row is active (`agentctl status`), then ask again."),
+    ("database_unavailable", "control", "the hub cannot read its database now", "Check the database (agentctl hub status, /readyz); the page asks again by itself."),
     ("daemon_stopping", "control", "the daemon is shutting down and takes no new work", "Start a new execution if the work must go on."),
     ("input_stalled", "control", "the agent read none of its waiting keys for 15 s: a terminal viewer's further keys were refused, and counted", "Check that the agent is alive (`agentctl status`) and type again once it reads; `agentctl attach` said how many bytes did not reach it."),
     ("no_acp_agent", "control", "the request needs an ACP agent and this daemon has none (MCP only, or a passthrough CLI)", "Configure an [agent] with protocol = \"acp\" to open sessions, prompt or cancel."),

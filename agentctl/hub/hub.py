@@ -10,9 +10,10 @@ database is only ever written in transactions.
 
 `Hub` is an async context manager: each start step pushes its own stop, so it stops in reverse order of start.
 
-State lives in memory (hydrated from the database at start) and dirty rows are flushed every `flush_interval`;
-past `hot_sessions`, the sessions least recently in contact leave memory once flushed and are read from the
-database on demand (agentctl.hub.hub_store). Tool calls are answered by the task store's backend
+Only hot sessions live in memory: read from the database when their daemon says hello (never hydrated at
+start, so a restart over any number of sessions is ready at once), dirty rows flushed every `flush_interval`,
+and past `hot_sessions` the least recently in contact dropped once flushed. The page's session list and the
+metrics' counts are the database's (agentctl.hub.listing). Tool calls are answered by the task store's backend
 (agentctl.hub.stores; tool arguments never reach the evidence tables or the log).
 """
 
@@ -41,7 +42,8 @@ from agentctl.hub.hub_conn import (  # noqa: F401 - the caps are the hub's, re-e
     DAEMON_CONNECTIONS, HELLO_TIMEOUT, PAGE_CONNECTIONS, HubConnection, HubRequestError, Refused, listener_caps)
 from agentctl.hub.hub_conn import notice_line as _notice_line
 from agentctl.dsn import PostgresDsn, SqlitePath
-from agentctl.hub.hub_store import HOT_SESSIONS, ExecutionRecord, HubStoreError, SessionRecord, SessionStore
+from agentctl.hub.hub_store import HOT_SESSIONS, ExecutionRecord, HubStoreError, SessionPage, SessionRecord, SessionStore
+from agentctl.hub.listing import PageQuery
 from agentctl.hub.stores import label, open_store, open_task_store
 from agentctl.hub.shared import SharedView
 from agentctl.hub.retention import DEFAULT_RETENTION, Retention
@@ -89,9 +91,8 @@ class Hub(StackedService):
         self.retention = Retention(self, retention)  # None: keep every session
         self.flush_interval = flush_interval
         self._clock = clock
-        self.sessions: dict[str, SessionState] = {}  # the hot ones; see hub_store.HOT_SESSIONS
+        self.sessions: dict[str, SessionState] = {}  # the hot ones; every other one is in the database alone
         self.hot_sessions = hot_sessions
-        self._cold: dict[str, HubSession] = {}  # every other session's listing; the rest is in the database
         self._reader: SessionStore | None = None  # read-only: cold sessions, never blocked by a flush
         self.store: SessionStore | None = None
         self.backend: EmbeddedBackend | None = None
@@ -138,7 +139,6 @@ class Hub(StackedService):
         self.store = open_store(self.db_path, hub_id=self.hub_id)
         stops.push("hub database", self._close_stores)  # closed last, after the last flush
         self.store.reset_connected()  # nobody is connected to a hub that just started
-        self.sessions, self._cold = self.store.load_split(self.hot_sessions)
         self._order = self.store.max_hello_order()
         self._reader = open_store(self.db_path, readonly=True, hub_id=self.hub_id)
         if self.dsn is not None:
@@ -241,17 +241,16 @@ class Hub(StackedService):
         return shared or (self.backend.problem() if self.backend is not None else None)  # the task store's
 
     @property
-    def session_count(self) -> int:
-        """Sessions the hub knows: the hot ones in memory and the cold ones listed."""
-        return len(self.sessions) + len(self._cold)
-
-    @property
     def connected_daemons(self) -> int:
         """Connections that said hello and are still open."""
         return sum(1 for c in self._conns if c.identity is not None)
 
     def status(self) -> HubStatus:
-        return status_view(self.sessions, self._cold.values())
+        """Every session, the stored ones read whole (blocking, for small databases: tests and tools; the page
+        asks for a window, `page`)."""
+        reader = self._reader
+        stored = reader.load_split(0)[1] if reader is not None else {}
+        return status_view(self.sessions, [v for sid, v in stored.items() if sid not in self.sessions])
 
     def report(self, session_id: str, execution_id: str | None = None) -> HubSessionReport | None:
         session = self.sessions.get(session_id) or self._read_cold(session_id)
@@ -263,21 +262,30 @@ class Hub(StackedService):
         session = self.sessions.get(session_id) or await asyncio.to_thread(self._read_cold, session_id)
         return report_view(session, execution_id) if session is not None else None
 
+    async def page(self, query: PageQuery) -> SessionPage:
+        """A window of the session list from the database, after a flush. Raises HubStoreError."""
+        await self.flush()
+        reader = self._reader
+        if reader is None:
+            raise HubStoreError("the hub is not serving")
+        return await asyncio.to_thread(reader.page, query)
+
     def listing(self, session_id: str) -> HubSession | None:
-        """The session's listing from memory, hot or cold."""
+        """The session's listing when it is in memory (None: the database alone holds it, or nothing does)."""
         session = self.sessions.get(session_id)
-        return session_listing(session) if session is not None else self._cold.get(session_id)
+        return session_listing(session) if session is not None else None
 
     def _read_cold(self, session_id: str) -> SessionState | None:
-        """A session that left memory, read whole from the database (one indexed query)."""
-        reader = self._reader  # read once: a worker thread runs this while stop may close the stores
-        if session_id not in self._cold or reader is None:
-            return None
+        """A session not in memory, read whole from the database (one indexed query); None on a failed read."""
         try:
-            return reader.load_session(session_id)
+            return self._load_stored(session_id)
         except HubStoreError as exc:
             log.warning("reading session %s from the hub database failed: %s", session_id, type(exc).__name__)
             return None
+
+    def _load_stored(self, session_id: str) -> SessionState | None:  # raises HubStoreError
+        reader = self._reader  # read once: a worker thread runs this while stop may close the stores
+        return reader.load_session(session_id) if reader is not None else None
 
     def subscribe(self, listener: Callable[[str], None]) -> None:
         """`listener(session_id)` after every change to that session (called on the loop; must not block)."""
@@ -463,13 +471,14 @@ class Hub(StackedService):
         if stored is not None:  # a shared database: it decided which execution is current
             assert self.shared is not None
             session = self.shared.take_stored(stored)
-        elif session is None and ident.session_id in self._cold:
-            session = self._read_cold(ident.session_id)
-            if session is None:  # without its stored state the hub cannot tell a stale execution
+        elif session is None:
+            try:
+                session = self._load_stored(ident.session_id)
+            except HubStoreError:  # without its stored state the hub cannot tell a stale execution
                 self._fatal(conn, rules.Refusal("unavailable", "the hub cannot read this session's stored state; "
                                                                "try again"))
-            del self._cold[ident.session_id]
-            self.sessions[ident.session_id] = session
+            if session is not None:
+                self.sessions[ident.session_id] = session
         if stored is None:  # (a shared database's claim checked it)
             self.retention.fence(conn, session, ident)
         taken = rules.hello(session, hello, links=self._links(session), order=self._order + 1, now=self._clock())
@@ -570,7 +579,7 @@ class Hub(StackedService):
             # Only what the database now holds as it is may leave memory: no connection, nothing unflushed.
             busy = {c.session.session_id for c in self._conns if c.session is not None}
             busy |= self._dirty_sessions | {sid for sid, _ in self._dirty_executions}
-            evict(self.sessions, self._cold, self.hot_sessions, busy)
+            evict(self.sessions, self.hot_sessions, busy)
 
     async def _flush_loop(self) -> None:
         while True:

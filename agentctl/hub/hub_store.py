@@ -32,6 +32,8 @@ from typing import Any, Protocol
 import msgspec
 
 from agentctl.evidence.contract import AttachmentHistory, HubSession, Identity, encode
+from agentctl.hub.listing import (COUNTS_SQL, PAGE_FROM, PAGE_ORDER, PageQuery, SessionCounts, Summary, counts_of,
+                                  decode_summary, listing_of, summarize, where_clause)
 from agentctl.hub.migrations import HUB
 from agentctl.hub.state import ExecutionState, SessionState
 from agentctl.hub.views import session_listing
@@ -76,11 +78,16 @@ class ExecutionRecord:
     connected: bool
     rejected_frames: int
     history: bytes | None
+    listing: Summary | None = None  # written with the history (agentctl.hub.listing), None to keep the stored one
 
     @classmethod
     def of(cls, session_id: str, e: ExecutionState, history: bytes | None) -> ExecutionRecord:
+        listing = None
+        if history is not None:
+            whole = e.history if e.history is not None else msgspec.json.decode(history, type=AttachmentHistory)
+            listing = summarize(e.identity.task_id, session_id, whole)
         return cls(session_id, e.identity, e.daemon_version, e.hello_order, e.first_hello_at, e.last_contact_at,
-                   e.connected, e.rejected_frames, history)
+                   e.connected, e.rejected_frames, history, listing)
 
 
 class SessionStore(Protocol):
@@ -118,6 +125,14 @@ class SessionStore(Protocol):
         """The database's size in bytes and the oldest last contact of a session it keeps (None: no session)."""
         ...
 
+    def page(self, query: PageQuery) -> SessionPage:
+        """A page of the session list (agentctl.hub.listing), filtered, searched and ordered by the database."""
+        ...
+
+    def counts(self) -> SessionCounts:
+        """The stored sessions counted (agentctl.hub.listing.COUNTS_SQL)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -138,6 +153,47 @@ PRUNE_CANDIDATES = (
     "AND e.connected != 0) "
     "ORDER BY last_contact_at LIMIT {limit}"
 )
+
+
+@dataclass(frozen=True)
+class SessionPage:
+    """A window of the session list: how many sessions there are, how many match, and the window's listings."""
+
+    total: int
+    matched: int
+    sessions: list[HubSession]
+
+
+# An execution's listing (agentctl.hub.listing), written with its history; a write without one keeps the stored.
+LISTING_UPSERT = ("INSERT INTO listings(session_id, execution_id, attention, statuses, search, summary) "
+                  "VALUES ({m}, {m}, {m}, {m}, {m}, {m}) ON CONFLICT(session_id, execution_id) DO UPDATE SET "
+                  "attention=excluded.attention, statuses=excluded.statuses, search=excluded.search, "
+                  "summary=excluded.summary")
+
+
+def listing_rows(executions: Sequence[ExecutionRecord]) -> list[tuple[Any, ...]]:
+    """The `listings` rows of the records that carry a new history, in the order rows are locked in."""
+    return sorted((r.session_id, r.identity.execution_id, r.listing.attention, r.listing.statuses, r.listing.search,
+                   r.listing.summary.decode()) for r in executions if r.listing is not None)
+
+
+def read_page(fetch: Callable[[str, Sequence[Any]], list[tuple[Any, ...]]], query: PageQuery,
+              mark: str) -> SessionPage:
+    """A page by `fetch(sql, params)` (one engine's): the window's ids in order, then their listings."""
+    where, params = where_clause(query, mark)
+    (total,) = fetch(f"SELECT COUNT(*) {PAGE_FROM}", [])[0]
+    matched = fetch(f"SELECT COUNT(*) {PAGE_FROM}{where}", params)[0][0] if where else total
+    ids = [sid for (sid,) in fetch(f"SELECT s.session_id {PAGE_FROM}{where} {PAGE_ORDER} LIMIT {mark} OFFSET {mark}",
+                                   [*params, query.limit, query.offset])]
+    if not ids:
+        return SessionPage(int(total), int(matched), [])
+    marks = ", ".join([mark] * len(ids))
+    rows = fetch("SELECT s.task_id, s.session_id, s.current_execution_id, e.connected, s.last_contact_at, "
+                 "(SELECT COUNT(*) FROM executions x WHERE x.session_id = s.session_id), s.stale_rejected, l.summary "
+                 f"{PAGE_FROM} WHERE s.session_id IN ({marks})", ids)
+    by_id = {row[1]: listing_of(row[0], row[1], row[2], bool(row[3]), _dt(row[4]), int(row[5]), int(row[6]),
+                                decode_summary(row[7])) for row in rows}
+    return SessionPage(int(total), int(matched), [by_id[sid] for sid in ids if sid in by_id])
 
 
 def ts(value: datetime) -> str:
@@ -305,6 +361,7 @@ class HubStore:
                 "history=COALESCE(excluded.history, executions.history)",
                 [_execution_row(r) for r in executions],
             )
+            conn.executemany(LISTING_UPSERT.format(m="?"), listing_rows(executions))
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -328,6 +385,7 @@ class HubStore:
                     marks = ", ".join("?" * len(ids))
                     conn.execute(TOMBSTONE_RESET.format(ids=marks), ids)
                     conn.execute(TOMBSTONE_INSERT.format(now="?", ids=marks), (ts(now), *ids))
+                    conn.execute(f"DELETE FROM listings WHERE session_id IN ({marks})", ids)
                     conn.execute(f"DELETE FROM executions WHERE session_id IN ({marks})", ids)
                     conn.execute(f"DELETE FROM sessions WHERE session_id IN ({marks})", ids)
                 conn.execute("COMMIT")
@@ -347,6 +405,26 @@ class HubStore:
         except sqlite3.Error as exc:
             raise HubStoreError(f"cannot read hub database {self.path}: {exc}") from None
         return None if row is None else bool(row[0])
+
+    def page(self, query: PageQuery) -> SessionPage:
+        """SessionStore.page. Safe to call from a worker thread (the reader's lock)."""
+
+        def fetch(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+            return self._conn.execute(sql, params).fetchall()
+
+        try:
+            with self._lock:
+                return read_page(fetch, query, "?")
+        except sqlite3.Error as exc:
+            raise HubStoreError(f"cannot read hub database {self.path}: {exc}") from None
+
+    def counts(self) -> SessionCounts:
+        """SessionStore.counts. Safe to call from a worker thread (the reader's lock)."""
+        try:
+            with self._lock:
+                return counts_of(self._conn.execute(COUNTS_SQL).fetchall())
+        except sqlite3.Error as exc:
+            raise HubStoreError(f"cannot read hub database {self.path}: {exc}") from None
 
     def footprint(self) -> tuple[int, datetime | None]:
         """The file and its write-ahead log on disk, and the oldest session's last contact (indexed)."""

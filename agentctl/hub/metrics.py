@@ -10,7 +10,6 @@ needed for it: nothing here is a secret.
 from __future__ import annotations
 
 import platform
-from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, get_args
 
@@ -20,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from agentctl import __version__
-from agentctl.evidence.contract import CONTRACT_VERSION, STATUSES, HubSession
+from agentctl.evidence.contract import CONTRACT_VERSION, STATUSES
 from agentctl.upstream import protocol as P
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -53,28 +52,6 @@ def by_label(metric: CounterMetricFamily | GaugeMetricFamily, values: Iterable[s
     return metric
 
 
-def needs_attention(session: HubSession) -> bool:
-    """The page's "needs attention" (hub/static/views.js): a failed server in the current attempt, a session
-    error, or servers none of which was sent to the agent (all filtered or unavailable). An endpoint delivered
-    and not contacted yet is not in it: a lazy agent may connect later."""
-    attempt = session.current_attempt
-    if attempt is None:
-        return False
-    rows = attempt.servers
-    none_sent = bool(rows) and all(row.status in ("filtered", "unavailable") for row in rows)
-    return attempt.session_error is not None or none_sent or any(row.status == "failed" for row in rows)
-
-
-def session_state(session: HubSession) -> str:
-    """A session's display state: "failed" when a server failed, else its most advanced server's state, else
-    "no_servers" (no attempt, or an attempt with no server)."""
-    attempt = session.current_attempt
-    states = {row.status for row in attempt.servers} if attempt is not None else set()
-    if "failed" in states:
-        return "failed"
-    return next((state for state in reversed(STATUSES) if state in states), "no_servers")
-
-
 SESSION_STATES: tuple[str, ...] = (*STATUSES, "no_servers")
 
 
@@ -85,18 +62,18 @@ class HubCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         hub = self.hub
         yield build_info()
-        yield gauge("agentctl_hub_sessions", "Sessions the hub knows (in memory and stored)", hub.session_count)
-        sessions = hub.status().sessions
+        counts = hub.retention.counts  # counted by the database (each scrape asks first: HubWeb)
+        yield gauge("agentctl_hub_sessions", "Sessions the hub knows (in its database)", counts.total)
         yield by_label(GaugeMetricFamily("agentctl_hub_sessions_by_state", "Sessions by the display state of their "
                                          "current attempt: failed if a server failed, else its most advanced "
                                          "server's state", labels=["state"]),
-                       SESSION_STATES, Counter(session_state(s) for s in sessions))
+                       SESSION_STATES, counts.by_state)
         yield gauge("agentctl_hub_sessions_needing_attention", "Sessions whose current attempt has a failed server, "
-                    "a session error, or no server sent to the agent", sum(1 for s in sessions if needs_attention(s)))
+                    "a session error, or no server sent to the agent", counts.attention)
         yield by_label(GaugeMetricFamily("agentctl_hub_sessions_by_connection", "Sessions by whether their current "
                                          "execution's daemon is connected", labels=["daemon"]),
                        ("connected", "not_connected"),
-                       Counter("connected" if s.connected else "not_connected" for s in sessions))
+                       {"connected": counts.connected, "not_connected": counts.total - counts.connected})
         yield gauge("agentctl_hub_connected_daemons", "Daemon connections that said hello", hub.connected_daemons)
         yield by_label(CounterMetricFamily("agentctl_hub_frames", "Frames received from daemons, by type",
                                            labels=["kind"]), FRAME_KINDS, hub.frames_by_kind)

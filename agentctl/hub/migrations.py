@@ -92,6 +92,23 @@ _V3_COMMON = (
 )""",
 )
 
+# Version 4: the session list at fleet size. Each execution's listing is kept beside its history (agentctl.hub.listing:
+# whether it needs attention, its rows' states, the words a search matches, and the current attempt without
+# evidence and its agent as JSON, last), so a page of sessions is filtered, searched and ordered by the database,
+# never by decoding histories. A table of its own: narrow rows, never read through a history's overflow pages.
+# Rows written before have none until their execution's history is next written.
+_V4_COMMON = (
+    """CREATE TABLE listings (
+    session_id TEXT NOT NULL,
+    execution_id TEXT NOT NULL,
+    attention INTEGER NOT NULL,
+    statuses TEXT NOT NULL,
+    search TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    PRIMARY KEY (session_id, execution_id)
+)""",
+)
+
 HUB = Family(
     name="hub",
     what="hub database",
@@ -101,8 +118,10 @@ HUB = Family(
                   _V2_POSTGRESQL),
         Migration(3, "retention: sessions by last contact, and the tombstones of pruned executions", _V3_COMMON,
                   _V3_COMMON),
+        Migration(4, "the session list: each execution's listing, attention, states and search words", _V4_COMMON,
+                  _V4_COMMON),
     ),
-    tables=("sessions", "executions", "tombstones"),
+    tables=("sessions", "executions", "tombstones", "listings"),
     upgrade_hint="start the hub (`agentctl hub serve`) or run `agentctl hub migrate` first",
     adopt=(1, {"sessions": _V1_SESSIONS, "executions": _V1_EXECUTIONS}),
 )

@@ -38,18 +38,23 @@ from agentctl.evidence.contract import HubSession, Identity, encode
 from agentctl.hub import rules
 from agentctl.hub.hub_store import (
     EXECUTION_COLS,
+    LISTING_UPSERT,
     PRUNE_CANDIDATES,
     SESSION_COLS,
     TOMBSTONE_INSERT,
     TOMBSTONE_RESET,
     ExecutionRecord,
     HubStoreError,
+    SessionPage,
     SessionRecord,
     decode_execution,
+    listing_rows,
+    read_page,
     session_of_row,
     split_sessions,
     ts,
 )
+from agentctl.hub.listing import COUNTS_SQL, PageQuery, SessionCounts, counts_of
 from agentctl.hub.migrations import HUB
 from agentctl.hub.state import SessionState
 from agentctl.migrations import MigrationError, PostgresDialect, require_latest
@@ -234,6 +239,7 @@ class PgHubStore:
         session_rows = sorted(((r.session_id, r.task_id, r.current_execution_id, r.stale_rejected,
                                 ts(r.last_contact_at)) for r in sessions))
         execution_rows = sorted(self._execution_row(r) for r in executions)
+        listings = listing_rows(executions)
         touched = sorted({r[0] for r in session_rows} | {r[0] for r in execution_rows})
 
         def work(conn: Any) -> None:
@@ -255,6 +261,7 @@ class PgHubStore:
                     "history=COALESCE(excluded.history, executions.history)",
                     execution_rows,
                 )
+                cur.executemany(LISTING_UPSERT.format(m="%s"), listings)
                 cur.execute(
                     "UPDATE sessions s SET stale_rejected=COALESCE((SELECT SUM(e.rejected_frames) FROM executions e "
                     "WHERE e.session_id=s.session_id), 0) WHERE s.session_id = ANY(%s)", (touched,))
@@ -339,6 +346,7 @@ class PgHubStore:
                     marks = ", ".join(["%s"] * len(ids))
                     conn.execute(TOMBSTONE_RESET.format(ids=marks), ids)
                     conn.execute(TOMBSTONE_INSERT.format(now="%s", ids=marks), (ts(now), *ids))
+                    conn.execute("DELETE FROM listings WHERE session_id = ANY(%s)", (ids,))
                     conn.execute("DELETE FROM executions WHERE session_id = ANY(%s)", (ids,))
                     conn.execute("DELETE FROM sessions WHERE session_id = ANY(%s)", (ids,))
                     self._notify(conn, ids)
@@ -351,6 +359,20 @@ class PgHubStore:
             "SELECT was_current FROM tombstones WHERE session_id=%s AND execution_id=%s",
             (session_id, execution_id)).fetchone())
         return None if row is None else bool(row[0])
+
+    def page(self, query: PageQuery) -> SessionPage:
+        """SessionStore.page, in one snapshot of the tables."""
+
+        def work(conn: Any) -> SessionPage:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                return read_page(lambda sql, params: conn.execute(sql, list(params)).fetchall(), query, "%s")
+
+        return self._run("read", work)
+
+    def counts(self) -> SessionCounts:
+        """SessionStore.counts (no parameter: the statement's LIKE wildcards are not placeholders)."""
+        return counts_of(self._run("read", lambda conn: conn.execute(COUNTS_SQL).fetchall()))
 
     def footprint(self) -> tuple[int, datetime | None]:
         """The hub's tables with their indexes and TOAST (not the rest of a database it may share), and the

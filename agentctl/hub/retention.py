@@ -1,6 +1,6 @@
 """Owns the hub's retention: sessions whose last contact is older than the retention period leave the database
 (and the hub's memory) in bounded batches, each execution leaving a tombstone that keeps fencing whole, and
-the database's size and oldest session, measured for `/metrics`.
+the database's size, oldest session and sessions counted by state, measured for `/metrics`.
 
 A batch is one short transaction in a worker thread, taken in turns with the hub's flush (never beside it),
 with a pause between batches: ingest and the page never wait on more than one batch. A session whose current
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from agentctl.hub import rules
 from agentctl.hub.hub_store import HubStoreError
+from agentctl.hub.listing import SessionCounts
 from agentctl.hub.state import SessionState
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,6 +73,7 @@ class Retention:
         self.pruned = 0  # sessions this hub pruned since it started
         self.size_bytes = 0  # the database's size at the last measure
         self.oldest_contact_at: datetime | None = None
+        self.counts = SessionCounts()  # the stored sessions, as last counted (count_sessions)
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -100,6 +102,14 @@ class Retention:
         reader = self.hub._reader
         if reader is not None:
             self.size_bytes, self.oldest_contact_at = await asyncio.to_thread(reader.footprint)
+
+    async def count_sessions(self) -> None:
+        """Count the stored sessions (by state, needing attention, connected) after a flush, in a worker thread:
+        one grouped query, run by each /metrics scrape, never on the loop. Raises HubStoreError."""
+        await self.hub.flush()
+        reader = self.hub._reader
+        if reader is not None:
+            self.counts = await asyncio.to_thread(reader.counts)
 
     async def prune(self) -> int:
         """Prune every session due, a batch per transaction; how many went."""
@@ -142,7 +152,6 @@ class Retention:
                 hub._mark(session, execution, history=True)
             return
         hub.sessions.pop(session_id, None)
-        hub._cold.pop(session_id, None)
         gone = rules.after_prune(False, session_live=False)  # what its superseded daemons' next hello meets
         for conn in [c for c in hub._conns if c.session is session and session is not None]:
             assert gone is not None

@@ -24,7 +24,6 @@ from agentctl.hub import rules
 from agentctl.hub.hub_conn import HubConnection, notice_line
 from agentctl.hub.hub_store import HubStoreError
 from agentctl.hub.state import SessionState
-from agentctl.hub.views import session_listing
 from agentctl.upstream import protocol as P
 from agentctl.hub.pg_store import CHANNEL, PrunedExecution, hub_tag, parse_notice
 from agentctl.postgres import PostgresUnavailable, connect_async, describe_error, driver
@@ -110,7 +109,6 @@ class SharedView:
         sid = stored.session_id
         session = hub.sessions.get(sid)
         if session is None:
-            hub._cold.pop(sid, None)
             hub.sessions[sid] = stored
             return stored
         synced = rules.sync(session, stored, hub._links(session), self._local(session))
@@ -138,28 +136,15 @@ class SharedView:
             return
         if session_id in hub.sessions:
             self.take_stored(stored)
-        else:
-            hub._cold[session_id] = session_listing(stored)
-        hub._changed(session_id)
+        hub._changed(session_id)  # one not in memory: the page reads its listing from the database
 
     async def resync(self) -> None:
-        """Notifications were lost: reread every session once."""
+        """Notifications were lost: reread every session in memory once (the others are read from the database
+        when asked for), and tell the page that any session may have changed."""
         hub = self.hub
-        if hub._reader is None:
-            return
-        try:
-            _, listings = await asyncio.to_thread(hub._reader.load_split, 0)
-        except HubStoreError as exc:
-            log.warning("rereading the hub database failed: %s", exc)
-            return
-        for sid in [sid for sid in hub._cold if sid not in listings]:  # pruned meanwhile
-            hub.retention.forget(sid)
-        for sid, listing in listings.items():
-            if sid in hub.sessions:
-                await self.refresh(sid)
-            else:
-                hub._cold[sid] = listing
-                hub._changed(sid)
+        for sid in list(hub.sessions):
+            await self.refresh(sid)
+        hub._changed("")
 
     async def check_fences(self) -> None:
         """Each session with a followed daemon here still current in the database? (A bound on a fence's delay

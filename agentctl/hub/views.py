@@ -8,26 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import msgspec
-
 from agentctl.evidence.contract import (
     CONTRACT_VERSION,
-    Attempt,
     HubExecution,
     HubSession,
     HubSessionReport,
     HubStatus,
 )
+from agentctl.hub.listing import listing_attempt
 from agentctl.hub.state import ExecutionState, SessionState
-
-
-def _listing(attempt: Attempt | None) -> Attempt | None:
-    """The current attempt for a listing: rows and times, without the evidence log and the catalogs."""
-    if attempt is None:
-        return None
-    copy = msgspec.structs.replace(attempt, evidence=[])
-    copy.servers = [msgspec.structs.replace(row, catalog=None) for row in attempt.servers]
-    return copy
 
 
 def session_listing(session: SessionState) -> HubSession:
@@ -42,7 +31,7 @@ def session_listing(session: SessionState) -> HubSession:
         last_contact_at=session.last_contact_at,
         executions=len(session.executions),
         stale_rejected=session.stale_rejected,
-        current_attempt=_listing(history.current) if history else None,
+        current_attempt=listing_attempt(history.current) if history else None,
         agent=history.agent if history else None,
     )
 
@@ -54,8 +43,8 @@ def status_view(sessions: dict[str, SessionState], cold: Iterable[HubSession] = 
     return HubStatus(version=CONTRACT_VERSION, sessions=views)
 
 
-def evict(sessions: dict[str, SessionState], cold: dict[str, HubSession], keep: int, busy: set[str]) -> int:
-    """Move the sessions least recently in contact beyond `keep` from `sessions` to their listing in `cold`.
+def evict(sessions: dict[str, SessionState], keep: int, busy: set[str]) -> int:
+    """Drop the sessions least recently in contact beyond `keep` from memory (the database holds them).
 
     Only sessions the file already holds as they are may go (the caller passes, in `busy`, every session
     with a connection or unflushed changes); returns how many went.
@@ -66,7 +55,6 @@ def evict(sessions: dict[str, SessionState], cold: dict[str, HubSession], keep: 
     idle = sorted((s for s in sessions.values() if s.session_id not in busy),
                   key=lambda s: (s.last_contact_at, s.session_id))
     for session in idle[:over]:
-        cold[session.session_id] = session_listing(session)
         del sessions[session.session_id]
     return min(over, len(idle))
 

@@ -1,8 +1,9 @@
 """`agentctl hub serve --http HOST:PORT`: the hub's read-only status page, its JSON API and live updates.
 
-The page (agentctl/hub/static/: one HTML file, one script, one stylesheet, nothing external) reads
-`/api/*`; `/api/events` streams server-sent events when evidence reaches the hub. What it shows is built by
-web_view.py with the CLI's own wording.
+The page (agentctl/hub/static/: one HTML file, ES modules by concern, one stylesheet, nothing external) reads
+`/api/*`; `/api/sessions` answers a bounded window of the session list, filtered, searched and ordered by the
+database (agentctl.hub.listing), and `/api/events` streams server-sent events when evidence reaches the hub.
+What it shows is built by web_view.py with the CLI's own wording.
 
 Safety:
 - binds loopback by default, and then answers only requests whose Host names a loopback address (a page on
@@ -51,6 +52,8 @@ from agentctl.listener_guard import (
 from agentctl.logs import http_server_logging
 from agentctl.safe_files import UnsafePath, check_private_file, open_nofollow, open_private
 from agentctl.hub.hub import Hub, HubRequestError, listener_caps
+from agentctl.hub.hub_store import HubStoreError
+from agentctl.hub.listing import PageQuery, PageQueryError, parse_query
 from agentctl.hub.web_assets import AssetCache
 from agentctl.hub.metrics import METRICS_PATH, hub_registry, metrics_handler
 from agentctl.hub.web_view import (
@@ -68,8 +71,9 @@ from agentctl.hub.web_view import (
 log = logging.getLogger("agentctl.hub.web")
 
 STATIC = Path(__file__).parent / "static"
-ASSETS = {"/": ("index.html", "text/html"), "/app.js": ("app.js", "text/javascript"),
-          "/views.js": ("views.js", "text/javascript"), "/app.css": ("app.css", "text/css"),
+ASSETS = {"/": ("index.html", "text/html"), "/app.css": ("app.css", "text/css"),
+          **{f"/{name}": (name, "text/javascript") for name in ("app.js", "state.js", "list.js", "panel.js",
+                                                                 "terminal.js", "views.js")},
           "/vendor/xterm/xterm.js": ("vendor/xterm/xterm.js", "text/javascript"),
           "/vendor/xterm/xterm.css": ("vendor/xterm/xterm.css", "text/css")}
 TOKEN_BYTES = 32
@@ -186,6 +190,7 @@ class HubWeb(StackedService):
         self._allowed_hosts: set[str] | None = None
         self.guard = ListenerGuard("page", listener_caps()["page"], refusal=HTTP_REFUSAL)
         self._assets = AssetCache(STATIC)
+        self._metrics_text = metrics_handler(hub_registry(hub))
 
     @property
     def url(self) -> str:
@@ -205,6 +210,7 @@ class HubWeb(StackedService):
         app.router.add_get("/favicon.ico", self._no_icon, allow_head=False)
         app.router.add_get("/readyz", self._readyz, allow_head=False)
         app.router.add_get("/api/status", self._status, allow_head=False)
+        app.router.add_get("/api/sessions", self._sessions, allow_head=False)
         app.router.add_get("/api/events", self._events, allow_head=False)
         app.router.add_get("/api/sessions/{sid}/history", self._history, allow_head=False)
         app.router.add_get("/api/sessions/{sid}/tools", self._tools, allow_head=False)
@@ -213,7 +219,7 @@ class HubWeb(StackedService):
         app.router.add_post("/api/sessions/{sid}/test-endpoint", self._test_endpoint)
         app.router.add_post("/api/sessions/{sid}/agent-output", self._agent_output)
         app.router.add_post("/api/sessions/{sid}/agent-terminal", self._agent_terminal)
-        app.router.add_get(METRICS_PATH, metrics_handler(hub_registry(self.hub)), allow_head=False)
+        app.router.add_get(METRICS_PATH, self._metrics, allow_head=False)
         app.on_shutdown.append(self._on_shutdown)
         await self._assets.preload(name for name, _ in ASSETS.values())  # compressed before the first request
         runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0, **runner_logging)
@@ -310,8 +316,34 @@ class HubWeb(StackedService):
             return _json({"ok": True, "checks": {"database": {"ok": True, "detail": "available"}}})
         return _json({"ok": False, "checks": {"database": {"ok": False, "detail": problem}}}, status=503)
 
+    async def _metrics(self, request: web.Request) -> web.Response:
+        """/metrics, with the stored sessions counted first (one grouped query in a worker thread)."""
+        try:
+            await self.hub.retention.count_sessions()
+        except HubStoreError:
+            pass  # the last counts stand; hub_store_errors says the database is away
+        return await self._metrics_text(request)
+
     async def _status(self, request: web.Request) -> web.Response:
-        return _json(status_page(self.hub.status().sessions, self._now()))
+        """The first page of the session list (what /api/sessions answers without parameters)."""
+        return _json(await self._page(PageQuery()))
+
+    async def _sessions(self, request: web.Request) -> web.Response:
+        """A window of the session list: `filter`, `q` (words), `offset`, `limit` (at most MAX_LIMIT): its size is
+        bounded whatever the number of sessions, and the database filters, searches and orders it."""
+        try:
+            query = parse_query(request.query)
+        except PageQueryError as exc:
+            return error_response(400, "bad_query", str(exc))
+        return _json(await self._page(query))
+
+    async def _page(self, query: PageQuery) -> dict[str, Any]:
+        try:
+            page = await self.hub.page(query)
+        except HubStoreError:
+            raise Refusal(503, "database_unavailable", "the hub cannot read its database now; try again") from None
+        return {**status_page(page.sessions, self._now()), "total": page.total, "matched": page.matched,
+                "offset": query.offset, "limit": query.limit}
 
     async def _history(self, request: web.Request) -> web.Response:
         return _json(history_view(await self._report(request)))
@@ -400,7 +432,8 @@ class HubWeb(StackedService):
         stream = _Stream()
         self._streams.add(stream)
         try:
-            await self._send(response, "status", status_page(self.hub.status().sessions, self._now()))
+            # Warnings and the hub's clock only: the page asks for its window of sessions (bounded) itself.
+            await self._send(response, "status", status_page([], self._now()))
             while not self._closing:
                 try:
                     await asyncio.wait_for(stream.wake.wait(), KEEPALIVE_SECONDS)
@@ -412,10 +445,15 @@ class HubWeb(StackedService):
                 await asyncio.sleep(COALESCE_SECONDS)
                 stream.wake.clear()
                 pending, stream.pending = stream.pending, set()
+                others = False
                 for sid in sorted(pending):
                     listing = self.hub.listing(sid)  # from memory: a cold session is not read from the database
                     if listing is not None:
                         await self._send(response, "session", session_view(listing))
+                    else:
+                        others = True
+                if others:  # a session only the database holds (changed by another hub, or pruned): no id sent
+                    await self._send(response, "changed", {})
         except ConnectionError:
             pass  # the page went away
         finally:

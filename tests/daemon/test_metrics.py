@@ -184,29 +184,3 @@ def test_attempts_agent_restarts_supersessions_and_evidence_kinds_are_counted_fr
     assert not any(name.startswith("agentctl_upstream") for name, _ in samples), "no [upstream]: no upstream metrics"
     assert HOSTILE not in generate_latest(registry).decode()
     counts.close()
-
-
-def test_a_hub_session_needs_attention_for_a_failed_server_a_session_error_or_no_server_sent_only():
-    from datetime import UTC, datetime
-
-    from agentctl.evidence.contract import Attempt, ErrorSummary, HubSession, ServerRow
-    from agentctl.hub.metrics import needs_attention, session_state
-
-    t0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-    def session(*statuses: str, error: bool = False, attempt: bool = True) -> HubSession:
-        current = Attempt(attempt_id="a", task_id="t", session_id="s", execution_id="e", instance_id="i",
-                          started_at=t0, updated_at=t0,
-                          servers=[ServerRow(name=f"s{n}", status=st) for n, st in enumerate(statuses)],
-                          session_error=ErrorSummary(reason_code="session_error", summary="x") if error else None)
-        return HubSession(task_id="t", session_id="s", current_execution_id="e", connected=True, last_contact_at=t0,
-                          current_attempt=current if attempt else None)
-
-    assert (session_state(session("active", "failed")), needs_attention(session("active", "failed"))) == ("failed", True)
-    assert (session_state(session("delivered", "active")), needs_attention(session("delivered"))) == ("active", False)
-    assert (session_state(session("filtered")), needs_attention(session("filtered", error=True))) == ("filtered", True)
-    assert (session_state(session(attempt=False)), needs_attention(session(attempt=False))) == ("no_servers", False)
-    # Every server filtered or unavailable (Gemini in an untrusted folder, no supported transport): the agent has
-    # no MCP server, which needs attention; one filtered beside one sent does not, nor delivered and waiting.
-    assert needs_attention(session("filtered", "unavailable")) and needs_attention(session("filtered"))
-    assert not needs_attention(session("filtered", "delivered")) and not needs_attention(session("delivered"))

@@ -3,7 +3,7 @@ real PostgreSQL."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -11,8 +11,11 @@ import pytest
 
 from agentctl.dsn import parse_location
 from agentctl.hub.hub import Hub
+from agentctl.hub.stores import open_store
 from agentctl.hub.web import HubWeb
 from tests.pg import PgDatabase
+
+Opener = Callable[..., object]
 
 
 @asynccontextmanager
@@ -48,3 +51,24 @@ async def pg_hubs(pg_db: PgDatabase, short_dir: Path) -> AsyncIterator[tuple[Hub
         await page.stop()
         await b.stop()
         await a.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def open_db(request, tmp_path: Path) -> Iterator[Opener]:
+    """open_db(readonly=False, hub_id="") -> a store on this test's database, closed after the test."""
+    if request.param == "sqlite":
+        location: object = tmp_path / "hub.sqlite3"
+    else:
+        pg_db: PgDatabase = request.getfixturevalue("pg_db")
+        location = parse_location(pg_db.url)
+    opened: list = []
+
+    def opener(*, readonly: bool = False, hub_id: str = "") -> object:
+        store = open_store(location, readonly=readonly, hub_id=hub_id)
+        opened.append(store)
+        return store
+
+    opener.engine = request.param  # type: ignore[attr-defined]
+    yield opener
+    for store in opened:
+        store.close()

@@ -94,10 +94,11 @@ async def test_a_slow_read_of_a_cold_session_does_not_stall_the_hub_and_its_read
     try:
         await eventually(lambda: publisher.connected, what="the publisher connected to hub B")
         attempt, _ = ctx.ledger.begin_attempt("session_new", SEEDS)
-        # Hub A holds no daemon of this session: it lists it cold and reads it from the database on demand.
-        await eventually(lambda: (cold := a._cold.get("session-9")) is not None and cold.current_attempt is not None
-                         and cold.current_attempt.attempt_id == attempt, timeout=20,
-                         what="hub A to list hub B's session, with its attempt, cold")
+        # Hub A holds no daemon of this session: the database alone holds it, read on demand.
+        await eventually(lambda: (cold := a.report("session-9")) is not None and cold.history is not None
+                         and cold.history.current is not None and cold.history.current.attempt_id == attempt
+                         and "session-9" not in a.sessions, timeout=20,
+                         what="hub A to read hub B's session, with its attempt, from the database")
 
         locker.execute("LOCK TABLE executions IN ACCESS EXCLUSIVE MODE")  # the reads of hub A wait on it
         release.start()

@@ -53,6 +53,12 @@ SAMPLE_ROWS = {
         "INSERT INTO executions VALUES ('s-1', 'e-1', 1, '{}', '0.1.0', '2026-12-01T09:00:00+00:00', "
         "'2026-12-01T09:30:00+00:00', 1, 0, NULL, 'host-a:/run/hub.sock')",
     ],
+    3: [
+        "INSERT INTO sessions VALUES ('s-1', 't-1', 'e-1', 0, '2026-12-01T10:00:00+00:00')",
+        "INSERT INTO executions VALUES ('s-1', 'e-1', 1, '{}', '0.1.0', '2026-12-01T09:00:00+00:00', "
+        "'2026-12-01T09:30:00+00:00', 1, 0, NULL, 'host-a:/run/hub.sock')",
+        "INSERT INTO tombstones VALUES ('s-0', 'e-0', 1, '2026-12-01T08:00:00+00:00')",
+    ],
 }
 
 

@@ -220,7 +220,7 @@ async def test_two_hubs_pruning_one_database_at_once_take_disjoint_batches_and_b
     assert sum(pruned) == 400 and all(pruned), pruned  # each session once, both hubs took batches
     assert await asyncio.to_thread(a.store.max_hello_order) == 0  # every execution row gone
     for hub in hubs:  # each hub's memory follows (the other hub's prunes by notification)
-        await eventually(lambda hub=hub: hub.session_count == 0, what="the pruned sessions gone from memory")
+        await eventually(lambda hub=hub: not hub.sessions, what="the pruned sessions gone from memory")
     await a.retention.measure()
     assert a.retention.oldest_contact_at is None
     for hub, sid in ((a, "s00007"), (b, "s00123")):

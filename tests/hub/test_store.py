@@ -6,9 +6,8 @@ decided by claims under the session's row lock, and writes of two hubs that add 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -21,28 +20,7 @@ from tests.pg import PgDatabase
 from tests.upstream.support import identity
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
-Opener = Callable[..., object]
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def open_db(request, tmp_path: Path) -> Iterator[Opener]:
-    """open_db(readonly=False, hub_id="") -> a store on this test's database, closed after the test."""
-    if request.param == "sqlite":
-        location: object = tmp_path / "hub.sqlite3"
-    else:
-        pg_db: PgDatabase = request.getfixturevalue("pg_db")
-        location = parse_location(pg_db.url)
-    opened: list = []
-
-    def opener(*, readonly: bool = False, hub_id: str = "") -> object:
-        store = open_store(location, readonly=readonly, hub_id=hub_id)
-        opened.append(store)
-        return store
-
-    opener.engine = request.param  # type: ignore[attr-defined]
-    yield opener
-    for store in opened:
-        store.close()
+from tests.hub.conftest import Opener
 
 
 @pytest.fixture

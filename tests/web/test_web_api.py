@@ -201,7 +201,8 @@ async def test_the_page_says_what_the_cli_says(running):
 
 def test_the_bundled_page_loads_nothing_external_and_never_renders_data_as_html():
     files = {p.name: p.read_text() for p in STATIC.iterdir() if p.is_file()}
-    assert set(files) == {"index.html", "app.js", "views.js", "app.css"}
+    scripts = {"app.js", "state.js", "list.js", "panel.js", "terminal.js", "views.js"}
+    assert set(files) == {"index.html", "app.css", *scripts}
     assert {p.name for p in STATIC.iterdir() if p.is_dir()} == {"vendor"}
     vendor = STATIC / "vendor" / "xterm"
     assert {p.name for p in vendor.iterdir()} == {"xterm.js", "xterm.css", "LICENSE", "README.md"}
@@ -213,7 +214,8 @@ def test_the_bundled_page_loads_nothing_external_and_never_renders_data_as_html(
     assert set(re.findall(r"(?:https?:)?//[a-z0-9.-]+\.[a-z]{2,}", widget, re.I)) == {
         "http://www.w3.org", "https://developer.mozilla.org"}
     assert "@import" not in (vendor / "xterm.css").read_text() and "url(" not in (vendor / "xterm.css").read_text()
-    for name in ("app.js", "views.js"):
+    for name in scripts:
+        assert len(files[name].splitlines()) < 600, name
         for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
             assert sink not in files[name], (name, sink)
 
@@ -239,3 +241,37 @@ def test_static_assets_are_served_gzip_compressed_to_who_accepts_it_and_revalida
         assert "default-src 'none'" in headers["Content-Security-Policy"]
     finally:
         _stop(proc)
+
+
+async def test_the_session_list_is_a_bounded_window_the_hub_filters_searches_and_orders(short_dir):
+    from agentctl.hub.stores import open_store
+    from tests.hub.test_listing import write_session
+    from tests.web.world import hub_with_page
+
+    async with hub_with_page(short_dir) as (hub, web):
+        store = open_store(hub.db_path)  # a second writer on the file, as another process would be
+        try:
+            for i in range(260):
+                write_session(store, f"s-{i:03d}", ["failed"] if i % 13 == 0 else ["active"], agent=f"agent-{i % 2}")
+        finally:
+            store.close()
+        auth = {"Authorization": "Bearer " + TOKEN}
+        async with aiohttp.ClientSession(headers=auth) as http:
+            async def get(query: str) -> tuple[int, dict]:
+                async with http.get(web.url + "api/sessions" + query) as resp:
+                    return resp.status, await resp.json()
+
+            status, first = await get("")
+            assert status == 200 and (first["total"], first["matched"], len(first["sessions"])) == (260, 260, 50)
+            assert [s["session_id"] for s in first["sessions"][:20]] == [f"s-{i:03d}" for i in range(0, 260, 13)]
+            status, widest = await get("?limit=200&offset=200")
+            assert status == 200 and len(widest["sessions"]) == 60 and widest["offset"] == 200
+            _, failed = await get("?filter=attention&q=AGENT-1")
+            assert {s["session_id"] for s in failed["sessions"]} == {f"s-{i:03d}" for i in range(13, 260, 26)}
+            assert failed["matched"] == 10 and failed["total"] == 260
+            async with http.get(web.url + "api/status") as resp:
+                assert (await resp.json())["sessions"] == first["sessions"], "the first page, as /api/sessions"
+            for query, says in (("?limit=201", "limit: at most 200"), ("?filter=nope", "filter: unknown value"),
+                                ("?q=" + "+".join(f"w{i}" for i in range(9)), "q: at most 8 words")):
+                status, body = await get(query)
+                assert status == 400 and body["reason_code"] == "bad_query" and body["error"].startswith(says)

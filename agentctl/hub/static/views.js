@@ -256,30 +256,3 @@ export const FILTERS = [
   ["active", "With an active server"], ["filtered", "With a filtered server"],
   ["unavailable", "With an unavailable server"],
 ];
-
-export function matches(session, filter, query, now) {
-  const servers = session.attempt ? session.attempt.servers : [];
-  const ok = filter === "all" ? true
-    : filter === "attention" ? attention(session, now).needs
-    : filter === "connected" ? session.connected
-    : filter === "disconnected" ? !session.connected
-    : servers.some((s) => s.status === filter);
-  if (!ok) return false;
-  const text = [session.task_id, session.session_id, session.agent].join("\n").toLowerCase();
-  return query.toLowerCase().split(/\s+/).filter(Boolean).every((word) => text.includes(word));
-}
-
-// Needs attention first, then the most recent contact (a connected session's contact is now), then by id: a
-// total order, so sessions keep their places whatever order their updates arrive in.
-export function sortKey(session, now) {
-  const contact = session.connected ? Infinity : (instant(session.last_contact) ?? -Infinity);
-  return [attention(session, now).needs ? 0 : 1, -contact, session.session_id];
-}
-
-export function compareKeys(a, b) {
-  for (let i = 0; i < a.length; i++) {
-    if (a[i] < b[i]) return -1;
-    if (a[i] > b[i]) return 1;
-  }
-  return 0;
-}
