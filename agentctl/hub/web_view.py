@@ -13,7 +13,6 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from agentctl.control.agent_routes import STDERR_WARNING
 from agentctl.control.render import (
     AMBER,
     GREEN,
@@ -57,13 +56,8 @@ from agentctl.evidence.contract import (
     TerminalView,
 )
 from agentctl.hub.views import daemon_link
+from agentctl.present.output import STDERR_WARNING, TERMINAL_WARNING
 from agentctl.upstream.protocol import MAX_TERMINAL_BYTES
-
-# Shown before the terminal view is fetched (the daemon's answer carries its own warning too).
-TERMINAL_WARNING = (
-    "the agent's terminal screen may contain sensitive data (prompts, file contents, tokens); it is fetched "
-    "from the daemon only when you ask, shown read-only, and never persisted"
-)
 
 # The terminal's colour for a display state, as a name the stylesheet knows; `configured` stays plain.
 _TONE_OF_CODE = {GREEN: "green", AMBER: "amber", RED: "red", GREY: "grey"}
