@@ -30,8 +30,9 @@ from agentctl.present.session import (
     agent_gone,
     agent_report_line,
     auth_text,
-    degraded_text,
+    health_words,
     notice_lines,
+    readiness_words,
     refusal_headline,
     session_error_lines,
     upstream_text,
@@ -138,26 +139,13 @@ def _attempt_line(attempt: Attempt) -> str:
     return text
 
 
+
+
+
 def readiness_line(view: StatusResponse | Diagnostics, color: bool) -> str:
     """`Daemon: ready` (or degraded), or `Daemon: not ready (why)`: a gone agent says how it ended."""
-    degraded = view.degraded
-    if view.ready:
-        if degraded:
-            return "Daemon: " + paint("ready, degraded", "amber", color) + f" ({degraded_text(degraded)})"
-        return "Daemon: " + paint("ready", "green", color)
-    failing = [name for name, ok in view.checks.items() if not ok]
-    gone = agent_gone(view.agent) if "agent" in failing else None
-    if failing:
-        # An agent that has exited will not come back by waiting: say what happened to it instead.
-        waits = [name for name in failing if not (gone and name == "agent")]
-        why = "; ".join(filter(None, [gone, "waiting for " + ", ".join(waits) if waits else None]))
-    elif view.checks:
-        why = "stopping"
-    else:
-        why = "starting"
-    if degraded:
-        why += f"; degraded: {degraded_text(degraded)}"
-    return "Daemon: " + paint("not ready", "amber", color) + f" ({why})"
+    state, tone, why = readiness_words(view)
+    return "Daemon: " + paint(state, tone, color) + (f" ({why})" if why else "")
 
 
 def render_attempt(attempt: Attempt, color: bool, agent: AgentState | None = None, *, gone: bool = True) -> list[str]:
@@ -256,22 +244,5 @@ def render_report(history: AttachmentHistory, color: bool) -> str:
 
 def render_health(health: HealthResponse, ready_mode: bool, color: bool) -> str:
     """One line: liveness (or readiness with --ready) and, when not ready, which checks are failing."""
-    health = neutralize_data(health)
-    if not ready_mode:
-        if health.live:
-            return paint("live", "green", color) + "\n"
-        return paint("not live", "red", color) + "\n"
-    if health.ready:
-        if health.degraded:
-            return paint("ready", "green", color) + f" (degraded: {degraded_text(health.degraded)})\n"
-        return paint("ready", "green", color) + "\n"
-    failing = [f"{name} ({check.detail})" if check.detail else name for name, check in health.checks.items() if not check.ok]
-    if health.stopping:
-        why = "stopping"
-    elif failing:
-        why = "failing: " + ", ".join(failing)
-    elif not health.checks:
-        why = "no readiness checks reported yet"
-    else:
-        why = "not ready"
-    return paint("not ready", "red", color) + f" ({why})\n"
+    state, tone, why = health_words(neutralize_data(health), ready_mode)
+    return paint(state, tone, color) + (f" ({why})" if why else "") + "\n"

@@ -11,10 +11,14 @@ from agentctl.evidence.contract import (
     AgentNotice,
     AgentState,
     Attempt,
+    Diagnostics,
     ErrorSummary,
+    HealthResponse,
+    StatusResponse,
     UpstreamStatus,
 )
 from agentctl.evidence.reasons import meaning
+from agentctl.present.tones import Tone
 from agentctl.present.words import code_detail, plural, when
 
 
@@ -183,3 +187,44 @@ def upstream_words(upstream: UpstreamStatus | None) -> str:
         extra.append(f"last error {upstream.last_error}")
     buffering = " (evidence is kept and sent with the next snapshot)" if upstream.state == "buffering" else ""
     return f"Upstream: {upstream_text(upstream)}{buffering}; " + "; ".join(extra)
+
+
+def readiness_words(view: StatusResponse | Diagnostics) -> tuple[str, Tone, str | None]:
+    """The daemon's readiness (`ready`, `ready, degraded`, `not ready`), its tone, and why: a gone agent says how
+    it ended."""
+    degraded = view.degraded
+    if view.ready:
+        if degraded:
+            return "ready, degraded", "amber", degraded_text(degraded)
+        return "ready", "green", None
+    failing = [name for name, ok in view.checks.items() if not ok]
+    gone = agent_gone(view.agent) if "agent" in failing else None
+    if failing:
+        # An agent that has exited will not come back by waiting: say what happened to it instead.
+        waits = [name for name in failing if not (gone and name == "agent")]
+        why = "; ".join(filter(None, [gone, "waiting for " + ", ".join(waits) if waits else None]))
+    elif view.checks:
+        why = "stopping"
+    else:
+        why = "starting"
+    if degraded:
+        why += f"; degraded: {degraded_text(degraded)}"
+    return "not ready", "amber", why
+
+
+def health_words(health: HealthResponse, ready_mode: bool) -> tuple[str, Tone, str | None]:
+    """Liveness (or readiness, in ready mode), its tone, and, when not ready, which checks are failing."""
+    if not ready_mode:
+        return ("live", "green", None) if health.live else ("not live", "red", None)
+    if health.ready:
+        return "ready", "green", f"degraded: {degraded_text(health.degraded)}" if health.degraded else None
+    failing = [f"{name} ({check.detail})" if check.detail else name for name, check in health.checks.items() if not check.ok]
+    if health.stopping:
+        why = "stopping"
+    elif failing:
+        why = "failing: " + ", ".join(failing)
+    elif not health.checks:
+        why = "no readiness checks reported yet"
+    else:
+        why = "not ready"
+    return "not ready", "red", why
