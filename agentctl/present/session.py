@@ -1,5 +1,6 @@
-"""How the agent, its session and the daemon read: an agent that is gone, its own report and authentication, its
-notices, a session error or refusal, what is degraded, the upstream's state (pure, no I/O)."""
+"""How the agent, its session and the daemon read: the agent's line, an agent that is gone, its own report and
+authentication, its notices, a session error or refusal, the daemon's readiness and health (with their tones),
+what is degraded, the upstream's state (pure, no I/O)."""
 
 from __future__ import annotations
 
