@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from agentctl.backend.embedded import EmbeddedBackend
-from agentctl.control.socket import bind_unix_socket, cleanup_socket_path, peer_allowed, prepare_socket_path
+from agentctl.control.socket import cleanup_socket_path, prepare_socket_path
+from agentctl.unix_socket import bind_unix_socket, peer_allowed
 from agentctl.evidence.contract import (EndpointTestResult, HubSession, HubSessionReport, HubStatus, Identity,
                                         StderrView, TerminalView, encode)
 from agentctl.evidence.ledger import utcnow
@@ -284,8 +285,7 @@ class Hub(StackedService):
             return None
 
     def _load_stored(self, session_id: str) -> SessionState | None:  # raises HubStoreError
-        reader = self._reader  # read once: a worker thread runs this while stop may close the stores
-        return reader.load_session(session_id) if reader is not None else None
+        return reader.load_session(session_id) if (reader := self._reader) is not None else None  # read once
 
     def subscribe(self, listener: Callable[[str], None]) -> None:
         """`listener(session_id)` after every change to that session (called on the loop; must not block)."""
