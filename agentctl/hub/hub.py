@@ -143,7 +143,7 @@ class Hub(StackedService):
         self._order = self.store.max_hello_order()
         self._reader = open_store(self.db_path, readonly=True, hub_id=self.hub_id)
         if self.dsn is not None:
-            self.shared = SharedView(self, self.dsn)
+            self.shared = SharedView(self, self.dsn, self.store, self._reader)  # PgHubStore: a SharedStore
             await self.shared.start()
             stops.push("shared database view", self.shared.stop)
         await self.retention.start()

@@ -136,6 +136,27 @@ class SessionStore(Protocol):
     def close(self) -> None: ...
 
 
+class SharedStore(SessionStore, Protocol):
+    """What a hub sharing a PostgreSQL database with other hubs needs of its store beyond SessionStore
+    (agentctl.hub.pg_store implements it; agentctl.hub.shared uses it)."""
+
+    def claim(self, identity: Identity, daemon_version: str, now: datetime) -> SessionState:
+        """The session as the database holds it after this hello (the database decides which execution is current)."""
+        ...
+
+    def currents(self, session_ids: Sequence[str]) -> dict[str, str]:
+        """session id -> its current execution, for the given sessions."""
+        ...
+
+    def live_hubs(self) -> set[str]:
+        """The tags of the hubs with a connection to the database now."""
+        ...
+
+    def clear_departed(self, tags: Sequence[str]) -> list[str]:
+        """Clear the `connected` flags of the hubs with these tags still without a connection; the sessions changed."""
+        ...
+
+
 # Every execution of the pruned sessions becomes a tombstone (its flag: the session's current one); a session's
 # older tombstones are first marked superseded, since the session may have moved on since its last prune.
 TOMBSTONE_RESET = "UPDATE tombstones SET was_current=0 WHERE session_id IN ({ids})"

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from agentctl.dsn import PostgresDsn
 from agentctl.hub import rules
 from agentctl.hub.hub_conn import HubConnection, notice_line
-from agentctl.hub.hub_store import HubStoreError
+from agentctl.hub.hub_store import HubStoreError, SharedStore
 from agentctl.hub.state import SessionState
 from agentctl.upstream import protocol as P
 from agentctl.hub.pg_store import CHANNEL, PrunedExecution, hub_tag, parse_notice
@@ -41,9 +41,11 @@ BACKOFF_MAX = 5.0
 class SharedView:
     """Started by the hub after its stores, stopped before they close."""
 
-    def __init__(self, hub: Hub, dsn: PostgresDsn) -> None:
+    def __init__(self, hub: Hub, dsn: PostgresDsn, store: SharedStore, reader: SharedStore) -> None:
         self.hub = hub
         self.dsn = dsn
+        self._store = store  # the hub's writable store
+        self._reader = reader  # its reader: rereads never wait behind a flush
         self.listening = False
         self._pending: set[str] = set()
         self._wake = asyncio.Event()
@@ -87,10 +89,8 @@ class SharedView:
         """The database's decision on a hello (agentctl.hub.pg_store); a database that cannot answer refuses
         the connection as `unavailable`: the daemon keeps buffering and reconnects with backoff."""
         hub = self.hub
-        assert hub.store is not None
         try:
-            return await asyncio.to_thread(hub.store.claim, hello.identity, hello.daemon_version,  # type: ignore[attr-defined]
-                                           hub._clock())
+            return await asyncio.to_thread(self._store.claim, hello.identity, hello.daemon_version, hub._clock())
         except PrunedExecution as exc:  # retention's tombstone: this execution may not be current again
             hub._fatal(conn, exc.refusal)
         except HubStoreError as exc:
@@ -124,10 +124,8 @@ class SharedView:
     async def refresh(self, session_id: str) -> None:
         """Another hub changed this session: reread it (one session, indexed) and take the database's view."""
         hub = self.hub
-        if hub._reader is None:
-            return
         try:
-            stored = await asyncio.to_thread(hub._reader.load_session, session_id)
+            stored = await asyncio.to_thread(self._reader.load_session, session_id)
         except HubStoreError as exc:
             log.warning("rereading session %s failed: %s", session_id, exc)
             return
@@ -152,10 +150,10 @@ class SharedView:
         hub = self.hub
         followed = {c.session.session_id: c.session.current_execution_id for c in hub._conns
                     if c.session is not None and c.standing == "current"}
-        if not followed or hub._reader is None:
+        if not followed:
             return
         try:
-            currents = await asyncio.to_thread(hub._reader.currents, sorted(followed))  # type: ignore[attr-defined]
+            currents = await asyncio.to_thread(self._reader.currents, sorted(followed))
         except HubStoreError:
             return  # the listener's own reconnecting says the database is away
         for sid, current in currents.items():
@@ -165,10 +163,8 @@ class SharedView:
     async def check_departed(self) -> None:
         """Clear the flags of hubs gone from the database (seen before, missing at two checks in a row)."""
         hub = self.hub
-        if hub._reader is None or hub.store is None:
-            return
         try:
-            live = await asyncio.to_thread(hub._reader.live_hubs)  # type: ignore[attr-defined]
+            live = await asyncio.to_thread(self._reader.live_hubs)
         except HubStoreError:
             return
         live.discard(hub_tag(hub.hub_id))
@@ -178,7 +174,7 @@ class SharedView:
         if not departed:
             return
         try:
-            changed = await asyncio.to_thread(hub.store.clear_departed, sorted(departed))  # type: ignore[attr-defined]
+            changed = await asyncio.to_thread(self._store.clear_departed, sorted(departed))
         except HubStoreError as exc:
             log.warning("clearing the flags of a departed hub failed: %s", exc)
             return
