@@ -84,6 +84,7 @@ def test_the_state_filter_and_the_search_run_in_the_database_with_wildcards_take
     assert _ids(store, words=("claude", "code")) == ["s-1"]  # each word, in any case (the query is lower-cased)
     assert _ids(store, words=("codex_acp",)) == ["s-2"] and _ids(store, words=("codex%acp",)) == []
     assert _ids(store, words=("100%",)) == ["s-3"] and _ids(store, words=("_",)) == ["s-2"]
+    assert _ids(store, words=("\\",)) == [] and _ids(store, words=("%",)) == ["s-3"]  # the escape itself too
     assert _ids(store, words=("s-4",)) == ["s-4"]
     assert sorted(_ids(store, words=("task-1",))) == ["s-1", "s-2", "s-3", "s-4"]
     assert _ids(store, filter="connected", words=("codex",)) == []
