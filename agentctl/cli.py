@@ -176,7 +176,7 @@ def _daemon_arguments(parser: argparse.ArgumentParser, *, log_level: str) -> Non
 def cmd_schema(args: argparse.Namespace) -> int:
     import json
 
-    from agentctl.evidence.contract import history_schema
+    from agentctl.evidence.contract.report import history_schema
 
     print(json.dumps(history_schema(), indent=2, sort_keys=True))
     return EXIT_OK
@@ -242,7 +242,8 @@ def _daemon_command(args: argparse.Namespace, body) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from agentctl.evidence.contract import DaemonReady, encode
+    from agentctl.evidence.contract.base import encode
+    from agentctl.evidence.contract.control import DaemonReady
 
     def on_ready(info: DaemonReady) -> None:
         sys.stdout.write(encode(info).decode() + "\n")

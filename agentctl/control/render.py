@@ -18,20 +18,16 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TextIO
 
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.control import HealthResponse, StatusResponse, UpstreamStatus
+from agentctl.evidence.contract.diagnostics import Diagnostics, RowView, ServerDiagnostics
+from agentctl.evidence.contract.report import (
     MAX_NOTICES_PER_ATTEMPT,
     AgentNotice,
     AgentState,
     Attempt,
     AttachmentHistory,
-    Diagnostics,
     ErrorSummary,
-    HealthResponse,
-    RowView,
-    ServerDiagnostics,
     ServerRow,
-    StatusResponse,
-    UpstreamStatus,
 )
 from agentctl.evidence.display import row_view
 from agentctl.evidence.reasons import meaning

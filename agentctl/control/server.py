@@ -17,17 +17,17 @@ import msgspec
 from aiohttp import web
 
 from agentctl.control.socket import peer_allowed, peer_cred
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.control import (
     AgentReadiness,
-    AgentState,
     AttachedGate,
     CheckState,
     ControlError,
     HealthResponse,
     StatusResponse,
     StopResult,
-    encode,
 )
+from agentctl.evidence.contract.report import AgentState
 from agentctl.evidence.decode_errors import describe_decode_error
 from agentctl.evidence.required import judge, required_names
 from agentctl.logs import log_failure

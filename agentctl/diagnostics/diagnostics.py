@@ -14,20 +14,22 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from agentctl import __version__
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.control import UpstreamStatus
+from agentctl.evidence.contract.diagnostics import (
+    AttemptDiagnostics,
+    ChecklistStep,
+    Diagnostics,
+    ServerDiagnostics,
+    ToolDetail,
+    ToolsView,
+)
+from agentctl.evidence.contract.report import (
     CONTRACT_VERSION,
     AgentState,
     AttachmentHistory,
     Attempt,
-    AttemptDiagnostics,
-    ChecklistStep,
-    Diagnostics,
     ErrorSummary,
-    ServerDiagnostics,
     ServerRow,
-    ToolDetail,
-    ToolsView,
-    UpstreamStatus,
 )
 from agentctl.evidence.sanitize import redact
 from agentctl.evidence.display import row_view

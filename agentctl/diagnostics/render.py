@@ -33,18 +33,16 @@ from agentctl.control.render import (
     when,
     wrap,
 )
-from agentctl.evidence.contract import (
-    AgentState,
+from agentctl.evidence.contract.control import EndpointTestResponse, UpstreamStatus
+from agentctl.evidence.contract.diagnostics import (
     AttemptDiagnostics,
     ChecklistStep,
     Diagnostics,
-    EndpointTestResponse,
-    EndpointTestResult,
     ServerDiagnostics,
     ToolDetail,
     ToolsView,
-    UpstreamStatus,
 )
+from agentctl.evidence.contract.report import AgentState, EndpointTestResult
 from agentctl.evidence.reasons import meaning
 from agentctl.safetext import neutralize_data
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import msgspec
 
-from agentctl.evidence.contract import AgentReport, RowView, ServerRow
+from agentctl.evidence.contract.diagnostics import RowView
+from agentctl.evidence.contract.report import AgentReport, ServerRow
 from agentctl.evidence.reducer import REPORTED_FAILURES, observed_status
 
 DELIVERED_LABEL = "delivered · connection unverified"

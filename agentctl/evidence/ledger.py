@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from agentctl.evidence import reducer
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.report import (
     CONTRACT_VERSION,
     AgentNotice,
     AgentState,

@@ -44,17 +44,15 @@ from agentctl.diagnostics.render import (
     tool_arguments,
     upstream_lines,
 )
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.control import StderrView, TerminalView
+from agentctl.evidence.contract.diagnostics import Diagnostics
+from agentctl.evidence.contract.hub import HubSession, HubSessionReport
+from agentctl.evidence.contract.report import (
     CONTRACT_VERSION,
     AgentState,
     Attempt,
-    Diagnostics,
     EndpointTestResult,
-    HubSession,
-    HubSessionReport,
     ServerRow,
-    StderrView,
-    TerminalView,
 )
 from agentctl.hub.views import daemon_link
 from agentctl.upstream.protocol import MAX_TERMINAL_BYTES

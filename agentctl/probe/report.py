@@ -1,4 +1,4 @@
-"""Human rendering of the probe's findings (the ProbeReport contract type lives in evidence/contract.py).
+"""Human rendering of the probe's findings (the ProbeReport contract type lives in evidence/contract/probe.py).
 
 One line per finding, in a fixed order, each with its time since the probe started. Nothing the agent
 did not do is phrased as its failure: an absent observation reads "not observed", and no contact at
@@ -8,7 +8,7 @@ all reads "unobserved: the agent did not contact the sentinel within N s". Pure:
 from __future__ import annotations
 
 from agentctl.control.render import AMBER, GREEN, GREY, RED, RESET, auth_text
-from agentctl.evidence.contract import ProbeContact, ProbePassthroughReport, ProbeReport
+from agentctl.evidence.contract.probe import ProbeContact, ProbePassthroughReport, ProbeReport
 from agentctl.evidence.display import reporter_name
 from agentctl.safetext import neutralize_data
 

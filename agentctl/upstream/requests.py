@@ -14,7 +14,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from agentctl.control.attach_routes import current_terminal, runs_on_terminal
-from agentctl.evidence.contract import StderrView, TerminalView
+from agentctl.evidence.contract.control import StderrView, TerminalView
 from agentctl.upstream import protocol as P
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -22,15 +22,13 @@ from agentctl.control.render import (
     use_color,
     wrap,
 )
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.control import CheckState, HealthResponse, StatusResponse
+from agentctl.evidence.contract.report import (
     AttachmentHistory,
     Attempt,
-    CheckState,
     EndpointTestResult,
     ErrorSummary,
-    HealthResponse,
     ServerRow,
-    StatusResponse,
 )
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

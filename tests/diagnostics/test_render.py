@@ -13,7 +13,8 @@ from agentctl.control.render import AMBER, GREEN, GREY, RED, RESET
 from agentctl.diagnostics.diagnostics import ToolLookupError, build_tools_view, find_tool
 from agentctl.diagnostics.render import render_diagnostics, render_endpoint_test, render_tool, render_tools
 from agentctl.evidence.catalog import build_catalog, load_estimator
-from agentctl.evidence.contract import EndpointTestResponse, EndpointTestResult
+from agentctl.evidence.contract.control import EndpointTestResponse
+from agentctl.evidence.contract.report import EndpointTestResult
 from tests.diagnostics.render_support import every_state_ctx, every_state_diagnostics
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -334,7 +335,7 @@ def test_truncation_is_announced_and_third_party_names_explain_the_missing_catal
 
 
 def test_the_upstream_line_says_connected_or_buffering_with_its_counters() -> None:
-    from agentctl.evidence.contract import UpstreamStatus
+    from agentctl.evidence.contract.control import UpstreamStatus
 
     d = every_state_diagnostics()
     d.upstream = UpstreamStatus(state="buffering", connects=2, dropped_events=5, resyncs=1, last_error="connect_refused")

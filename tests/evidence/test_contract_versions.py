@@ -17,13 +17,13 @@ import msgspec
 import pytest
 
 from agentctl.evidence import reducer
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.report import (
     CONTRACT_VERSION,
     READABLE_CONTRACT_VERSIONS,
     AttachmentHistory,
     EvidenceEvent,
     decode_history,
-    encode,
 )
 from agentctl.evidence.store import ReportCorrupt, read_report, report_path
 

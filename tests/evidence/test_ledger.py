@@ -10,7 +10,8 @@ from datetime import datetime, timedelta
 import pytest
 
 from agentctl.evidence import ledger as ledger_mod
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.report import (
     CONTRACT_VERSION,
     MAX_ATTEMPTS,
     ClientInfo,
@@ -19,7 +20,6 @@ from agentctl.evidence.contract import (
     ToolCatalog,
     ToolSummary,
     decode_history,
-    encode,
 )
 from agentctl.evidence.ledger import Ledger, ServerSeed
 from tests.evidence.fixed import IDENT, T0

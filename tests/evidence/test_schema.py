@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from agentctl.evidence.contract import CONTRACT_VERSION, history_schema
+from agentctl.evidence.contract.report import CONTRACT_VERSION, history_schema
 from tests.conftest import REPO, agentctl_cmd
 
 SCHEMA_FILE = REPO / "docs" / "report.schema.json"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentctl.evidence.contract import CONTRACT_VERSION, decode_history, encode
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.report import CONTRACT_VERSION, decode_history
 from agentctl.upstream import protocol as P
 from tests.upstream.support import RawClient, eventually
 
