@@ -43,7 +43,7 @@ def _block(text: str, head: str) -> str:
 HEADER = """\
 agentctl diagnostics: safe to paste into a bug report
 (no agent output, prompts, arguments, header or env values, tokens or full URLs)
-daemon 0.1.0 · contract 2 · generated 2026-01-02 03:04:36 UTC
+daemon 0.1.0 · contract 3 · generated 2026-01-02 03:04:36 UTC
 execution  exec_0123456789abcdef
 instance   inst_0123456789abcdef
 task       task-1 · session sess-1
@@ -186,7 +186,7 @@ def test_diagnostics_fit_80_columns_and_colour_only_when_asked(diagnostics_text:
 def test_diagnostics_json_is_the_contract_shape() -> None:
     d = every_state_diagnostics()
     data = msgspec.json.decode(msgspec.json.encode(d))
-    assert data["contract_version"] == 2 and data["ready"] is False
+    assert data["contract_version"] == 3 and data["ready"] is False
     steps = {s["step"]: s for s in data["current"]["servers"][0]["steps"]}
     assert steps["tools_loaded"] == {"step": "tools_loaded", "done": True, "at": "2026-01-02T03:04:29Z", "detail": "7 tools"}
     assert steps["disconnected"] == {"step": "disconnected", "done": False}

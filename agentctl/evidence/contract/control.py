@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
-from agentctl.evidence.contract.base import Base
+from agentctl.evidence.contract.base import Base, surface_schema
 from agentctl.evidence.contract.report import (
     AgentState,
     Attempt,
@@ -274,3 +274,9 @@ class UpstreamStatus(msgspec.Struct, kw_only=True):
     last_error: str | None = None  # reason code of the last failed connect or disconnect
     superseded_reason: str | None = None  # with state `superseded`: stale_execution | stale_instance
     superseded_at: datetime | None = None
+
+
+def schema() -> dict[str, Any]:
+    """JSON Schema of this surface's types (`agentctl schema control`; `make schema` writes docs/control.schema.json)."""
+    title = "agentctl control API answers (the control socket, and --json of the daemon's commands)"
+    return surface_schema(title, globals(), __name__)

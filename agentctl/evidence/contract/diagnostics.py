@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
-from agentctl.evidence.contract.base import Base
+from agentctl.evidence.contract.base import Base, surface_schema
 from agentctl.evidence.contract.control import UpstreamStatus
 from agentctl.evidence.contract.report import (
     AgentNotice,
@@ -153,3 +153,8 @@ class ToolDetail(Base, kw_only=True):
     attempt_id: str
     estimator: str | None = None
     tool: ToolSummary
+
+
+def schema() -> dict[str, Any]:
+    """JSON Schema of this surface's types (`agentctl schema diagnostics`; `make schema` writes docs/diagnostics.schema.json)."""
+    return surface_schema("agentctl diagnostics, tools and row views", globals(), __name__)

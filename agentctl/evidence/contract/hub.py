@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
-from agentctl.evidence.contract.base import Base
+from agentctl.evidence.contract.base import Base, surface_schema
 from agentctl.evidence.contract.report import AgentState, AttachmentHistory, Attempt
 
 
@@ -102,3 +102,8 @@ class HubMigration(Base, kw_only=True):
     # Required, so `--json` always has them (a default would be omitted): `"applied": []` when up to date.
     adopted: bool
     applied: list[MigrationStep]
+
+
+def schema() -> dict[str, Any]:
+    """JSON Schema of this surface's types (`agentctl schema hub`; `make schema` writes docs/hub.schema.json)."""
+    return surface_schema("agentctl hub answers (hub serve|status|report|migrate --json)", globals(), __name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from agentctl.evidence.contract.base import Base
+from agentctl.evidence.contract.base import Base, surface_schema
 from agentctl.evidence.contract.report import (
     AgentState,
     ClientInfo,
@@ -162,3 +162,9 @@ class ProbeJsonlLine(Base, kw_only=True):
     contact: ProbeContact | None = None
     step: str | None = None
     detail: dict[str, Any] | None = None
+
+
+def schema() -> dict[str, Any]:
+    """JSON Schema of this surface's types (`agentctl schema probe`; `make schema` writes docs/probe.schema.json)."""
+    title = "agentctl probe findings (probe mcp|passthrough --json, and the --jsonl file)"
+    return surface_schema(title, globals(), __name__)

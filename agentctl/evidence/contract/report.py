@@ -1,8 +1,8 @@
 """The versioned report contract: every shape the daemon persists and sends upstream as evidence.
 
-Nothing else in agentctl defines a second shape for the same data. Adding a field with a default is a
-compatible change for this release's readers; removing or renaming one, or adding a value to a Literal
-(older decoders refuse unknown fields and values), bumps CONTRACT_VERSION.
+Nothing else in agentctl defines a second shape for the same data. Every change bumps CONTRACT_VERSION, an
+added field with a default too (an older reader refuses unknown fields and values): the new release reads
+every older version, an older one refuses the new version by its number (docs/contract.md).
 """
 
 from __future__ import annotations
@@ -14,15 +14,21 @@ import msgspec
 
 from agentctl.evidence.contract.base import Base
 
-# 2 added agent-reported evidence (kind `agent_reported`, ServerRow.reported and status_source), the
-# built-in catalog's hash (ToolCatalog.hash, ServerRow.catalog_hash) and the agent's session notices
-# (Attempt.notices and notice_count, AttemptDiagnostics likewise), each legacy connection's own state
-# (ServerRow.connections), ACP authentication (AgentState.auth_method, auth_result, auth_note) and dropped
-# session notices (AgentState.notices_dropped).
-CONTRACT_VERSION = 2
-# Every version this release reads. A version-1 report is a subset of version 2 (nothing was removed or
+# 2 added agent-reported evidence (kind `agent_reported`, ServerRow.reported and status_source) and the
+# built-in catalog's hash (ToolCatalog.hash, ServerRow.catalog_hash).
+# 3 names what was added to 2 after its bump, when 2 was unreleased and taken to be still open: the agent's
+# session notices (Attempt.notices and notice_count, AgentNotice), each legacy connection's own state
+# (ServerRow.connections), the agent's report of its servers (AgentState.report_source and report_note) and
+# of the built-in server's tools (exposed_tools on AgentReport and agent-reported evidence), the agent's
+# terminal (AgentState.terminal), ACP authentication (AgentState.auth_method, auth_result, auth_note), counted
+# notices and extension notifications (AgentState.notices_dropped, unknown_ext_notifications); and bounds in
+# the types of every free-text field (Summary, ShortText, Description, ExitReason). A hub built before one
+# of these refused a report with it by an "unknown field" instead of by its version.
+# docs/contract.md says when a version is bumped (every added field or value) and what each reader accepts.
+CONTRACT_VERSION = 3
+# Every version this release reads. Every older version is a subset of this one (nothing was removed or
 # renamed), so it decodes with these types as it is; a newer version is refused by name, never guessed at.
-READABLE_CONTRACT_VERSIONS: tuple[int, ...] = (1, 2)
+READABLE_CONTRACT_VERSIONS: tuple[int, ...] = (1, 2, 3)
 
 Status = Literal["configured", "filtered", "unavailable", "delivered", "connected", "active", "failed"]
 STATUSES: tuple[str, ...] = ("configured", "filtered", "unavailable", "delivered", "connected", "active", "failed")
@@ -80,10 +86,21 @@ MAX_NOTICES_PER_ATTEMPT = 8  # the first ones are kept (a flood cannot push them
 MAX_DESCRIPTION_BYTES = 1024
 MAX_SCHEMA_BYTES = 64 * 1024
 MAX_CATALOG_SCHEMA_BYTES = 512 * 1024
+MAX_SHORT_TEXT_BYTES = 128  # an agent's or client's own name or version (sanitize.bounded_text's default)
+MAX_EXIT_REASON_CHARS = 1024  # a reason code and how the process ended, or a start failure's summary
 TOKEN_ESTIMATE_METHOD = "o200k_base:mcp-tool-json-v1"
 # sha256 over the canonical JSON of the whole tool list (before any bound above): equal hashes mean the
 # same names, descriptions and input schemas. agentctl.evidence.catalog.catalog_hash says exactly how.
 CATALOG_HASH_METHOD = "sha256:mcp-tools-v1"
+
+# Free text someone else wrote, as a report carries it: bounded in the type too, so a reader refuses an
+# over-long field of a foreign report by its path (a decode error) instead of keeping whatever was sent.
+# The sources bound it in UTF-8 bytes (agentctl.evidence.sanitize); a character is at least one byte, so
+# the same number as a character bound never refuses what a source wrote.
+Summary = Annotated[str, msgspec.Meta(max_length=MAX_SUMMARY_BYTES)]
+ShortText = Annotated[str, msgspec.Meta(max_length=MAX_SHORT_TEXT_BYTES)]
+Description = Annotated[str, msgspec.Meta(max_length=MAX_DESCRIPTION_BYTES)]
+ExitReason = Annotated[str, msgspec.Meta(max_length=MAX_EXIT_REASON_CHARS)]
 
 
 class Identity(Base, kw_only=True):
@@ -98,22 +115,22 @@ class Identity(Base, kw_only=True):
 
 
 class ClientInfo(Base, kw_only=True):
-    name: str
-    version: str | None = None
+    name: ShortText
+    version: ShortText | None = None
 
 
 class ErrorSummary(Base, kw_only=True):
     """A stable reason code plus a redacted summary of at most MAX_SUMMARY_BYTES."""
 
     reason_code: str
-    summary: str = ""
+    summary: Summary = ""
 
 
 class ToolSummary(Base, kw_only=True):
     """One built-in tool as the agent saw it in tools/list, bounded."""
 
     name: str
-    description: str = ""
+    description: Description = ""
     description_truncated: bool = False
     input_schema: dict[str, Any] | None = None
     schema_truncated: bool = False
@@ -138,7 +155,7 @@ class EndpointTestResult(Base, kw_only=True):
     succeeded: bool
     tested_at: datetime
     reason_code: str | None = None
-    summary: str = ""
+    summary: Summary = ""
     tool_count: int | None = None
     latency_ms: float | None = None
 
@@ -164,7 +181,7 @@ class EvidenceEvent(Base, kw_only=True):
     transport: Transport | None = None
     target: str | None = None
     reason_code: str | None = None
-    summary: str | None = None
+    summary: Summary | None = None
     acp_session_id: str | None = None
     connection_id: str | None = None
     era: Era | None = None
@@ -192,7 +209,7 @@ class AgentReport(Base, kw_only=True):
     raw_state: RawState | None = None
     tool_count: int | None = None  # the server's tools in the agent's own list, when it gives one
     reason_code: str | None = None
-    summary: str | None = None
+    summary: Summary | None = None
     exposed_tools: list[ToolName] | None = None  # built-in row only: the tool names the agent exposes
 
 
@@ -202,8 +219,8 @@ class AgentNotice(Base, kw_only=True):
     report-level line that never sets or changes a row's status, even when it names a server."""
 
     severity: NoticeSeverity
-    title: str
-    description: str | None = None
+    title: Summary
+    description: Summary | None = None
     occurred_at: datetime
     source: ReportSource = "acp:session-notice"
     # The one delivered server the text names as a server (agentctl.agent.attribution's rule), if any.
@@ -239,7 +256,7 @@ class ServerRow(Base, kw_only=True):
     target: str | None = None
     status: Status  # required so it is always encoded, even when "configured"
     reason_code: str | None = None
-    summary: str | None = None
+    summary: Summary | None = None
     connection_id: str | None = None
     connection_seen_at: datetime | None = None
     era: Era | None = None
@@ -310,15 +327,15 @@ class AgentState(Base, kw_only=True):
 
     protocol: Literal["acp", "passthrough"]
     state: Literal["starting", "running", "exited"]
-    name: str | None = None
-    version: str | None = None
+    name: ShortText | None = None
+    version: ShortText | None = None
     protocol_version: int | None = None
     mcp_capabilities: McpCapabilities | None = None
     started_at: datetime | None = None
     exited_at: datetime | None = None
     exit_code: int | None = None
     exit_signal: int | None = None
-    exit_reason: str | None = None
+    exit_reason: ExitReason | None = None
     stopped_by_daemon: bool = False
     stdout_skipped_lines: int = 0
     permission_requests: int = 0
@@ -329,7 +346,7 @@ class AgentState(Base, kw_only=True):
     # A passthrough CLI's own report of its MCP servers: the provider contract its output is read for
     # (`claude:stream-json-init`), or, when none is available, `report_note` says so plainly.
     report_source: ReportSource | None = None
-    report_note: str | None = None
+    report_note: Summary | None = None
     # ACP extension notifications (methods starting with `_`) of no shape agentctl reads: counted, never kept.
     unknown_ext_notifications: int = 0
     # A passthrough CLI on a pseudo-terminal the daemon owns (`[agent] terminal = true`): its screen can be
@@ -341,7 +358,7 @@ class AgentState(Base, kw_only=True):
     # did not advertise; nothing was sent).
     auth_method: str | None = None
     auth_result: Literal["accepted", "rejected", "not_advertised"] | None = None
-    auth_note: str | None = None
+    auth_note: Summary | None = None
     # ACP session notices that named no session agentctl opened or was opening (no id, an unknown one, or one
     # a refused session/new never confirmed): counted, never kept (agentctl/agent/acp.py says the rule).
     notices_dropped: int = 0
