@@ -87,3 +87,22 @@ async def test_frames_of_a_newer_daemon_with_frame_level_fields_this_hub_does_no
     await eventually(lambda: (r := hub.report(history.identity.session_id)) is not None and r.history is not None
                      and encode(r.history) == encode(history), what="the snapshot stored")
     await client.close()
+
+
+async def test_a_recorded_contract_2_daemons_frames_replayed_into_the_hub_end_in_its_last_snapshot(hub) -> None:
+    lines = (Path(__file__).parent / "data" / "frames_v2.ndjson").read_bytes().splitlines(keepends=True)
+    last = msgspec.json.decode(lines[-1])["history"]
+    assert last["version"] == 2 and last["agent"]["state"] == "exited"
+    history = decode_history(msgspec.json.encode(last))
+    client = await RawClient.connect(hub.socket_path)
+    for line in lines:
+        await client.send(line)
+
+    def stored():
+        report = hub.report(history.identity.session_id)
+        return report is not None and report.history is not None and encode(report.history) == encode(history)
+
+    # A refused frame closes the connection (malformed_frame, contract_mismatch): the last line is taken only
+    # when every line before it was.
+    await eventually(stored, what="the recorded daemon's last snapshot stored as sent")
+    await client.close()
