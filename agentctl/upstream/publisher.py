@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from agentctl import __version__
-from agentctl.control.socket import peer_allowed, peer_cred
+from agentctl.unix_socket import peer_allowed, peer_cred
 from agentctl.evidence.contract.base import encode
 from agentctl.evidence.contract.control import UpstreamStatus
 from agentctl.evidence.contract.report import CONTRACT_VERSION, EvidenceEvent
