@@ -36,7 +36,8 @@ if str(REPO) not in sys.path:
 import msgspec  # noqa: E402
 
 import _common as c  # noqa: E402
-from agentctl.evidence.contract import Identity, encode  # noqa: E402
+from agentctl.evidence.contract.base import encode  # noqa: E402
+from agentctl.evidence.contract.report import Identity  # noqa: E402
 from agentctl.evidence.ledger import Ledger  # noqa: E402
 from agentctl.hub.hub_store import ExecutionRecord, SessionRecord  # noqa: E402
 from agentctl.hub.state import ExecutionState  # noqa: E402

@@ -33,8 +33,10 @@ from typing import Any, NoReturn
 from agentctl.backend.embedded import EmbeddedBackend
 from agentctl.control.socket import cleanup_socket_path, prepare_socket_path
 from agentctl.unix_socket import bind_unix_socket, peer_allowed
-from agentctl.evidence.contract import (EndpointTestResult, HubSession, HubSessionReport, HubStatus, Identity,
-                                        StderrView, TerminalView, encode)
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.control import StderrView, TerminalView
+from agentctl.evidence.contract.hub import HubSession, HubSessionReport, HubStatus
+from agentctl.evidence.contract.report import EndpointTestResult, Identity
 from agentctl.evidence.ledger import utcnow
 from agentctl.listener_guard import (ListenerGuard, RateLimitedLog, forget_listener, hold, install_accept_error_log,
                                      name_listener, trust)
@@ -247,10 +249,8 @@ class Hub(StackedService):
         return sum(1 for c in self._conns if c.identity is not None)
 
     def status(self) -> HubStatus:
-        """Every session, the stored ones read whole (blocking, for small databases: tests and tools; the page
-        asks for a window, `page`)."""
-        reader = self._reader
-        stored = reader.load_split(0)[1] if reader is not None else {}
+        """Every session, the stored ones read whole (blocking: small databases, tests; the page uses `page`)."""
+        stored = reader.load_split(0)[1] if (reader := self._reader) is not None else {}
         return status_view(self.sessions, [v for sid, v in stored.items() if sid not in self.sessions])
 
     def report(self, session_id: str, execution_id: str | None = None) -> HubSessionReport | None:

@@ -31,7 +31,9 @@ from typing import Any, Protocol
 
 import msgspec
 
-from agentctl.evidence.contract import AttachmentHistory, HubSession, Identity, encode
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.hub import HubSession
+from agentctl.evidence.contract.report import AttachmentHistory, Identity
 from agentctl.hub.listing import (COUNTS_SQL, PAGE_FROM, PAGE_ORDER, PageQuery, SessionCounts, Summary, counts_of,
                                   decode_summary, listing_of, summarize, where_clause)
 from agentctl.hub.migrations import HUB

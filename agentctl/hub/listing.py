@@ -16,7 +16,8 @@ from typing import Literal, get_args
 
 import msgspec
 
-from agentctl.evidence.contract import STATUSES, AgentState, Attempt, AttachmentHistory, HubSession
+from agentctl.evidence.contract.hub import HubSession
+from agentctl.evidence.contract.report import STATUSES, AgentState, Attempt, AttachmentHistory
 
 Filter = Literal["all", "attention", "connected", "disconnected", "failed", "delivered", "active", "filtered",
                  "unavailable"]

@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from agentctl import __version__
-from agentctl.evidence.contract import CONTRACT_VERSION, STATUSES
+from agentctl.evidence.contract.report import CONTRACT_VERSION, STATUSES
 from agentctl.upstream import protocol as P
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -8,13 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from agentctl.evidence.contract import (
-    CONTRACT_VERSION,
-    HubExecution,
-    HubSession,
-    HubSessionReport,
-    HubStatus,
-)
+from agentctl.evidence.contract.hub import HubExecution, HubSession, HubSessionReport, HubStatus
+from agentctl.evidence.contract.report import CONTRACT_VERSION
 from agentctl.hub.listing import listing_attempt
 from agentctl.hub.state import ExecutionState, SessionState
 

@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agentctl.evidence.contract import AgentState, Attempt, AttachmentHistory, ErrorSummary, ServerRow, encode
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.report import AgentState, Attempt, AttachmentHistory, ErrorSummary, ServerRow
 from agentctl.hub.hub_store import ExecutionRecord, SessionRecord
 from agentctl.hub.listing import MAX_LIMIT, PageQuery, PageQueryError, parse_query
 from agentctl.hub.state import ExecutionState
