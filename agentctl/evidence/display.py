@@ -17,6 +17,7 @@ from agentctl.evidence.reducer import REPORTED_FAILURES, observed_status
 
 DELIVERED_LABEL = "delivered · connection unverified"
 OBSERVER = "agentctl"
+WITNESS = "agentctl's witness"
 
 # Report sources are `<agent>:<contract>`; the agent's part, as people call the agent.
 REPORTERS: dict[str, str] = {
@@ -47,12 +48,12 @@ def row_view(row: ServerRow | Mapping[str, Any]) -> RowView:
     observed = observed_status(row)
     report = row.reported
     if report is None:
-        return RowView(state=row.status, label=_label(row.status), observed=observed, sources=[OBSERVER])
+        return RowView(state=row.status, label=row_label(row), observed=observed, sources=[OBSERVER])
     reporter = reporter_name(report.source)
     if row.status_source == "reported":
         label, sources = f"{row.status} · reported by {reporter}", [report.source, OBSERVER]
     else:
-        label, sources = _label(row.status), [OBSERVER, report.source]
+        label, sources = row_label(row), [OBSERVER, report.source]
     return RowView(
         state=row.status,
         label=label,
@@ -70,6 +71,29 @@ def row_view(row: ServerRow | Mapping[str, Any]) -> RowView:
 
 def _label(status: str) -> str:
     return DELIVERED_LABEL if status == "delivered" else status
+
+
+def row_label(row: ServerRow) -> str:
+    """The row's status in words with what it rests on when that is agentctl's stdio witness, and the
+    server's exit when the witness saw it exit after its last contact (mid-session too)."""
+    if row.observed_by != "witness" or row.status_source != "observed":
+        return _label(row.status)
+    if row.exited_at is not None and (exited := exited_words(row)) is not None:
+        return f"{'failed, ' if row.status == 'failed' else ''}{exited} · observed by {WITNESS}"
+    if row.status in ("connected", "active", "failed"):
+        return f"{row.status} · observed by {WITNESS}"
+    return _label(row.status)
+
+
+def exited_words(row: ServerRow) -> str | None:
+    """`exited with code N` when the witness saw the server exit after every contact it observed, else None."""
+    if row.exited_at is None:
+        return None
+    contacts = [t for t in (row.initialize_observed_at, row.tools_list_observed_at, row.tool_call_observed_at)
+                if t is not None]
+    if contacts and max(contacts) > row.exited_at:
+        return None
+    return "exited" if row.exit_code is None else f"exited with code {row.exit_code}"
 
 
 def _report_words(report: AgentReport, reporter: str) -> str:
