@@ -144,14 +144,13 @@ class Witness:
         self.reporter = reporter
         self.envelopes = Envelopes()
         self._lock = threading.Lock()
-        self.initialized = False
-        self.agent_closed = False
+        self.answered = False  # the server answered one of the agent's watched requests
+        self.agent_closed = False  # the agent ended the link: closed the server's stdin, or signalled the witness
 
     def observe(self, seen: Observation | None) -> None:
         if seen is None:
             return
-        if seen.kind == "initialize_observed":
-            self.initialized = True
+        self.answered = True
         self.reporter.add(seen.kind, **seen.fields)
 
     def upstream(self, src: int, dst: int) -> None:
@@ -245,6 +244,7 @@ def run(name: str, command: list[str], url: str, token: str) -> int:
 
     def forward(sig: int, _frame: Any) -> None:
         # The agent (or the agent's death) ends the witness: the server gets the same signal.
+        witness.agent_closed = True
         with contextlib.suppress(OSError):
             os.kill(server.pid, sig)
         stopping.set()
@@ -262,10 +262,12 @@ def run(name: str, command: list[str], url: str, token: str) -> int:
         os.killpg(server.pid, signal.SIGKILL)
     down.join(timeout=FLUSH_AT_EXIT)
     code = _exit_code(returncode)
-    if not witness.initialized and not witness.agent_closed:
-        reporter.add("explicit_error", reason=EXITED_EARLY,
-                     summary=f"the server exited with code {code} before it answered initialize")
-    reporter.add("server_exited", exit_code=code)
+    if not witness.agent_closed:
+        # An end the agent asked for (it closed the pipe, or signalled) is its shutdown, not news of the server.
+        if not witness.answered:
+            reporter.add("explicit_error", reason=EXITED_EARLY,
+                         summary=f"the server exited with code {code} before it answered the agent")
+        reporter.add("server_exited", exit_code=code)
     reporter.flush(FLUSH_AT_EXIT)
     return code
 

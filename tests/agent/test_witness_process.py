@@ -89,7 +89,7 @@ def test_both_directions_are_relayed_byte_for_byte_non_json_and_a_10_mb_line_inc
     assert proc.returncode == 0, err
     assert (tmp_path / "h").read_text() == hashlib.sha256(sent).hexdigest(), "the server read exactly what was sent"
     assert hashlib.sha256(out).hexdigest() == hashlib.sha256(sent).hexdigest(), "the agent read exactly what it wrote"
-    assert [e["exit_code"] for e in sink.events("server_exited")] == [0]
+    assert sink.events("server_exited") == [], "an end the agent asked for (stdin closed) is not news of the server"
     assert all(CANARY.encode() not in body for body in sink.raw), "no param reached a report"
 
 
@@ -108,9 +108,9 @@ def test_a_real_mcp_server_behind_the_witness_is_reported_with_its_tools_and_cal
     proc.stdin.flush()
     answers = [json.loads(proc.stdout.readline()) for _ in range(4)]
     assert [a["id"] for a in answers] == [1, 2, 3, 4]
+    poll(lambda: len(sink.events("tool_call_observed")) == 2, what="both calls reported")
     proc.stdin.close()
     proc.wait(timeout=30)
-    poll(lambda: sink.events("server_exited"), what="the exit report")
     [init] = sink.events("initialize_observed")
     assert (init["server_name"], init["protocol_version"]) == ("stdio-fixture", "2025-11-25")
     [tools] = sink.events("tools_list_observed")

@@ -8,6 +8,7 @@ from agentctl.exit_codes import EXIT_NOT_ATTACHED, EXIT_OK
 from tests.agent.witness_support import (
     CANARY,
     PY_SERVER,
+    filesystem_server,
     persisted,
     python,
     row,
@@ -52,3 +53,22 @@ async def test_a_required_witnessed_server_that_cannot_start_stops_the_prompt_at
     gone = row(persisted(text), "gone")
     assert (gone.status, gone.observed_by, gone.exit_code, gone.reason_code) == (
         "failed", "witness", 127, "witness_server_not_started")
+
+
+async def test_the_npm_filesystem_server_behind_the_witness_reads_active_with_its_tools_and_its_call_counted(
+    tmp_path, short_tmp
+):
+    server = filesystem_server()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "note.txt").write_text("hello")
+    spec = witness_agent_spec(tmp_path, stdio_server("files", [str(server), str(shared)], required=True))
+    _, code, text, _ = await run_prompt(spec, short_tmp / "r.sock",
+                                        prompt='CALL list_allowed_directories {}')
+    assert code == EXIT_OK, text
+    files = row(persisted(text), "files")
+    assert (files.status, files.observed_by) == ("active", "witness"), text
+    assert files.tool_count is not None and files.tool_count >= 10
+    assert files.server_info is not None and "filesystem" in files.server_info.name
+    assert (files.tool_calls, files.last_tool, files.tool_errors) == (1, "list_allowed_directories", 0)
+    assert "files: required, attached (active · observed by agentctl's witness)" in text

@@ -23,13 +23,11 @@ HOSTILE = FIXTURES / "hostile_stdio_server.py"
 CANARY = "envCANARYw1"
 
 
-def npm_bin(name: str) -> Path | None:
-    """A server from tests/clis (installed by .ci/run), or from $AGENTCTL_WITNESS_NPM for a local run."""
-    for root in (os.environ.get("AGENTCTL_CLIS_DIR", ""), os.environ.get("AGENTCTL_WITNESS_NPM", "/tmp/witness-npm")):
-        path = Path(root) / "node_modules" / ".bin" / name
-        if root and path.exists():
-            return path
-    return None
+def filesystem_server() -> Path:
+    """The npm filesystem server from tests/clis (installed by .ci/run): skips or fails as the real CLIs do."""
+    from tests.clis.conftest import find_cli
+
+    return find_cli("mcp-server-filesystem")
 
 
 def stdio_server(name: str, command: list[str], *, observe: str | None = "witness", required: bool = False,
