@@ -7,10 +7,8 @@ first model call (no key), after its init event: the run exits 1, the evidence s
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 from agentctl.evidence.contract import decode_history
