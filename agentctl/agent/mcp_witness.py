@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import http.client
 import json
 import os
@@ -37,7 +38,7 @@ from agentctl.agent.witness_scan import Envelopes, Lines, Observation
 # The failures the witness names (registered in agentctl/evidence/reasons.py; the route checks them).
 NOT_STARTED = "witness_server_not_started"
 EXITED_EARLY = "witness_server_exited"
-CHUNK = 64 * 1024
+CHUNK = 1024 * 1024
 MAX_QUEUED = 512  # reports held while the daemon does not answer; beyond this calls are counted, not kept
 RETRY_MAX = 5.0
 FLUSH_AT_EXIT = 2.0  # seconds the witness gives its last reports once the server has exited
@@ -172,6 +173,8 @@ class Witness:
             self.envelopes.from_agent(line)
 
     def _from_server(self, line: bytes) -> None:
+        if not self.envelopes.waiting:
+            return  # nothing asked that the witness watches: no answer to read
         with self._lock:
             seen = self.envelopes.from_server(line)
         self.observe(seen)
@@ -189,6 +192,12 @@ def _pump(src: int, dst: int, on_line: Any) -> None:
             return
         for line in lines.feed(chunk):
             on_line(line)
+
+
+def _widen(fd: int) -> None:
+    """A 1 MiB pipe from the server: a server streaming large results is read in fewer, larger chunks."""
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(fd, 1031, 1 << 20)  # F_SETPIPE_SZ
 
 
 def _write_all(fd: int, data: bytes) -> bool:
@@ -251,6 +260,7 @@ def run(name: str, command: list[str], url: str, token: str) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
+    _widen(server.stdout.fileno())
     up = threading.Thread(target=witness.upstream, args=(0, server.stdin.fileno()), daemon=True)
     down = threading.Thread(target=witness.downstream, args=(server.stdout.fileno(), 1), daemon=True)
     up.start()

@@ -37,10 +37,19 @@ class Lines:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         lines: list[bytes] = []
-        start = 0
-        while True:
+        start, size = 0, len(chunk)
+        while start < size:
+            if not self._buf and not self._skipping and not _may_be_object(chunk, start):
+                self._skipping = True  # not a JSON object: relayed, never copied or read
             end = chunk.find(b"\n", start)
             if end < 0:
+                if not self._skipping:
+                    if len(self._buf) + size - start > self.max_line:
+                        self._buf.clear()
+                        self._skipping = True
+                        self.skipped += 1
+                    else:
+                        self._buf += chunk[start:]
                 break
             if self._skipping:
                 self._skipping = False
@@ -51,15 +60,12 @@ class Lines:
                 self.skipped += 1
             self._buf.clear()
             start = end + 1
-        if not self._skipping:
-            rest = len(chunk) - start
-            if len(self._buf) + rest > self.max_line:
-                self._buf.clear()
-                self._skipping = True
-                self.skipped += 1
-            else:
-                self._buf += chunk[start:]
         return lines
+
+
+def _may_be_object(chunk: bytes, start: int) -> bool:
+    """Whether the line starting at `start` may be a JSON object (its first byte `{` or white space)."""
+    return chunk[start:start + 1] in (b"{", b" ", b"\t", b"\r", b"\n")
 
 
 @dataclass
@@ -78,6 +84,11 @@ class Envelopes:
         self._names: list[str] = []
         self._tools: list[Any] = []
         self._count = 0
+
+    @property
+    def waiting(self) -> bool:
+        """Whether a watched request awaits its answer (else the server's lines need no reading)."""
+        return bool(self._pending)
 
     def from_agent(self, line: bytes) -> None:
         message = _message(line)

@@ -14,11 +14,12 @@ def _line(message: dict) -> bytes:
 
 def test_lines_split_across_chunks_come_out_whole_and_an_oversized_line_is_skipped_whole():
     lines = Lines(max_line=10)
-    assert lines.feed(b"ab\ncd") == [b"ab"]
-    assert lines.feed(b"e\n" + b"x" * 8) == [b"cde"]
+    assert lines.feed(b"{a\n{c") == [b"{a"]
+    assert lines.feed(b"e\n{" + b"x" * 8) == [b"{ce"]
     assert lines.feed(b"yyyy") == []  # over the bound: dropped, not cut
-    assert lines.feed(b"zz\nok\n") == [b"ok"]
+    assert lines.feed(b"zz\n{k\n") == [b"{k"]
     assert lines.skipped == 1
+    assert lines.feed(b"not json\n[1]\n {x}\n") == [b" {x}"], "only what may be an object is ever copied"
 
 
 def test_answers_are_paired_with_the_agents_requests_and_only_names_counts_and_outcomes_are_kept():
