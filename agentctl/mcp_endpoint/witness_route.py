@@ -72,7 +72,7 @@ def record(ledger: Ledger, attempt_id: str, raw: bytes) -> int:
     row = find_row(attempt, server) if attempt is not None else None
     if row is None or row.source != "profile" or row.transport != "stdio":
         raise BadReport("the witness report names no stdio server this attempt delivered")
-    checked = [_event(e) for e in body["events"]]
+    checked = [_event(e, ledger.secrets) for e in body["events"]]
     now = ledger.now()
     for kind, age, fields in checked:
         ledger.record(kind, attempt_id, server, source="profile", observed_by="witness",  # type: ignore[arg-type]
@@ -80,7 +80,7 @@ def record(ledger: Ledger, attempt_id: str, raw: bytes) -> int:
     return len(checked)
 
 
-def _event(event: Any) -> tuple[str, float, dict[str, Any]]:
+def _event(event: Any, secrets: Any) -> tuple[str, float, dict[str, Any]]:
     if not isinstance(event, dict):
         raise BadReport("a witness event is not an object")
     age = event.get("age", 0)
@@ -92,9 +92,10 @@ def _event(event: Any) -> tuple[str, float, dict[str, Any]]:
         version = event.get("protocol_version")
         if isinstance(version, str) and _VERSION.fullmatch(version):
             fields["protocol_version"] = version
-        name = bounded_text(event.get("server_name"), 64)
+        name = bounded_text(event.get("server_name"), 64, secrets)
         if name is not None:
-            fields["server_info"] = ClientInfo(name=name, version=bounded_text(event.get("server_version"), 64))
+            fields["server_info"] = ClientInfo(name=name,
+                                               version=bounded_text(event.get("server_version"), 64, secrets))
         return kind, float(age), fields
     if kind == "tools_list_observed":
         count, names = event.get("tool_count"), event.get("tool_names")
@@ -119,7 +120,7 @@ def _event(event: Any) -> tuple[str, float, dict[str, Any]]:
             raise BadReport("a witness error has an unknown reason")
         reason = NOT_STARTED if named == NOT_STARTED else EXITED_EARLY
         summary = event.get("summary")
-        text = bounded_text(summary, 200) if isinstance(summary, str) else None
+        text = bounded_text(summary, 200, secrets) if isinstance(summary, str) else None
         return kind, float(age), {"reason_code": reason, "summary": text or reason}
     if kind == "server_exited":
         code = event.get("exit_code")

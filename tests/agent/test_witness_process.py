@@ -239,3 +239,16 @@ def test_a_command_that_does_not_exist_is_reported_and_the_witness_exits_127(sin
     assert proc.wait(timeout=30) == 127
     assert [e["reason"] for e in sink.events("explicit_error")] == ["witness_server_not_started"]
     assert [e["exit_code"] for e in sink.events("server_exited")] == [127]
+
+
+def test_the_server_gets_exactly_its_environment_and_working_directory_without_the_witness_variables(sink, tmp_path):
+    show = ("import json, os, sys\n"
+            "sys.stdout.write(json.dumps({'env': dict(os.environ), 'cwd': os.getcwd(), 'argv': sys.argv[1:]}))\n")
+    full = {"PATH": os.environ["PATH"], "KEEP": "kept", "AGENTCTL_WITNESS_URL": sink.url,
+            "AGENTCTL_WITNESS_TOKEN": "tokCANARYw"}
+    proc = subprocess.Popen([*WITNESS, "srv", "--", sys.executable, "-c", show, "a b", "--", "-x"], env=full,
+                            cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+    seen = json.loads(proc.communicate(timeout=30)[0])
+    assert {k: v for k, v in seen["env"].items() if k in ("KEEP", "PATH") or k.startswith("AGENTCTL")} == {
+        "KEEP": "kept", "PATH": os.environ["PATH"]}, "the witness's own variables never reach the server"
+    assert (Path(seen["cwd"]), seen["argv"]) == (tmp_path, ["a b", "--", "-x"])
