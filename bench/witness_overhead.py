@@ -9,6 +9,7 @@ Run:  .venv/bin/python bench/witness_overhead.py [--calls 300] [--rounds 3] [--s
   standing in for the daemon's /witness route, so its reporting is in the figure.
 - streaming throughput: `--stream-mb` MiB of 64 KiB newline-terminated lines through a server that echoes its
   stdin (a server streaming large results is bytes on the same pipe), written and read concurrently.
+- spawn to tools listed: from the spawn to the answer of the first tools/list (the witness's own start added).
 - the witness idle: its RSS, and its CPU seconds over `--idle` seconds with an initialized server doing nothing.
 
 The issue's target: within 1.05x of direct at p50. Not a test: numbers depend on the machine.
@@ -69,10 +70,12 @@ def _initialize(proc: subprocess.Popen) -> None:
     _rpc(proc, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
 
 
-def round_trips(kind: str, calls: int, url: str) -> list[float]:
+def round_trips(kind: str, calls: int, url: str, starts: list[float]) -> list[float]:
+    began = time.perf_counter()
     proc = _spawn(kind, [c.PYTHON, SERVER], url)
     try:
         _initialize(proc)
+        starts.append(time.perf_counter() - began)
         times = []
         for i in range(calls):
             began = time.perf_counter()
@@ -135,8 +138,9 @@ def main() -> None:
     url = f"http://127.0.0.1:{sink.server_address[1]}/witness"
     trips: dict[str, list[float]] = {k: [] for k in KINDS}
     rates: dict[str, list[float]] = {k: [] for k in KINDS}
+    starts: dict[str, list[float]] = {k: [] for k in KINDS}
     for _, kind in c.interleaved(args.rounds, KINDS):
-        trips[kind] += round_trips(kind, args.calls, url)
+        trips[kind] += round_trips(kind, args.calls, url, starts[kind])
         rates[kind].append(stream(kind, args.stream_mb, url))
     quiet = idle(args.idle, url)
     ms = {k: [t * 1000 for t in v] for k, v in trips.items()}
@@ -145,6 +149,8 @@ def main() -> None:
                  unit="ms", reference_name="direct spawn", target=("ratio", "<=", 1.05)),
         c.figure("witness: tools/call round trip p99", c.percentile(ms["witness"], 99), c.percentile(ms["direct"], 99),
                  unit="ms", reference_name="direct spawn"),
+        c.figure("witness: spawn to tools listed", c.median(starts["witness"]), c.median(starts["direct"]), unit="s",
+                 reference_name="direct spawn"),
         c.figure(f"witness: streaming {args.stream_mb:g} MiB, MiB/s", c.median(rates["witness"]),
                  c.median(rates["direct"]), unit="MiB/s", reference_name="direct spawn"),
         c.figure("witness: RSS per idle server", quiet["rss"], unit="B"),
