@@ -48,6 +48,12 @@ def main(argv: list[str] | None = None) -> int:
         from agentctl.agent.mcp_bridge import main as mcp_bridge
 
         return mcp_bridge(argv[1:])
+    if argv[:1] == ["mcp-witness"]:
+        # Hidden: a third-party stdio server wrapped in agentctl's witness (agentctl.agent.mcp_witness): it
+        # relays the server's pipes byte for byte and reports what it sees. Where to report comes from its env.
+        from agentctl.agent.mcp_witness import main as mcp_witness
+
+        return mcp_witness(argv[1:])
     if argv[:1] == ["estimate-tokens"]:
         # Hidden: the short-lived token-estimate helper a daemon starts (agentctl.evidence.estimates), here
         # so a zipapp or frozen build has it too.

@@ -287,7 +287,7 @@ class AcpRuntime:
             ledger.record("explicit_error", attempt_id, reason_code="agent_not_running", summary=summary)
             return SessionOutcome(attempt_id, False, reason_code="agent_not_running", summary=summary)
         plan = plan_delivery(self.spec, self.caps, builtin_base=self._builtin_base(), token=token,
-                             bridge=(*self_command(), "mcp-bridge"))
+                             bridge=(*self_command(), "mcp-bridge"), witness=(*self_command(), "mcp-witness"))
         cwd = self._cwd()
         if self._gemini_trust is not None:
             gemini_acp.filter_untrusted(plan, self._gemini_trust)

@@ -54,6 +54,12 @@ def progress_line(event: EvidenceEvent, passthrough: bool = False) -> str | None
             # A passthrough CLI has no handshake: this is the first sign its session runs (never its start).
             return "  session     the CLI's session began (its first contact with the built-in server, or its own report)"
         return "  accepted    the agent accepted the session"
+    if kind == "initialize_observed" and event.observed_by == "witness":
+        name = f" ({event.server_info.name})" if event.server_info else ""
+        version = f" [MCP {event.protocol_version}]" if event.protocol_version else ""
+        return f"  connected   {server}: the server answered the agent's initialize{name} · agentctl's witness{version}"
+    if kind == "server_exited":
+        return f"  exited      {server}: the server exited with code {event.exit_code} · agentctl's witness"
     if kind == "initialize_observed":
         client = event.client.name if event.client else "an unnamed client"
         # The protocol's era and version are detail, in brackets like a reason code: the news is who connected.
