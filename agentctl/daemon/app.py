@@ -461,7 +461,7 @@ class Daemon:
             )
         ]
         for server in self.spec.mcp.servers:
-            target = target_for_url(server.url) if server.url else target_for_command(server.command or "")
+            target = target_for_url(server.url) if server.url else target_for_command(server.program or "")
             seeds.append(ServerSeed(name=server.name, source="profile", transport=server.type, target=target))
         return seeds
 

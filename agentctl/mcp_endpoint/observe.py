@@ -47,6 +47,7 @@ observation are logged and swallowed; the request never waits on, or fails becau
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import re
 import time
@@ -434,7 +435,7 @@ class Observer:
         key = (fingerprint, None if estimator is not None else (reason or "encoding_unavailable"))
         cached = self._catalogs.get(key)
         if cached is not None:
-            return cached[0], cached[1].__copy__(), estimate_key
+            return cached[0], copy.copy(cached[1]), estimate_key
         if reason is None and estimator is None:
             reason = "encoding_unavailable"
         if estimator is not None:
@@ -444,4 +445,4 @@ class Observer:
         if len(self._catalogs) >= MAX_CATALOG_CACHE:
             self._catalogs.clear()
         self._catalogs[key] = built
-        return built[0], built[1].__copy__(), estimate_key
+        return built[0], copy.copy(built[1]), estimate_key
