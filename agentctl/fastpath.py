@@ -48,7 +48,7 @@ def run(argv: list[str]) -> int | None:
     answer = _get(path, route)
     if answer is None:
         return None
-    if answer == "timeout":
+    if isinstance(answer, str):  # "timeout"
         # The full client would wait as long again: say what it says, with its exit code.
         from agentctl.safetext import neutralize
 

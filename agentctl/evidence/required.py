@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from agentctl.evidence.contract import Attempt, AttachedGate, RequiredServer, ServerRow, Source
+from agentctl.evidence.contract import Attempt, AttachedGate, GateState, RequiredServer, ServerRow, Source
 from agentctl.evidence.display import DELIVERED_LABEL, reporter_name
 
 _NEVER_DELIVERED = ("filtered", "unavailable")
@@ -43,6 +43,7 @@ def judge(attempt: Attempt | None, required: Sequence[str], *, builtin_name: str
     servers = [_judge_row(name, rows.get(name), _source(name, builtin_name), late, timeout, no_report)
                for name in required]
     states = {server.state for server in servers}
+    state: GateState
     if states & {"failed", "not_attached"}:
         state = "blocked"
     elif states == {"attached"}:

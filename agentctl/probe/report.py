@@ -7,6 +7,8 @@ all reads "unobserved: the agent did not contact the sentinel within N s". Pure:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from agentctl.control.render import AMBER, GREEN, GREY, RED, RESET, auth_text
 from agentctl.evidence.contract import ProbeContact, ProbePassthroughReport, ProbeReport
 from agentctl.evidence.display import reporter_name
@@ -145,7 +147,11 @@ def render_report(report: ProbeReport, *, color: bool = False, jsonl_path: str |
     return "\n".join(lines) + "\n"
 
 
-def _painter(color: bool):
+# Paints a text in a colour (an SGR sequence), or leaves it plain.
+Painter = Callable[[str, str], str]
+
+
+def _painter(color: bool) -> Painter:
     return lambda text, colour: f"{colour}{text}{RESET}" if color else text
 
 
@@ -195,7 +201,8 @@ def render_passthrough(report: ProbePassthroughReport, *, color: bool = False) -
     return "\n".join(lines) + "\n"
 
 
-def _reported_lines(report: ProbePassthroughReport, paint, row) -> list[str]:
+def _reported_lines(report: ProbePassthroughReport, paint: Painter,
+                    row: Callable[[float | None, str, str], None]) -> list[str]:
     told = report.agent_report
     if told is None:
         return []
