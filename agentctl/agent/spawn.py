@@ -141,8 +141,8 @@ class AgentProtocol(asyncio.subprocess.SubprocessStreamProtocol):
         self.stderr = None
         _grow_pipe(transport.get_pipe_transport(2))  # type: ignore[attr-defined]
 
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        if fd == 2:
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        if fd == 2 and isinstance(data, bytes):  # a subprocess pipe's data is always bytes
             self._ring.feed(data)
             return
         super().pipe_data_received(fd, data)
@@ -243,7 +243,7 @@ async def spawn_agent(
             line = b"T"
         kind, _, value = line.decode("ascii", "replace").strip().partition(" ")
         if kind == "P" and value.isdigit():
-            return Spawned(transport, protocol, int(value), shim_pid, control)  # type: ignore[arg-type]
+            return Spawned(transport, protocol, int(value), shim_pid, control)
         if kind == "E":
             raise _exec_error(int(value) if value.isdigit() else 0)
         if kind == "T":
