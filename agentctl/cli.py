@@ -264,7 +264,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _run_daemon(spec: Spec, socket_path: str | None, body: Callable[[Daemon], Coroutine[Any, Any, int]],
                 metrics_listen: str | None = None) -> int:
     """Build the daemon and run `body(daemon)` in a fresh loop, turning start-up failures into one line."""
-    from agentctl.control.socket import ControlSocketError
+    from agentctl.unix_socket import ControlSocketError
     from agentctl.daemon.app import Daemon, StartupError
     from agentctl.evidence.store import StateDirError
 

@@ -260,13 +260,8 @@ def locate_socket(args: argparse.Namespace) -> Path:
 
     Sockets that nobody listens on any more (daemons killed without removing theirs) are removed, said so
     on stderr, and never count as a daemon. No daemon found stops the command with EXIT_NO_DAEMON."""
-    from agentctl.control.socket import (
-        ControlSocketError,
-        discover,
-        named_socket,
-        remove_stale,
-        socket_base_dir,
-    )
+    from agentctl.control.socket import discover, named_socket, remove_stale, socket_base_dir
+    from agentctl.unix_socket import ControlSocketError
 
     try:
         path = named_socket(getattr(args, "socket", None), getattr(args, "execution", None))

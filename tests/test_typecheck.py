@@ -10,6 +10,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 
 CONFIG = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]
@@ -23,11 +25,13 @@ def mypy(*args: str, cache: Path = CACHE) -> subprocess.CompletedProcess[str]:
                           cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # a cold mypy run is tens of seconds: outside the quick loop, which the developer's mypy covers
 def test_agentctl_type_checks_under_mypy_strict_with_zero_errors():
     done = mypy()  # the files are the config's own: agentctl/
     assert done.returncode == 0, f"mypy --strict found errors:\n{done.stdout}{done.stderr}"
 
 
+@pytest.mark.slow
 def test_a_type_error_in_a_checked_module_is_reported(tmp_path):
     # The same configuration over one bad module must fail, so the zero above means the code was checked.
     bad = tmp_path / "bad.py"

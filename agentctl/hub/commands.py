@@ -109,7 +109,7 @@ def cmd_hub_serve(args: argparse.Namespace) -> int:
 
 def _hub_serve(args: argparse.Namespace, signals: Signals) -> int:
     from agentctl.backend.embedded import TaskStoreError
-    from agentctl.control.socket import ControlSocketError
+    from agentctl.unix_socket import ControlSocketError
     from agentctl.logs import configure_logging
     from agentctl.hub.hub_store import HubStoreError
 
@@ -284,7 +284,8 @@ def cmd_hub_schema(args: argparse.Namespace) -> int:
 
 
 def _session_lines(session: HubSession, color: bool) -> list[str]:
-    from agentctl.control.render import render_attempt, when
+    from agentctl.control.render import render_attempt
+    from agentctl.present.words import when
     from agentctl.hub.views import daemon_link
 
     link = daemon_link(session.connected)
@@ -313,7 +314,7 @@ def render_hub_status(view: HubStatus, color: bool) -> str:
     view = neutralize_data(view)  # ids, names and summaries came from daemons' frames: no control characters
     footer = ""
     if view.database is not None:
-        from agentctl.control.render import when
+        from agentctl.present.words import when
 
         db = view.database
         oldest = when(db.oldest_contact_at) if db.oldest_contact_at is not None else "none"
@@ -325,7 +326,8 @@ def render_hub_status(view: HubStatus, color: bool) -> str:
 
 
 def render_hub_report(view: HubSessionReport, color: bool) -> str:
-    from agentctl.control.render import render_report, when
+    from agentctl.control.render import render_report
+    from agentctl.present.words import when
     from agentctl.hub.views import daemon_link
 
     view = neutralize_data(view)  # ids, names and summaries came from daemons' frames: no control characters
