@@ -13,7 +13,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from agentctl.evidence.contract import Attempt, AttachedGate, GateState, RequiredServer, ServerRow, Source
+from agentctl.evidence.contract import (
+    Attempt,
+    AttachedGate,
+    GateState,
+    RequiredServer,
+    RequiredState,
+    ServerRow,
+    Source,
+)
 from agentctl.evidence.display import DELIVERED_LABEL, reporter_name
 
 _NEVER_DELIVERED = ("filtered", "unavailable")
@@ -58,9 +66,8 @@ def _source(name: str, builtin_name: str) -> Source:
     return "builtin" if name == builtin_name else "profile"
 
 
-def _server(name: str, source: Source, state: str, evidence: str, policy: str) -> RequiredServer:
-    return RequiredServer(name=name, source=source, state=state,  # type: ignore[arg-type]
-                          evidence=evidence, policy=policy)
+def _server(name: str, source: Source, state: RequiredState, evidence: str, policy: str) -> RequiredServer:
+    return RequiredServer(name=name, source=source, state=state, evidence=evidence, policy=policy)
 
 
 def _judge_row(name: str, row: ServerRow | None, source: Source, late: str | None, timeout: float,
