@@ -64,7 +64,7 @@ from agentctl.evidence import reasons
 from agentctl.evidence.catalog import build_catalog
 from agentctl.evidence.encoding import REASON_ESTIMATOR_LOADING
 from agentctl.evidence.estimates import CatalogEstimates
-from agentctl.evidence.contract import ClientInfo, ToolCatalog
+from agentctl.evidence.contract import ClientInfo, EvidenceKind, ToolCatalog
 from agentctl.evidence.ledger import Ledger
 from agentctl.evidence.sanitize import bounded_text
 from agentctl.identity import new_connection_id
@@ -168,10 +168,10 @@ class Observer:
         except Exception as exc:
             log_failure(log, "recording MCP evidence failed", exc)
 
-    def _record(self, kind: str, attempt_id: str, fields: dict[str, Any]) -> None:
-        self.ledger.record(kind, attempt_id, self.server_name, source="builtin", **fields)  # type: ignore[arg-type]
+    def _record(self, kind: EvidenceKind, attempt_id: str, fields: dict[str, Any]) -> None:
+        self.ledger.record(kind, attempt_id, self.server_name, source="builtin", **fields)
 
-    def record(self, kind: str, attempt_id: str, **fields: Any) -> None:
+    def record(self, kind: EvidenceKind, attempt_id: str, **fields: Any) -> None:
         """Stamp the time now, fold the event on the next loop iteration."""
         fields.setdefault("occurred_at", self.ledger.now())
         self._defer(self._record, kind, attempt_id, fields)
