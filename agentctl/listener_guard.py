@@ -214,11 +214,12 @@ class GuardedProtocol(asyncio.Protocol):
     # ---- asyncio.Protocol ---------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        assert isinstance(transport, asyncio.Transport), "a listening socket's connections are stream transports"
+        self.transport = transport
         if not self._guard._admit(self):
             self.closed = True
             if self._guard.refusal:
-                transport.write(self._guard.refusal)  # type: ignore[attr-defined]
+                transport.write(self._guard.refusal)
             transport.close()
             return
         sock = transport.get_extra_info("socket")

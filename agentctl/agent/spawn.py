@@ -135,11 +135,12 @@ class AgentProtocol(asyncio.subprocess.SubprocessStreamProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self._subprocess_transport = transport  # type: ignore[assignment]
+        assert isinstance(transport, asyncio.SubprocessTransport), "a subprocess protocol gets a subprocess transport"
+        self._subprocess_transport = transport
         # fd 2 stays in the base class's open-pipe bookkeeping, so the transport still closes only
         # after stderr reaches EOF; only the reader is dropped.
         self.stderr = None
-        _grow_pipe(transport.get_pipe_transport(2))  # type: ignore[attr-defined]
+        _grow_pipe(transport.get_pipe_transport(2))
 
     def pipe_data_received(self, fd: int, data: bytes | str) -> None:
         if fd == 2 and isinstance(data, bytes):  # a subprocess pipe's data is always bytes
