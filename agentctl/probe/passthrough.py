@@ -51,7 +51,7 @@ from agentctl.identity import new_token
 from agentctl.logs import log_failure
 from agentctl.probe import codex_app, sentinel as S
 from agentctl.probe.run import Recorder
-from agentctl.spec import AgentSpec, IdentitySpec, McpSpec, Spec
+from agentctl.spec import AgentSpec, IdentitySpec, McpSpec, Spec, StrategyName
 
 if TYPE_CHECKING:  # pragma: no cover
     from datetime import datetime
@@ -62,7 +62,7 @@ EXIT_COULD_NOT_RUN = EXIT_NO_DAEMON  # 2, as for `probe mcp`
 
 @dataclass
 class PassthroughOptions:
-    strategy: str
+    strategy: StrategyName
     command: list[str]
     timeout: float
     workdir: str | None = None
@@ -108,7 +108,7 @@ class PassthroughProbe:
         return self._result(error), EXIT_OK if error is None else EXIT_COULD_NOT_RUN
 
     def _spec(self) -> Spec:
-        agent = AgentSpec(command=self.opts.command, protocol="passthrough", strategy=self.opts.strategy,  # type: ignore[arg-type]
+        agent = AgentSpec(command=self.opts.command, protocol="passthrough", strategy=self.opts.strategy,
                           workdir=str(self.workdir), env=self.opts.env)
         identity = IdentitySpec(task_id="probe", session_id="probe", agent_id="probe", agent_profile_id="probe")
         return Spec(identity=identity, agent=agent, mcp=McpSpec(builtin_name=S.SERVER_NAME, profile="task"))
