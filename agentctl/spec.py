@@ -100,6 +100,12 @@ class ServerSpec(_S):
         if isinstance(self.command, list) and self.command:
             self.command, self.args = self.command[0], [*self.command[1:], *self.args]
 
+    @property
+    def program(self) -> str | None:
+        """`command` as the rest of agentctl reads it: a string once decoded (only an empty list stays a list, and
+        validation refuses it)."""
+        return self.command if isinstance(self.command, str) else None
+
 
 class McpSpec(_S):
     """[mcp]: the built-in MCP endpoint (loopback only) and the profile's servers."""
@@ -472,8 +478,8 @@ def secret_registry(spec: Spec) -> SecretRegistry:
         if server.url:
             registry.add_parts(server.url)
             registry.add_public(target_for_url(server.url).partition("://")[2])
-        if server.command:
-            registry.add_public(target_for_command(server.command))
+        if server.program:
+            registry.add_public(target_for_command(server.program))
     if spec.agent is not None and spec.agent.command:
         registry.add_public(target_for_command(spec.agent.command[0]))
     return registry

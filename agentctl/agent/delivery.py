@@ -176,8 +176,8 @@ def plan_servers(spec: Spec, builtin: BuiltinEndpoint, receiver: Receiver) -> Se
             continue
         if server.type == "stdio":
             entry = ServerEntry(
-                server.name, "profile", "stdio", target_for_command(server.command or ""),
-                command=server.command or "", args=list(server.args), env=dict(server.env),
+                server.name, "profile", "stdio", target_for_command(server.program or ""),
+                command=server.program or "", args=list(server.args), env=dict(server.env),
             )
             plan.delivered.append(witnessed(entry, builtin) if builtin.witness and witnessed_spec(
                 server, spec.mcp) else entry)
@@ -190,9 +190,9 @@ def plan_servers(spec: Spec, builtin: BuiltinEndpoint, receiver: Receiver) -> Se
     # Last, over every server still planned (the built-in one included), so a name is never the reason
     # for a server that policy or the transport already left out.
     for entry in list(plan.delivered):
-        refusal = receiver.name_refused(entry.name)
-        if refusal is not None:
-            drop(plan, entry, refusal.reason_code, refusal.summary)
+        named = receiver.name_refused(entry.name)
+        if named is not None:
+            drop(plan, entry, named.reason_code, named.summary)
     return plan
 
 

@@ -324,7 +324,7 @@ def _apply_report(row: ServerRow, event: EvidenceEvent) -> None:
         row.reported = report
 
 
-def _report_key(report: AgentReport) -> tuple:
+def _report_key(report: AgentReport) -> tuple[datetime, bool, str, str, int, str, str, str, tuple[str, ...]]:
     return (
         report.reported_at,
         report.state in REPORTED_FAILURES,

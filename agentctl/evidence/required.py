@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from agentctl.evidence.contract.control import AttachedGate, RequiredServer
+from agentctl.evidence.contract.control import AttachedGate, GateState, RequiredServer, RequiredState
 from agentctl.evidence.contract.report import Attempt, ServerRow, Source
 from agentctl.evidence.display import DELIVERED_LABEL, exited_words, reporter_name, row_label
 
@@ -44,6 +44,7 @@ def judge(attempt: Attempt | None, required: Sequence[str], *, builtin_name: str
     servers = [_judge_row(name, rows.get(name), _source(name, builtin_name), late, timeout, no_report)
                for name in required]
     states = {server.state for server in servers}
+    state: GateState
     if states & {"failed", "not_attached"}:
         state = "blocked"
     elif states == {"attached"}:
@@ -58,9 +59,8 @@ def _source(name: str, builtin_name: str) -> Source:
     return "builtin" if name == builtin_name else "profile"
 
 
-def _server(name: str, source: Source, state: str, evidence: str, policy: str) -> RequiredServer:
-    return RequiredServer(name=name, source=source, state=state,  # type: ignore[arg-type]
-                          evidence=evidence, policy=policy)
+def _server(name: str, source: Source, state: RequiredState, evidence: str, policy: str) -> RequiredServer:
+    return RequiredServer(name=name, source=source, state=state, evidence=evidence, policy=policy)
 
 
 def _judge_row(name: str, row: ServerRow | None, source: Source, late: str | None, timeout: float,
