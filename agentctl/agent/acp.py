@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,9 @@ from acp.schema import (
     DeniedOutcome,
     HttpMcpServer,
     Implementation,
+    LoadSessionResponse,
     McpServerStdio,
+    NewSessionResponse,
     RequestPermissionResponse,
     SseMcpServer,
 )
@@ -171,7 +173,10 @@ class AcpRuntime:
             outgoing=acp_notices.advertise,
             intercept=lambda message: self._note_new_session(message) or reports(message) or notices(message),
         )
-        self._conn = acp.connect_to_agent(_DaemonClient(self), self._transport, use_unstable_protocol=True)
+        # The SDK dispatches to whichever client methods exist (a missing one answers -32601), while its Client
+        # Protocol lists every method: _DaemonClient has only the two the daemon serves (its docstring says why).
+        self._conn = acp.connect_to_agent(_DaemonClient(self), self._transport,  # type: ignore[arg-type]
+                                          use_unstable_protocol=True)
         try:
             resp = await asyncio.wait_for(
                 self._conn.initialize(
@@ -225,6 +230,12 @@ class AcpRuntime:
         return self._conn is not None and t is not None and not t.closed and not t.eof
 
     @property
+    def _open_conn(self) -> ClientSideConnection:
+        """The ACP connection, for a step taken only while `connected`."""
+        assert self._conn is not None, "checked `connected` first"
+        return self._conn
+
+    @property
     def skipped_stdout_lines(self) -> int:
         return self._transport.skipped_lines if self._transport is not None else 0
 
@@ -267,7 +278,7 @@ class AcpRuntime:
             attempt_id, token = self.ledger.begin_attempt("reset", self._seeds())
             if old is not None and self.close_supported and self.connected:
                 try:
-                    await asyncio.wait_for(self._conn.close_session(session_id=old), timeout=5.0)
+                    await asyncio.wait_for(self._open_conn.close_session(session_id=old), timeout=5.0)
                 except Exception:  # closing is a courtesy; the old session is abandoned either way
                     log.debug("closing the previous ACP session failed")
             self.acp_session_id = None
@@ -287,7 +298,7 @@ class AcpRuntime:
             ledger.record("explicit_error", attempt_id, reason_code="agent_not_running", summary=summary)
             return SessionOutcome(attempt_id, False, reason_code="agent_not_running", summary=summary)
         plan = plan_delivery(self.spec, self.caps, builtin_base=self._builtin_base(), token=token,
-                             bridge=(*self_command(), "mcp-bridge"))
+                             bridge=(*self_command(), "mcp-bridge"), witness=(*self_command(), "mcp-witness"))
         cwd = self._cwd()
         if self._gemini_trust is not None:
             gemini_acp.filter_untrusted(plan, self._gemini_trust)
@@ -299,11 +310,15 @@ class AcpRuntime:
         try:
             servers = [_to_model(p) for p in plan.delivered]
             # The attempt's trace context as `_meta.traceparent` (empty when tracing is off).
-            meta = tracing.session_meta(ledger, attempt_id, "session/new" if load_id is None else "session/load")
+            # Any: the SDK takes extra keywords as the request's `_meta` (typed str, they would be checked
+            # against its named parameters too).
+            meta: dict[str, Any] = tracing.session_meta(ledger, attempt_id,
+                                                        "session/new" if load_id is None else "session/load")
+            call: Coroutine[Any, Any, NewSessionResponse | LoadSessionResponse]
             if load_id is None:
-                call = self._conn.new_session(cwd=cwd, mcp_servers=servers, **meta)
+                call = self._open_conn.new_session(cwd=cwd, mcp_servers=servers, **meta)
             else:
-                call = self._conn.load_session(cwd=cwd, session_id=load_id, mcp_servers=servers, **meta)
+                call = self._open_conn.load_session(cwd=cwd, session_id=load_id, mcp_servers=servers, **meta)
             resp = await asyncio.wait_for(call, timeout=self.agent_spec.session_timeout)
         except TimeoutError:
             return self._session_failed(attempt_id, sent, "session_timeout", "the agent did not answer in time")
@@ -450,9 +465,12 @@ class AcpRuntime:
         """Send a prompt to the current ACP session; updates go to `sink` only (never logged or stored)."""
         self.check_prompt()
         async with self._prompt_lock:
+            session_id = self.acp_session_id
+            if session_id is None:  # the session was reset while this prompt waited for the lock
+                raise AgentError("no_session", "no accepted ACP session: run `agentctl session new` first")
             self._sink = sink
             try:
-                resp = await self._conn.prompt(session_id=self.acp_session_id, prompt=[acp.text_block(text)])
+                resp = await self._open_conn.prompt(session_id=session_id, prompt=[acp.text_block(text)])
             except acp.RequestError as exc:
                 # Goes to the prompt's caller only (never recorded): the agent's reason helps them.
                 raise AgentError("prompt_rejected", self._summary(str(exc))) from None
@@ -466,7 +484,7 @@ class AcpRuntime:
         """Send session/cancel. An agent that stopped reading its stdin cannot hold the caller forever."""
         if self.connected and self.acp_session_id is not None:
             try:
-                await asyncio.wait_for(self._conn.cancel(session_id=self.acp_session_id), CANCEL_TIMEOUT)
+                await asyncio.wait_for(self._open_conn.cancel(session_id=self.acp_session_id), CANCEL_TIMEOUT)
             except TimeoutError:
                 raise AgentError("cancel_timeout", "the agent did not take the cancel in time") from None
             except (ConnectionError, OSError):

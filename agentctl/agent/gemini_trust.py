@@ -279,6 +279,7 @@ def decide_for(workdir: str | os.PathLike[str], env: Mapping[str, str], argv: Se
     try:
         inputs = read_inputs(workdir, env, argv)
     except (OSError, UnicodeDecodeError) as exc:
-        why = f"{exc.__class__.__name__}: {exc.strerror}" if getattr(exc, "strerror", None) else exc.__class__.__name__
+        strerror = exc.strerror if isinstance(exc, OSError) else None
+        why = f"{exc.__class__.__name__}: {strerror}" if strerror else exc.__class__.__name__
         return TrustDecision(None, "error", error=f"a trust file could not be read ({why})")
     return decide(inputs, _existing_realpath)

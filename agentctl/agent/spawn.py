@@ -135,14 +135,15 @@ class AgentProtocol(asyncio.subprocess.SubprocessStreamProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self._subprocess_transport = transport  # type: ignore[assignment]
+        assert isinstance(transport, asyncio.SubprocessTransport), "a subprocess protocol gets a subprocess transport"
+        self._subprocess_transport = transport
         # fd 2 stays in the base class's open-pipe bookkeeping, so the transport still closes only
         # after stderr reaches EOF; only the reader is dropped.
         self.stderr = None
-        _grow_pipe(transport.get_pipe_transport(2))  # type: ignore[attr-defined]
+        _grow_pipe(transport.get_pipe_transport(2))
 
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        if fd == 2:
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        if fd == 2 and isinstance(data, bytes):  # a subprocess pipe's data is always bytes
             self._ring.feed(data)
             return
         super().pipe_data_received(fd, data)
@@ -243,7 +244,7 @@ async def spawn_agent(
             line = b"T"
         kind, _, value = line.decode("ascii", "replace").strip().partition(" ")
         if kind == "P" and value.isdigit():
-            return Spawned(transport, protocol, int(value), shim_pid, control)  # type: ignore[arg-type]
+            return Spawned(transport, protocol, int(value), shim_pid, control)
         if kind == "E":
             raise _exec_error(int(value) if value.isdigit() else 0)
         if kind == "T":

@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from agentctl.backend.embedded import EmbeddedBackend
 from agentctl.control.socket import cleanup_socket_path, prepare_socket_path
@@ -61,6 +61,9 @@ log = logging.getLogger("agentctl.hub")
 FLUSH_INTERVAL = 0.1
 SWEEP_INTERVAL = 1.0
 _UNIDENTIFIED_LOG = RateLimitedLog(log)
+# The frame a request to a daemon is answered with (Hub._request).
+_Reply = TypeVar("_Reply")
+
 
 class Hub(StackedService):
     """The hub: its socket, its sessions in memory and in the database, its task store. `async with Hub(...)`
@@ -86,7 +89,8 @@ class Hub(StackedService):
         self.db_path: Path | PostgresDsn = db_path if isinstance(db_path, PostgresDsn) else Path(db_path)
         # The task store: a SQLite file when given or beside a SQLite database, else the shared PostgreSQL one.
         self.tasks_db: Path | PostgresDsn
-        default_tasks = self.dsn or Path(db_path).with_suffix(".tasks.sqlite3")
+        default_tasks = (self.db_path if isinstance(self.db_path, PostgresDsn)
+                         else self.db_path.with_suffix(".tasks.sqlite3"))
         self.tasks_db = Path(tasks_db) if tasks_db else default_tasks
         # Names this hub in a shared database (the `connected` flags it owns): stable across its restarts.
         self.hub_id = f"{socket.gethostname()}:{self.socket_path}"
@@ -99,7 +103,7 @@ class Hub(StackedService):
         self._reader: SessionStore | None = None  # read-only: cold sessions, never blocked by a flush
         self.store: SessionStore | None = None
         self.backend: EmbeddedBackend | None = None
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
         self.guard: ListenerGuard | None = None
         self._conns: set[HubConnection] = set()
         self._handlers: set[asyncio.Task[Any]] = set()
@@ -145,7 +149,7 @@ class Hub(StackedService):
         self._order = self.store.max_hello_order()
         self._reader = open_store(self.db_path, readonly=True, hub_id=self.hub_id)
         if self.dsn is not None:
-            self.shared = SharedView(self, self.dsn, self.store, self._reader)  # PgHubStore: a SharedStore
+            self.shared = SharedView(self, self.dsn, self.store, self._reader)
             await self.shared.start()
             stops.push("shared database view", self.shared.stop)
         await self.retention.start()
@@ -171,7 +175,7 @@ class Hub(StackedService):
         stops.push("hub socket", self._stop_serving)
         stops.push("accept error log", install_accept_error_log())
 
-    async def _serve(self, sock: socket.socket) -> asyncio.AbstractServer:
+    async def _serve(self, sock: socket.socket) -> asyncio.Server:
         """`asyncio.start_unix_server`, with every connection through the listener guard."""
         loop = asyncio.get_running_loop()
         caps = listener_caps()
@@ -258,34 +262,28 @@ class Hub(StackedService):
         return report_view(session, execution_id) if session is not None else None
 
     async def read_report(self, session_id: str, execution_id: str | None = None) -> HubSessionReport | None:
-        """report(), a cold session read in a worker thread: a slow query never stalls the loop (the page, the
-        daemons' frames, /readyz)."""
+        """report(), a cold session read in a worker thread: a slow query never stalls the loop (page, frames)."""
         session = self.sessions.get(session_id) or await asyncio.to_thread(self._read_cold, session_id)
         return report_view(session, execution_id) if session is not None else None
 
     async def page(self, query: PageQuery) -> SessionPage:
         """A window of the session list from the database, after a flush. Raises HubStoreError."""
         await self.flush()
-        reader = self._reader
-        if reader is None:
+        if (reader := self._reader) is None:
             raise HubStoreError("the hub is not serving")
         return await asyncio.to_thread(reader.page, query)
 
     def listing(self, session_id: str) -> HubSession | None:
         """The session's listing when it is in memory (None: the database alone holds it, or nothing does)."""
-        session = self.sessions.get(session_id)
-        return session_listing(session) if session is not None else None
+        return session_listing(session) if (session := self.sessions.get(session_id)) is not None else None
 
     def _read_cold(self, session_id: str) -> SessionState | None:
         """A session not in memory, read whole from the database (one indexed query); None on a failed read."""
-        try:
-            return self._load_stored(session_id)
+        try:  # the reader read once: a worker thread runs this while stop may close the stores
+            return reader.load_session(session_id) if (reader := self._reader) is not None else None
         except HubStoreError as exc:
             log.warning("reading session %s from the hub database failed: %s", session_id, type(exc).__name__)
             return None
-
-    def _load_stored(self, session_id: str) -> SessionState | None:  # raises HubStoreError
-        return reader.load_session(session_id) if (reader := self._reader) is not None else None  # read once
 
     def subscribe(self, listener: Callable[[str], None]) -> None:
         """`listener(session_id)` after every change to that session (called on the loop; must not block)."""
@@ -297,7 +295,7 @@ class Hub(StackedService):
 
     async def read_stderr(self, session_id: str, *, timeout: float = 10.0) -> StderrView:
         """Recent agent output of the session's current daemon, on demand. Never stored or logged here."""
-        return (await self._request(session_id, P.StderrReadFrame, timeout)).view
+        return (await self._request(session_id, P.StderrReadFrame, P.StderrResultFrame, timeout)).view
 
     async def read_terminal(self, session_id: str, *, timeout: float = 10.0) -> TerminalView:
         """The session's agent terminal's recent screen, on demand (asked only of a daemon whose agent is on one:
@@ -305,17 +303,19 @@ class Hub(StackedService):
         conn = self._live_conn(session_id)
         if conn is not None and not conn.on_terminal:
             raise HubRequestError("not_supported", "the session's agent does not run on a terminal")
-        return (await self._request(session_id, P.TerminalReadFrame, timeout)).view
+        return (await self._request(session_id, P.TerminalReadFrame, P.TerminalResultFrame, timeout)).view
 
     async def test_endpoint(self, session_id: str, server: str, *, timeout: float = 65.0) -> EndpointTestResult:
         """Ask the session's current daemon to test one stored server by name."""
-        return (await self._request(session_id, P.EndpointTestFrame, timeout, server=server)).result
+        return (await self._request(session_id, P.EndpointTestFrame, P.EndpointTestResultFrame, timeout,
+                                    server=server)).result
 
-    async def _request(self, session_id: str, kind: type, timeout: float, **fields: Any) -> Any:
+    async def _request(self, session_id: str, kind: type[Any], reply: type[_Reply], timeout: float,
+                       **fields: Any) -> _Reply:
         conn = self._live_conn(session_id)
         if conn is None:
             raise HubRequestError("unavailable", "no daemon of that session's current execution is connected")
-        return await conn.ask(kind, timeout, **fields)
+        return await conn.ask(kind, reply, timeout, **fields)
 
     def _live_conn(self, session_id: str) -> HubConnection | None:
         session = self.sessions.get(session_id)
@@ -348,7 +348,7 @@ class Hub(StackedService):
                     conn.last_rx = time.monotonic()
                     self.frames_in += 1
                     received = P.decode_from_daemon(raw)
-                    self.frames_by_kind[received.__struct_config__.tag or "other"] += 1
+                    self.frames_by_kind[str(received.__struct_config__.tag or "other")] += 1
                     stored = None
                     if (self.shared is not None and isinstance(received, P.HelloFrame)
                             and rules.admit(conn.identity is not None, received) is None):
@@ -473,7 +473,7 @@ class Hub(StackedService):
             session = self.shared.take_stored(stored)
         elif session is None:
             try:
-                session = self._load_stored(ident.session_id)
+                session = self._reader.load_session(ident.session_id) if self._reader is not None else None
             except HubStoreError:  # without its stored state the hub cannot tell a stale execution
                 self._fatal(conn, rules.Refusal("unavailable", "the hub cannot read this session's stored state; "
                                                                "try again"))

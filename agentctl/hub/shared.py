@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 from agentctl.dsn import PostgresDsn
 from agentctl.hub import rules
 from agentctl.hub.hub_conn import HubConnection, notice_line
-from agentctl.hub.hub_store import HubStoreError, SharedStore
+from agentctl.hub.hub_store import HubStoreError, SessionStore, SharedStore
 from agentctl.hub.state import SessionState
 from agentctl.upstream import protocol as P
-from agentctl.hub.pg_store import CHANNEL, PrunedExecution, hub_tag, parse_notice
+from agentctl.hub.pg_store import CHANNEL, PgHubStore, PrunedExecution, hub_tag, parse_notice
 from agentctl.postgres import PostgresUnavailable, connect_async, describe_error, driver
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -41,11 +41,12 @@ BACKOFF_MAX = 5.0
 class SharedView:
     """Started by the hub after its stores, stopped before they close."""
 
-    def __init__(self, hub: Hub, dsn: PostgresDsn, store: SharedStore, reader: SharedStore) -> None:
+    def __init__(self, hub: Hub, dsn: PostgresDsn, store: SessionStore | None, reader: SessionStore | None) -> None:
         self.hub = hub
         self.dsn = dsn
-        self._store = store  # the hub's writable store
-        self._reader = reader  # its reader: rereads never wait behind a flush
+        assert isinstance(store, PgHubStore) and isinstance(reader, PgHubStore), "a shared view is PostgreSQL's only"
+        self._store: SharedStore = store  # the hub's writable store
+        self._reader: SharedStore = reader  # its reader: rereads never wait behind a flush
         self.listening = False
         self._pending: set[str] = set()
         self._wake = asyncio.Event()
@@ -172,6 +173,8 @@ class SharedView:
         departed = missing & self._missing
         self._missing, self._seen = missing - departed, (self._seen - departed) | live
         if not departed:
+            return
+        if hub.store is None:  # read after the await: a stop may have closed it since
             return
         try:
             changed = await asyncio.to_thread(self._store.clear_departed, sorted(departed))

@@ -51,7 +51,8 @@ from agentctl.listener_guard import (
 )
 from agentctl.logs import http_server_logging
 from agentctl.safe_files import UnsafePath, check_private_file, open_nofollow, open_private
-from agentctl.hub.hub import Hub, HubRequestError, listener_caps
+from agentctl.hub.hub import Hub
+from agentctl.hub.hub_conn import HubRequestError, listener_caps
 from agentctl.hub.hub_store import HubStoreError
 from agentctl.hub.listing import PageQuery, PageQueryError, parse_query
 from agentctl.hub.web_assets import AssetCache

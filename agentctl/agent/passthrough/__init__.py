@@ -19,7 +19,8 @@ def get_strategy(name: str | None) -> Strategy | None:
     if name not in STRATEGY_NAMES:
         return None
     module = importlib.import_module(f"agentctl.agent.passthrough.{name}")
-    return module.STRATEGY
+    strategy: Strategy = module.STRATEGY
+    return strategy
 
 
 __all__ = ["STRATEGY_NAMES", "Strategy", "get_strategy"]

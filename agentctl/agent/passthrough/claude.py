@@ -111,7 +111,7 @@ class ClaudeStrategy:
 
     def materialize(self, req: MaterializeRequest) -> Materialization:
         plan = plan_materialization(req, self.receiver)
-        servers: dict[str, dict] = {}
+        servers: dict[str, dict[str, Any]] = {}
         for entry in plan.delivered:
             if entry.transport == "stdio":
                 servers[entry.name] = {"type": "stdio", "command": entry.command, "args": entry.args, "env": entry.env}

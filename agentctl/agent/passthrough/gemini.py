@@ -91,7 +91,8 @@ class GeminiStrategy:
             return plan
 
         def mutate(doc: dict[str, Any]) -> None:
-            mcp = doc.get("mcp") if isinstance(doc.get("mcp"), dict) else {}
+            given = doc.get("mcp")
+            mcp = given if isinstance(given, dict) else {}
             excluded = _names(mcp.get("excluded")) or _names(doc.get("excludeMCPServers")) or []
             allowed = _names(mcp.get("allowed"))
             if allowed is None:

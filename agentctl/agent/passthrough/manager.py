@@ -50,6 +50,7 @@ from agentctl.agent.passthrough.workspace import cleanup
 from agentctl.agent.pty_host import PtyHost, WindowSize
 from agentctl.agent.reported.feed import NULL_FEED, ReportFeed, open_feed, plan_report
 from agentctl.agent.supervisor import AgentProcess, AgentStartError, ExitInfo, Supervisor
+from agentctl.bundled import self_command
 from agentctl.context import DaemonContext
 from agentctl.evidence.ledger import ServerSeed
 from agentctl.evidence.sanitize import summarize
@@ -133,7 +134,8 @@ class PassthroughManager:
                 )
         else:
             base = ctx.mcp_base or ""
-            builtin = BuiltinEndpoint(ctx.spec.mcp.builtin_name, f"{base}/mcp", f"{base}/sse", token)
+            builtin = BuiltinEndpoint(ctx.spec.mcp.builtin_name, f"{base}/mcp", f"{base}/sse", token,
+                                      witness=(*self_command(), "mcp-witness"))
             # The previous run's files (a merged workspace file above all) must be back before we write.
             await self._settle_cleanups()
             try:

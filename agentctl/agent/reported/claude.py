@@ -151,10 +151,10 @@ def parse_acp_update(update: Any, delivered: Collection[str]) -> tuple[str, list
     relay = meta.get("claudeCode") if isinstance(meta, dict) else None
     if kind != "agent_message_chunk" or not isinstance(relay, dict) or relay.get("kind") != "mcpServerStatus":
         return None
-    name, raw = relay.get("server"), relay.get("status")
-    if not isinstance(name, str) or not isinstance(raw, str) or name not in delivered:
+    server, status = relay.get("server"), relay.get("status")
+    if not isinstance(server, str) or not isinstance(status, str) or server not in delivered:
         return ACP_META_SOURCE, []
-    return ACP_META_SOURCE, [_acp_report(name, STATES.get(raw, "unknown"), raw)]
+    return ACP_META_SOURCE, [_acp_report(server, STATES.get(status, "unknown"), status)]
 
 
 def _acp_report(name: str, state: ReportedState, raw: str) -> ServerReport:
@@ -178,8 +178,9 @@ def _tool_counts(tools: Any, names: set[str]) -> dict[str, int | None]:
                 counts[owner] = None
     for tool in tools:
         found = split_tool(tool, names) if isinstance(tool, str) else None
-        if found is not None and counts[found[0]] is not None:
-            counts[found[0]] += 1
+        counted = counts[found[0]] if found is not None else None
+        if found is not None and counted is not None:
+            counts[found[0]] = counted + 1
     return counts
 
 

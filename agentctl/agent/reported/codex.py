@@ -128,7 +128,8 @@ def _runtime(
     tools = entry.get("tools")
     count = len(tools) if state == "connected" and isinstance(tools, dict) else None
     report = _report(name, state, raw, count, entry.get("toolsError"), secrets)
-    if name == builtin and count is not None:  # agentctl's own tools, as Codex lists them: the exposure check
+    # agentctl's own tools, as Codex lists them: the exposure check.
+    if name == builtin and isinstance(tools, dict) and count is not None:
         report = replace(report, exposed_tools=exposed_names(tools))
     return report
 
@@ -172,8 +173,9 @@ def _first_text(content: Any) -> str | None:
         return None
     for item in content[:4]:
         inner = item.get("content") if isinstance(item, dict) else None
-        if isinstance(inner, dict) and isinstance(inner.get("text"), str):
-            return inner["text"]
+        text = inner.get("text") if isinstance(inner, dict) else None
+        if isinstance(text, str):
+            return text
     return None
 
 

@@ -17,7 +17,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agentctl.agent.reported.base import ReportReader, record
+from agentctl.agent.reported.base import ReportReader, ServerReport, record
 
 if TYPE_CHECKING:  # pragma: no cover
     from agentctl.evidence.ledger import Ledger
@@ -62,7 +62,7 @@ class LedgerFeed:
         if reader is not None:
             self._record(reader.close())
 
-    def _record(self, reports: list) -> None:
+    def _record(self, reports: list[ServerReport]) -> None:
         if not reports:
             return
         try:

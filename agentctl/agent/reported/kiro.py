@@ -82,7 +82,8 @@ def _status(entry: Any, delivered: Collection[str], secrets: Any, builtin: str |
     tools = entry.get("tools")
     count = len(tools) if state == "connected" and isinstance(tools, list) else None
     exposed = None
-    if name == builtin and count is not None:  # agentctl's own tools, as Kiro lists them: the exposure check
+    # agentctl's own tools, as Kiro lists them: the exposure check.
+    if name == builtin and isinstance(tools, list) and count is not None:
         exposed = exposed_names(t.get("name") for t in tools if isinstance(t, dict))
     return ServerReport(name=name, state=state, raw_state=raw, tool_count=count, exposed_tools=exposed)
 

@@ -64,7 +64,9 @@ def parse_status(
     reports = []
     for name in delivered:
         entry = answer.get(name)
-        raw = entry.get("status") if isinstance(entry, dict) else None
+        if not isinstance(entry, dict):
+            continue
+        raw = entry.get("status")
         if not isinstance(raw, str):
             continue
         state = STATES.get(raw, "unknown")
