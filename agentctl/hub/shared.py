@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("agentctl.hub")
 
 FENCE_INTERVAL = 1.0
+REFRESH_BATCH = 500  # sessions reread in one read: one thread hop and two queries, not two per session
 BACKOFF_INITIAL = 0.2
 BACKOFF_MAX = 5.0
 
@@ -125,14 +126,23 @@ class SharedView:
 
     async def refresh(self, session_id: str) -> None:
         """Another hub changed this session: reread it (one session, indexed) and take the database's view."""
+        await self.refresh_many([session_id])
+
+    async def refresh_many(self, session_ids: list[str]) -> None:
+        """Reread these sessions in one read (indexed, no scan) and take the database's view of each."""
         hub = self.hub
-        if hub._reader is None:
+        if hub._reader is None or not session_ids:
             return
         try:
-            stored = await asyncio.to_thread(hub._reader.load_session, session_id)
+            stored = await asyncio.to_thread(hub._reader.load_sessions, session_ids)  # type: ignore[attr-defined]
         except HubStoreError as exc:
-            log.warning("rereading session %s failed: %s", session_id, exc)
+            log.warning("rereading %d sessions failed: %s", len(session_ids), exc)
             return
+        for session_id in session_ids:
+            self._take(session_id, stored[session_id])
+
+    def _take(self, session_id: str, stored: SessionState | None) -> None:
+        hub = self.hub
         if stored is None:  # pruned (by this hub or another): gone from memory too, unless held here
             hub.retention.forget(session_id)
             return
@@ -255,8 +265,9 @@ class SharedView:
             await self._wake.wait()
             self._wake.clear()
             pending, self._pending = self._pending, set()
-            for session_id in sorted(pending):
-                await self.refresh(session_id)
+            ordered = sorted(pending)
+            for start in range(0, len(ordered), REFRESH_BATCH):
+                await self.refresh_many(ordered[start:start + REFRESH_BATCH])
 
     async def _fence_loop(self) -> None:
         while True:
