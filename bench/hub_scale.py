@@ -19,7 +19,7 @@ publishers spread evenly over the hubs) and a probe process (one publisher per h
     PostgreSQL server CPU per 1,000 events, each hub's CPU use (1.0 = one core busy);
   - database growth over both phases, per million events (extrapolated from the measured bytes per event:
     the reducer bounds a session's history, so a long-lived fleet grows by sessions, not events).
-With --profile CONFIG:N, py-spy records the first hub during that point's flat-out phase and the functions
+With --profile CONFIG:N, py-spy records the first hub during that point's two phases and the functions
 that hold the most samples are printed. Not a test: numbers depend on the machine, and on a shared 2-CPU
 machine the publishers, the hubs and the server compete; run the curve twice to see the noise.
 """
@@ -92,7 +92,7 @@ def rss(pids: list[int]) -> int:
 class Point:
     """Hubs over one fresh database, with the load and probe processes attached."""
 
-    def __init__(self, tmp: Path, engine: str, hubs: int, server) -> None:
+    def __init__(self, tmp: Path, engine: str, hubs: int, server, log_dir: str | None = None) -> None:
         self.tmp, self.engine, self.server = tmp, engine, server
         self.procs: list[subprocess.Popen] = []
         self.pages: list[str] = []
@@ -110,8 +110,9 @@ class Point:
         for i in range(hubs):
             proc = c.spawn([c.PYTHON, "-m", "agentctl.cli", "hub", "serve", "--socket", str(tmp / f"h{i}.sock"),
                             *db_args, "--tasks-db", str(tmp / f"h{i}.tasks.sqlite3"), "--http", "127.0.0.1:0",
-                            "--token-file", str(tmp / f"h{i}.token"), "--log-level", "warning"],
-                           stdout=subprocess.PIPE, cwd=REPO)
+                            "--token-file", str(tmp / f"h{i}.token"), "--log-level", "info" if log_dir else "warning"],
+                           stdout=subprocess.PIPE, cwd=REPO,
+                           stderr=open(Path(log_dir) / f"{engine}{hubs}-{i}.log", "ab") if log_dir else None)
             self.procs.append(proc)
             ready = json.loads(c.read_line(proc, timeout=120))
             self.pages.append(f"{ready['http']}|{tmp / f'h{i}.token'}")
@@ -177,8 +178,9 @@ def profile_top(raw: Path, top: int = 14) -> dict:
             "own_pct": [(f, share(n)) for f, n in own.most_common(top)]}
 
 
-def run_point(tmp: Path, engine: str, hubs: int, n: int, server, phases: dict, spy: str | None) -> dict:
-    point = Point(tmp, engine, hubs, server)
+def run_point(tmp: Path, engine: str, hubs: int, n: int, server, phases: dict, spy: str | None,
+              log_dir: str | None = None) -> dict:
+    point = Point(tmp, engine, hubs, server, log_dir)
     load = probes = None
     try:
         time.sleep(0.5)
@@ -191,6 +193,12 @@ def run_point(tmp: Path, engine: str, hubs: int, n: int, server, phases: dict, s
         connected_rss = sum(c.settled_rss(pid, timeout=10) for pid in point.pids)
         db0 = point.db_bytes()
 
+        spy_proc = None
+        if spy:  # both phases
+            raw = tmp / "profile.txt"
+            spy_proc = subprocess.Popen([spy, "record", "--pid", str(point.pids[0]), "--format", "raw", "--rate",
+                                         "50", "--duration", str(int(phases["paced"] + phases["flat"])), "--output",
+                                         str(raw), "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         hub_cpu, db_cpu = Cpu(lambda: point.pids), Cpu(lambda: server_pids(server))
         t0 = time.monotonic()
         tell(probes, "go")
@@ -203,12 +211,6 @@ def run_point(tmp: Path, engine: str, hubs: int, n: int, server, phases: dict, s
 
         hub_cpu, db_cpu = Cpu(lambda: point.pids), Cpu(lambda: server_pids(server))
         per_hub, load_cpu, machine = Cpu(lambda: point.pids[:1]), Cpu(lambda: [load.pid]), psutil.cpu_times()
-        spy_proc = None
-        if spy:
-            raw = tmp / "profile.txt"
-            spy_proc = subprocess.Popen([spy, "record", "--pid", str(point.pids[0]), "--format", "raw", "--rate",
-                                         "50", "--duration", str(int(phases["flat"])), "--output", str(raw),
-                                         "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         t0 = time.monotonic()
         tell(load, f"go {phases['flat']} flat-out")
         flat = answer(load, phases["flat"] + 120)["done"]
@@ -305,6 +307,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, help="each phase's length (overrides --quick)")
     parser.add_argument("--profile", metavar="ENGINE:HUBS:N", help="py-spy the first hub of that point")
     parser.add_argument("--py-spy", default="py-spy", help="the py-spy executable (--profile)")
+    parser.add_argument("--hub-log", metavar="DIR", help="the hubs' logs, at info level, into DIR")
     parser.add_argument("--json", metavar="PATH", help="also write the results here")
     args = parser.parse_args()
     phases = dict(QUICK if args.quick else FULL)
@@ -320,7 +323,7 @@ def main() -> None:
             for n in counts:
                 spy = args.py_spy if args.profile == f"{engine}:{hubs}:{n}" else None
                 with c.temp_dir("hubscale-") as tmp:
-                    r = run_point(tmp, engine, hubs, n, server, phases, spy)
+                    r = run_point(tmp, engine, hubs, n, server, phases, spy, args.hub_log)
                 results.append(r)
                 print(json.dumps({k: v for k, v in r.items() if k != "profile"}), flush=True)
     finally:
