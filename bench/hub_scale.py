@@ -7,8 +7,10 @@ Run:  .venv/bin/python bench/hub_scale.py [--quick] [--configs sqlite:1,pg:1,pg:
 Every point starts fresh hubs (real `agentctl hub serve` processes with their page on, over a new database:
 a SQLite file, or a database of one real PostgreSQL server from tests/pg.py shared by all the PostgreSQL
 points), a load process of real Publishers (bench/hub_scale_worker.py: the daemon's own publisher code, the
-publishers spread evenly over the hubs) and a probe process (one publisher per hub and one page stream,
+publishers spread evenly over the hubs) and a probe process (two publishers per hub and one page stream,
 `/api/events`, per hub). Then, per point:
+  - admitted: seconds from the first connect until every hub's page lists every session connected (each
+    hello on PostgreSQL is a claim in the database, and a daemon's frames wait for its claim);
   - connected: the hubs' RSS with every publisher connected, less before any: RSS per connected daemon;
   - paced (a realistic fleet: 4 in 10 publishers in bursts of 10 tool calls every 2 s, a new attempt every 150
     events; the rest idle, heartbeats and an attempt now and then): p50/p99 from a probe publisher opening an
@@ -32,6 +34,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -52,6 +55,7 @@ WORKER = str(Path(__file__).with_name("hub_scale_worker.py"))
 FULL = {"paced": 15.0, "flat": 15.0}
 QUICK = {"paced": 6.0, "flat": 6.0}
 VERIFY_TIMEOUT = 180.0
+ADMIT_TIMEOUT = 240.0
 
 
 def cpu(pids: list[int]) -> dict[int, float]:
@@ -137,6 +141,21 @@ class Point:
         return {sid: hashlib.sha256(encode(s.current.history)).hexdigest() for sid, s in stored.items()
                 if s.current.history is not None}
 
+    def admitted(self, n: int, started: float) -> float:
+        """Seconds from the first connect until every hub's page lists all n sessions connected (on PostgreSQL
+        each hello is a claim in the database: a daemon's frames wait for it)."""
+        deadline = time.monotonic() + ADMIT_TIMEOUT
+        for page in self.pages:
+            url, token_file = page.split("|")
+            request = urllib.request.Request(url + "api/status", headers={
+                "Authorization": "Bearer " + Path(token_file).read_text().strip()})
+            while time.monotonic() < deadline:
+                with urllib.request.urlopen(request, timeout=60) as resp:
+                    if sum(s["connected"] for s in json.loads(resp.read())["sessions"]) >= n:
+                        break
+                time.sleep(0.25)
+        return time.monotonic() - started
+
     def stop(self) -> None:
         c.end_all(self.procs, timeout=30)
 
@@ -185,10 +204,12 @@ def run_point(tmp: Path, engine: str, hubs: int, n: int, server, phases: dict, s
     try:
         time.sleep(0.5)
         base_rss = rss(point.pids)
+        started = time.monotonic()
         load = worker("load", point, n - PROBES_PER_HUB * hubs)  # the probes' publishers make up the count
         answer(load, 240)
         probes = worker("probe", point, 0)
         answer(probes, 60)
+        admitted = point.admitted(n, started)
         time.sleep(1.0)
         connected_rss = sum(c.settled_rss(pid, timeout=10) for pid in point.pids)
         db0 = point.db_bytes()
@@ -247,7 +268,7 @@ def run_point(tmp: Path, engine: str, hubs: int, n: int, server, phases: dict, s
     events = paced["events"] + flat["events"]
     pg = engine != "sqlite"
     return {
-        "engine": engine, "hubs": hubs, "publishers": n,
+        "engine": engine, "hubs": hubs, "publishers": n, "admitted_seconds": round(admitted, 1),
         "ingest_events_per_s": round(flat["events"] / flat_wall), "nothing_lost": verified,
         "flat_events": flat["events"], "flat_seconds": round(flat_wall, 2), "dropped": flat["dropped"],
         "hub_cpu_ms_per_1000": round(flat_cpu / flat["events"] * 1e6, 1),
@@ -271,7 +292,7 @@ def run_point(tmp: Path, engine: str, hubs: int, n: int, server, phases: dict, s
     }
 
 
-COLUMNS = [("engine", "engine"), ("hubs", "hubs"), ("publishers", "pubs"), ("ingest_events_per_s", "ingest ev/s"),
+COLUMNS = [("engine", "engine"), ("hubs", "hubs"), ("publishers", "pubs"), ("admitted_seconds", "admit s"), ("ingest_events_per_s", "ingest ev/s"),
            ("nothing_lost", "lost 0"), ("hub_cpu_ms_per_1000", "hub ms/1k"), ("db_server_cpu_ms_per_1000", "pg ms/1k"),
            ("hub_cores_busy", "hub cores"), ("db_server_cores_busy", "pg cores"),
            ("load_cores_busy", "load cores"), ("machine_cores_busy", "all cores"),
