@@ -1,4 +1,4 @@
-"""Agent-reported evidence in the pure reducer and in the display derivation (agentctl.evidence.display).
+"""Agent-reported evidence in the pure reducer and in the display derivation (agentctl.present.rows).
 
 The rules: host-observed evidence always outranks a report about the same server; a reported failure naming
 a delivered server is an explicit agent error; a reported connection with tools is the strongest state a
@@ -16,8 +16,10 @@ import msgspec
 import pytest
 
 from agentctl.evidence import reducer
-from agentctl.evidence.contract import decode_history, encode
-from agentctl.evidence.display import DELIVERED_LABEL, reporter_name, row_view
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.report import decode_history
+from agentctl.evidence.display import DELIVERED_LABEL, reporter_name
+from agentctl.present.rows import row_view
 from tests.evidence.fixed import T0
 from tests.evidence.test_reducer import World, catalog
 

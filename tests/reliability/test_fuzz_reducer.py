@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from agentctl.evidence import reducer
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.report import (
     REPORTED_STATES,
     MAX_ATTEMPTS,
     MAX_EVENTS_PER_ATTEMPT,
@@ -37,9 +38,9 @@ from agentctl.evidence.contract import (
     ToolCatalog,
     ToolSummary,
     decode_history,
-    encode,
 )
-from agentctl.evidence.display import reporter_name, row_view
+from agentctl.evidence.display import reporter_name
+from agentctl.present.rows import row_view
 from agentctl.evidence.ledger import Ledger, ServerSeed
 from agentctl.evidence.store import ensure_state_dir, read_report, report_path, write_atomic
 from agentctl.upstream import protocol as P
