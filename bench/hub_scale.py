@@ -46,7 +46,7 @@ import psutil  # noqa: E402
 
 import _common as c  # noqa: E402
 from agentctl.dsn import parse_location  # noqa: E402
-from agentctl.evidence.contract import encode  # noqa: E402
+from agentctl.evidence.contract.base import encode  # noqa: E402
 from agentctl.hub.stores import open_store  # noqa: E402
 from bench.hub_scale_worker import PROBES_PER_HUB  # noqa: E402
 from tests.pg import started_server  # noqa: E402

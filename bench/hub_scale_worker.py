@@ -35,7 +35,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from agentctl.context import DaemonContext  # noqa: E402
-from agentctl.evidence.contract import Identity, encode  # noqa: E402
+from agentctl.evidence.contract.base import encode  # noqa: E402
+from agentctl.evidence.contract.report import Identity  # noqa: E402
 from agentctl.evidence.ledger import Ledger  # noqa: E402
 from agentctl.upstream.publisher import Publisher  # noqa: E402
 from bench.hub_ingest import SEEDS, SPEC  # noqa: E402

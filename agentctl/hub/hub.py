@@ -37,8 +37,8 @@ from agentctl.evidence.contract.control import StderrView, TerminalView
 from agentctl.evidence.contract.hub import HubSession, HubSessionReport, HubStatus
 from agentctl.evidence.contract.report import EndpointTestResult, Identity
 from agentctl.evidence.ledger import utcnow
-from agentctl.listener_guard import (GuardedProtocol, ListenerGuard, RateLimitedLog, forget_listener, hold,
-                                     install_accept_error_log, name_listener, trust)
+from agentctl.listener_guard import (ListenerGuard, RateLimitedLog, forget_listener, hold, install_accept_error_log,
+                                     name_listener, trust)
 from agentctl.hub import rules
 from agentctl.hub.hub_conn import (  # noqa: F401 - the caps are the hub's, re-exported for its page and units
     DAEMON_CONNECTIONS, HELLO_TIMEOUT, PAGE_CONNECTIONS, HubConnection, HubRequestError, Refused, listener_caps)
@@ -347,15 +347,7 @@ class Hub(StackedService):
                     stored = None
                     if (self.shared is not None and isinstance(received, P.HelloFrame)
                             and rules.admit(conn.identity is not None, received) is None):
-                        # Claims queue when a fleet reconnects: busy meanwhile, or the guard's hello deadline
-                        # closes a daemon for the database's wait and it reconnects into the same queue.
-                        guarded = writer.transport.get_protocol()
-                        busy = isinstance(guarded, GuardedProtocol) and guarded.request_started()
-                        try:
-                            stored = await self.shared.claim(conn, received)
-                        finally:
-                            if busy:
-                                guarded.request_finished()
+                        stored = await self.shared.claim(conn, received)
                     self._dispatch(conn, received, stored)
                     if isinstance(received, P.HelloFrame):
                         trust(writer.transport)  # displaced after unidentified peers; closed unless a snapshot follows

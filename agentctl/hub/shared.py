@@ -24,6 +24,7 @@ from agentctl.hub import rules
 from agentctl.hub.hub_conn import HubConnection, notice_line
 from agentctl.hub.hub_store import HubStoreError
 from agentctl.hub.state import SessionState
+from agentctl.listener_guard import GuardedProtocol
 from agentctl.hub.views import session_listing
 from agentctl.upstream import protocol as P
 from agentctl.hub.pg_store import CHANNEL, PrunedExecution, hub_tag, parse_notice
@@ -90,6 +91,10 @@ class SharedView:
         the connection as `unavailable`: the daemon keeps buffering and reconnects with backoff."""
         hub = self.hub
         assert hub.store is not None
+        # Claims queue when a fleet reconnects: busy meanwhile, or the guard's hello deadline closes a daemon
+        # for the database's wait, and it reconnects into the same queue.
+        guarded = conn.writer.transport.get_protocol()
+        busy = isinstance(guarded, GuardedProtocol) and guarded.request_started()
         try:
             return await asyncio.to_thread(hub.store.claim, hello.identity, hello.daemon_version,  # type: ignore[attr-defined]
                                            hub._clock())
@@ -98,6 +103,9 @@ class SharedView:
         except HubStoreError as exc:
             log.warning("hello from %s not taken: %s", hello.identity.session_id, exc)
             hub._fatal(conn, rules.Refusal("unavailable", "the hub's database is unavailable; reconnect later"))
+        finally:
+            if busy:
+                guarded.request_finished()
 
     def _local(self, session: SessionState) -> set[str]:
         """The session's executions this hub holds: a connection here, or changes not yet written."""
