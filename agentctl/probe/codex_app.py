@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from agentctl.agent.reported.codex import is_app_server
+from agentctl.agent.clis.codex import is_app_server
 
 __all__ = ["is_app_server", "drive"]
 
