@@ -98,7 +98,7 @@ def candidate_sockets(base: Path) -> list[Path]:
 def probe_daemon(path: Path, timeout: float) -> DaemonEntry | None:
     """What `path` says within `timeout`; None when it went away meanwhile (a daemon that stopped cleanly)."""
     from agentctl.control.client import ControlClient, ControlClientError, ControlRefused, ControlUnavailable
-    from agentctl.control.socket import socket_state
+    from agentctl.unix_socket import socket_state
 
     entry = DaemonEntry(socket=str(path), state="unresponsive")
     try:
@@ -247,7 +247,7 @@ def _inode(path: Path) -> tuple[int, int] | None:
 
 def wait_gone(path: Path, pid: int | None, seconds: float) -> bool:
     """True once the daemon has exited (`pid`, when known) and its socket is gone or dead, within `seconds`."""
-    from agentctl.control.socket import socket_state
+    from agentctl.unix_socket import socket_state
 
     deadline = time.monotonic() + seconds
     started = _start_time(pid) if pid else None

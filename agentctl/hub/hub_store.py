@@ -202,8 +202,10 @@ def decode_execution(row: tuple[Any, ...], where: str) -> ExecutionState:
 
 
 class HubStore:
-    """The SQLite file. Writable (the hub) or read-only (the CLI). One user at a time, except load_session,
-    which takes a lock: the hub reads cold sessions both on its loop and in worker threads."""
+    """The SQLite file. Writable (the hub) or read-only (the CLI). Every use from a worker thread and close()
+    take one lock: the hub reads cold sessions both on its loop and in worker threads, and a stop that closes the
+    file while a cancelled prune or flush still runs in its thread must wait for it (SQLite's connection freed
+    under a running statement ends the process)."""
 
     def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False) -> None:
         self.path = Path(path)
@@ -239,7 +241,8 @@ class HubStore:
             raise HubStoreError(f"cannot create hub database {self.path}: {exc.strerror or exc}") from None
 
     def close(self) -> None:
-        self._conn.close()
+        with self._lock:
+            self._conn.close()
 
     def load(self) -> dict[str, SessionState]:
         """Everything in the file, as the hub's in-memory state (the CLI's views)."""
@@ -285,6 +288,10 @@ class HubStore:
 
     def write(self, sessions: Sequence[SessionRecord], executions: Sequence[ExecutionRecord]) -> None:
         """Upsert the records in one transaction. Safe to call from a worker thread."""
+        with self._lock:
+            self._write(sessions, executions)
+
+    def _write(self, sessions: Sequence[SessionRecord], executions: Sequence[ExecutionRecord]) -> None:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -316,28 +323,32 @@ class HubStore:
         return int(row[0])
 
     def prune(self, cutoff: datetime, keep: Collection[str], batch: int, now: datetime) -> list[str]:
-        """SessionStore.prune. Safe to call from a worker thread (not beside a write: the hub takes turns)."""
-        conn = self._conn
+        """SessionStore.prune. Safe to call from a worker thread."""
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                rows = conn.execute(PRUNE_CANDIDATES.format(cutoff="?", limit="?"),
-                                    (ts(cutoff), batch + len(keep))).fetchall()
-                ids = [sid for (sid,) in rows if sid not in keep][:batch]
-                if ids:
-                    marks = ", ".join("?" * len(ids))
-                    conn.execute(TOMBSTONE_RESET.format(ids=marks), ids)
-                    conn.execute(TOMBSTONE_INSERT.format(now="?", ids=marks), (ts(now), *ids))
-                    conn.execute(f"DELETE FROM executions WHERE session_id IN ({marks})", ids)
-                    conn.execute(f"DELETE FROM sessions WHERE session_id IN ({marks})", ids)
-                conn.execute("COMMIT")
-                return ids
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+            with self._lock:
+                return self._prune(cutoff, keep, batch, now)
         except sqlite3.Error as exc:
             raise HubStoreError(f"cannot prune hub database {self.path}: {exc}") from None
+
+    def _prune(self, cutoff: datetime, keep: Collection[str], batch: int, now: datetime) -> list[str]:
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            rows = conn.execute(PRUNE_CANDIDATES.format(cutoff="?", limit="?"),
+                                (ts(cutoff), batch + len(keep))).fetchall()
+            ids = [sid for (sid,) in rows if sid not in keep][:batch]
+            if ids:
+                marks = ", ".join("?" * len(ids))
+                conn.execute(TOMBSTONE_RESET.format(ids=marks), ids)
+                conn.execute(TOMBSTONE_INSERT.format(now="?", ids=marks), (ts(now), *ids))
+                conn.execute(f"DELETE FROM executions WHERE session_id IN ({marks})", ids)
+                conn.execute(f"DELETE FROM sessions WHERE session_id IN ({marks})", ids)
+            conn.execute("COMMIT")
+            return ids
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
     def tombstone(self, session_id: str, execution_id: str) -> bool | None:
         try:

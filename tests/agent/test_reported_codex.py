@@ -6,7 +6,7 @@ import json
 
 from agentctl.agent.reported import record
 from agentctl.agent.clis.codex import SOURCE, CodexAppServerReader, parse_message
-from agentctl.evidence.display import row_view
+from agentctl.present.rows import row_view
 from agentctl.evidence.ledger import Ledger, ServerSeed
 from agentctl.evidence.secret_registry import SecretRegistry
 from tests.agent.reported_support import codex_stdout

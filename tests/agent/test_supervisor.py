@@ -390,6 +390,12 @@ async def test_signals_sent_to_the_shim_reach_the_agent_and_its_real_exit_code_c
     await eventually(lambda: not psutil.pid_exists(shim), 10, "the shim to leave once its tree is gone")
 
 
+def _asleep_with_libc(pid: int) -> bool:
+    process = psutil.Process(pid)
+    loaded = any("libc" in os.path.basename(m.path) for m in process.memory_maps(grouped=False))
+    return loaded and process.status() == psutil.STATUS_SLEEPING
+
+
 async def test_the_agent_gets_only_its_stdio_default_signal_dispositions_and_a_session_of_its_own(make_supervisor) -> None:
     sleep = shutil.which("sleep")
     assert sleep, "coreutils sleep: an agent that is not Python (Python ignores SIGPIPE and SIGXFSZ itself)"
@@ -402,6 +408,9 @@ async def test_the_agent_gets_only_its_stdio_default_signal_dispositions_and_a_s
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     agent = supervisor.pid
     await eventually(lambda: psutil.Process(agent).exe() == os.path.realpath(sleep), 15, "the exec")
+    # The exe flips before the dynamic loader runs, and the loader briefly holds fd 3 (ld.so.cache, libc):
+    # list the fds once sleep is in its nanosleep, the loader done.
+    await eventually(lambda: _asleep_with_libc(agent), 15, "sleep to be loaded and asleep")
     # 0-2 only: neither the daemon's channel to the shim nor any other fd of the daemon or the shim.
     assert sorted(os.listdir(f"/proc/{agent}/fd")) == ["0", "1", "2"]
     status = dict(line.split(":\t", 1) for line in Path(f"/proc/{agent}/status").read_text().splitlines() if ":\t" in line)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from agentctl.agent import clis
 from agentctl.agent.reported.acp_tap import AcpReportTap, ReportSink
-from agentctl.evidence.display import row_view
+from agentctl.present.rows import row_view
 from agentctl.evidence.ledger import Ledger, ServerSeed
 from tests.clis.conftest import clean_env
 from tests.conftest import agentctl_cmd, write_spec

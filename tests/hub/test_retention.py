@@ -366,3 +366,43 @@ def test_the_tombstones_are_all_a_pruned_session_leaves(short_dir: Path):
     assert conn.execute("SELECT session_id, execution_id, was_current FROM tombstones ORDER BY 1, 2").fetchall() == [
         ("s00000", "exec-1", 0), ("s00000", "exec-2", 1), ("s00002", "exec-1", 0), ("s00002", "exec-2", 1)]
     conn.close()
+
+
+STOP_DURING_PRUNE = r"""
+import sqlite3, sys, threading
+from datetime import timedelta
+from tests.hub.test_retention import MONTH, T0, _old_rows
+import agentctl.hub.hub_store as hs
+
+path = sys.argv[1]
+store = hs.HubStore(path)
+sessions, executions = _old_rows(20000, T0)
+store.write(sessions, executions)
+pruned = []
+worker = threading.Thread(target=lambda: pruned.extend(store.prune(T0 + timedelta(seconds=1), set(), 20000, T0 + MONTH)))
+worker.start()
+probe = sqlite3.connect(path, timeout=0)
+while worker.is_alive():  # the prune's BEGIN IMMEDIATE holds the write lock: it is running now
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+        probe.execute("ROLLBACK")
+    except sqlite3.OperationalError:
+        break
+running = worker.is_alive()
+store.close()  # what a hub's stop does once the task awaiting the prune was cancelled
+worker.join()
+print(running, len(pruned))
+"""
+
+
+def test_closing_the_store_while_a_prune_runs_in_its_thread_waits_for_the_prune_instead_of_crashing(short_dir: Path):
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", STOP_DURING_PRUNE, str(short_dir / "hub.sqlite3")],
+                         capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+    # Before the store's close took the lock, this ended the process with SIGSEGV (seen in CI as -11).
+    assert run.returncode == 0, run.stderr[-2000:]
+    running, pruned = run.stdout.split()
+    assert pruned == "20000"
+    assert running == "True", "the close must have come while the prune ran, or this test proved nothing"
