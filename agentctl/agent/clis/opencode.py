@@ -52,13 +52,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from agentctl.agent.agent_cli import AgentCli
-from agentctl.agent.passthrough.base import (
-    CliReceiver,
-    Materialization,
-    MaterializeRequest,
-    dump_json,
-    plan_materialization,
-)
+from agentctl.agent.passthrough.base import CliReceiver, Materialization, MaterializeRequest, dump_json, plan_materialization
 from agentctl.agent.passthrough.workspace import write_private
 from agentctl.agent.refusal_hints import RefusalHint
 from agentctl.agent.reported.acp_tap import ReportSink
