@@ -65,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_SIGNAL_BASE + signal.SIGINT
 
 
+# The contract surfaces `agentctl schema` prints, each from its module of agentctl.evidence.contract.
+SCHEMA_SURFACES = ("report", "control", "diagnostics", "probe", "hub")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(
         prog="agentctl",
@@ -108,7 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print the final report as JSON")
     run.set_defaults(func=cmd_run)
 
-    schema = sub.add_parser("schema", help="print the JSON Schema of the report contract")
+    schema = sub.add_parser("schema", help="print the JSON Schema of one surface of the contract (the report)")
+    schema.add_argument("surface", nargs="?", default="report", choices=SCHEMA_SURFACES,
+                        help="report (persisted and sent upstream), control (the control API's answers), "
+                        "diagnostics, probe or hub (its --json answers; `hub schema` prints the upstream frames)")
     schema.set_defaults(func=cmd_schema)
 
     completion = sub.add_parser(
@@ -174,11 +181,12 @@ def _daemon_arguments(parser: argparse.ArgumentParser, *, log_level: str) -> Non
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    import importlib
     import json
 
-    from agentctl.evidence.contract import history_schema
-
-    print(json.dumps(history_schema(), indent=2, sort_keys=True))
+    module = importlib.import_module(f"agentctl.evidence.contract.{args.surface}")
+    schema = module.history_schema() if args.surface == "report" else module.schema()
+    print(json.dumps(schema, indent=2, sort_keys=True))
     return EXIT_OK
 
 
@@ -242,7 +250,8 @@ def _daemon_command(args: argparse.Namespace, body) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from agentctl.evidence.contract import DaemonReady, encode
+    from agentctl.evidence.contract.base import encode
+    from agentctl.evidence.contract.control import DaemonReady
 
     def on_ready(info: DaemonReady) -> None:
         sys.stdout.write(encode(info).decode() + "\n")

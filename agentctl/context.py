@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
-from agentctl.evidence.contract import AttemptOrigin, EndpointTestResult, Identity
+from agentctl.evidence.contract.report import AttemptOrigin, EndpointTestResult, Identity
 from agentctl.evidence.ledger import Ledger
 from agentctl.spec import Spec
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from agentctl.evidence.contract import Identity
+from agentctl.evidence.contract.report import Identity
 from agentctl.evidence.sanitize import target_for_command, target_for_url
 
 _MCP_KEYS = ("name", "transport", "target", "source", "status", "reason_code")

@@ -33,7 +33,8 @@ from agentctl.cli_support import (
     print_json,
     stdout_color,
 )
-from agentctl.evidence.contract import AttachedGate, AttachmentHistory, HealthResponse, StatusResponse, StopResult
+from agentctl.evidence.contract.control import AttachedGate, HealthResponse, StatusResponse, StopResult
+from agentctl.evidence.contract.report import AttachmentHistory
 from agentctl.exit_codes import EXIT_NOT_ATTACHED
 
 WAIT_ATTACHED = 60.0  # `wait --attached` with no --timeout: past real agents' start-up and the default 30 s gate

@@ -27,7 +27,7 @@ from agentctl.cli_support import (
     positive_seconds,
     print_json,
 )
-from agentctl.evidence.contract import DaemonEntry, DaemonListing, StatusResponse, StopResult
+from agentctl.evidence.contract.control import DaemonEntry, DaemonListing, StatusResponse, StopResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from agentctl.control.client import ControlClient

@@ -20,7 +20,7 @@ from agentctl.cli_support import (
     print_json,
     wrapped,
 )
-from agentctl.evidence.contract import CancelResult, McpConfig, ProfileResult, SessionResult, StderrView
+from agentctl.evidence.contract.control import CancelResult, McpConfig, ProfileResult, SessionResult, StderrView
 
 SECRET_NOTICE = "# SECRET: this bearer token lets an MCP client act as the current attempt; do not paste it anywhere."
 

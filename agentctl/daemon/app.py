@@ -39,7 +39,8 @@ from agentctl.daemon.transitions import Transitions
 from agentctl.daemon.systemd import Notifier
 from agentctl.diagnostics.routes import install_diagnostics_routes, tester_of
 from agentctl.evidence.estimates import CatalogEstimates
-from agentctl.evidence.contract import AttemptOrigin, DaemonReady, Identity
+from agentctl.evidence.contract.control import DaemonReady
+from agentctl.evidence.contract.report import AttemptOrigin, Identity
 from agentctl.evidence.ledger import Clock, Ledger, ServerSeed, utcnow
 from agentctl.evidence.sanitize import summarize, target_for_command, target_for_url
 from agentctl.evidence.store import (

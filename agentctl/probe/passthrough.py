@@ -34,14 +34,12 @@ from agentctl.agent.passthrough.workspace import cleanup
 from agentctl.agent.reported.base import ReportReader, ServerReport
 from agentctl.agent.clis.codex import SOURCE as CODEX_SOURCE, CodexAppServerReader
 from agentctl.agent.supervisor import AgentStartError, Supervisor
-from agentctl.evidence.contract import (
-    CONTRACT_VERSION,
-    AgentState,
-    ErrorSummary,
+from agentctl.evidence.contract.probe import (
     ProbeAgentReport,
     ProbeConfiguration,
     ProbePassthroughReport,
 )
+from agentctl.evidence.contract.report import CONTRACT_VERSION, AgentState, ErrorSummary
 from agentctl.evidence.sanitize import summarize
 from agentctl.evidence.secret_registry import SecretRegistry
 from agentctl.exit_codes import EXIT_NO_DAEMON, EXIT_OK

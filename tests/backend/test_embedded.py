@@ -15,7 +15,7 @@ import pytest
 from agentctl.backend import OPS, Backend, BackendError, EmbeddedBackend
 from agentctl.backend.embedded import SCHEMA_VERSION
 from agentctl.backend.execution_info import sanitize_target
-from agentctl.evidence.contract import Identity
+from agentctl.evidence.contract.report import Identity
 from tests.conftest import identity
 
 IDENTITY = identity()

@@ -9,7 +9,7 @@ from typing import Any
 
 
 from agentctl.context import DaemonContext
-from agentctl.evidence.contract import Identity
+from agentctl.evidence.contract.report import Identity
 from agentctl.evidence.ledger import Ledger, ServerSeed
 from agentctl.spec import parse_spec
 from agentctl.upstream import protocol as P

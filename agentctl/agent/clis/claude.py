@@ -66,7 +66,7 @@ from agentctl.agent.passthrough.workspace import write_private
 from agentctl.agent.refusal_hints import RefusalHint
 from agentctl.agent.reported.base import ReportReader, ServerReport, exposed_names
 from agentctl.agent.reported.feed import ReportPlan, is_print_mode, option_value, options
-from agentctl.evidence.contract import ReportedState
+from agentctl.evidence.contract.report import ReportedState
 
 SOURCE = "claude:stream-json-init"
 ACP_NOTICE_SOURCE = "claude-agent-acp:notice"

@@ -73,7 +73,7 @@ from agentctl.agent.passthrough.base import (
 from agentctl.agent.refusal_hints import RefusalHint
 from agentctl.agent.reported.base import ReportReader, ServerReport, exposed_names
 from agentctl.agent.reported.feed import ReportPlan
-from agentctl.evidence.contract import ReportedState
+from agentctl.evidence.contract.report import ReportedState
 from agentctl.evidence.sanitize import summarize
 from agentctl.evidence.secret_registry import SecretRegistry
 from agentctl.runtime import DAEMON_SECRET_ENV_PREFIXES, SERVICE_MANAGER_ENV_PREFIXES

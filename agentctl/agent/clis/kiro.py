@@ -26,7 +26,7 @@ from typing import Any
 
 from agentctl.agent.agent_cli import AcpExtension, AgentCli
 from agentctl.agent.reported.base import ServerReport, exposed_names
-from agentctl.evidence.contract import ReportedState
+from agentctl.evidence.contract.report import ReportedState
 from agentctl.evidence.sanitize import summarize
 from agentctl.evidence.secret_registry import SecretRegistry
 

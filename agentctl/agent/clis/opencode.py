@@ -58,7 +58,7 @@ from agentctl.agent.refusal_hints import RefusalHint
 from agentctl.agent.reported.acp_tap import ReportSink
 from agentctl.agent.reported.base import ServerReport
 from agentctl.agent.reported.feed import ReportFeed, ReportPlan
-from agentctl.evidence.contract import ReportedState
+from agentctl.evidence.contract.report import ReportedState
 from agentctl.evidence.sanitize import summarize
 from agentctl.evidence.secret_registry import SecretRegistry
 
