@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from agentctl import __version__
 from agentctl.cli_support import (
@@ -21,6 +23,11 @@ from agentctl.cli_support import (
 )
 from agentctl.cli_help import environment_help, examples_help
 from agentctl.exit_codes import EXIT_NOT_ATTACHED, exit_codes_help
+
+if TYPE_CHECKING:  # pragma: no cover - the daemon's modules are imported only by the commands that run one
+    from agentctl.daemon.app import Daemon
+    from agentctl.lifecycle import Signals
+    from agentctl.spec import Spec
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,6 +55,12 @@ def main(argv: list[str] | None = None) -> int:
         from agentctl.agent.mcp_bridge import main as mcp_bridge
 
         return mcp_bridge(argv[1:])
+    if argv[:1] == ["mcp-witness"]:
+        # Hidden: a third-party stdio server wrapped in agentctl's witness (agentctl.agent.mcp_witness): it
+        # relays the server's pipes byte for byte and reports what it sees. Where to report comes from its env.
+        from agentctl.agent.mcp_witness import main as mcp_witness
+
+        return mcp_witness(argv[1:])
     if argv[:1] == ["estimate-tokens"]:
         # Hidden: the short-lived token-estimate helper a daemon starts (agentctl.evidence.estimates), here
         # so a zipapp or frozen build has it too.
@@ -168,7 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _daemon_arguments(parser: argparse.ArgumentParser, *, log_level: str) -> None:
     """SPEC, --socket and --log-level: what `serve` and `run` share."""
-    parser.add_argument("spec", metavar="SPEC", help="execution spec (TOML or JSON)").complete = FILE_COMPLETION
+    # shtab reads its completion hint from an attribute argparse does not declare.
+    setattr(parser.add_argument("spec", metavar="SPEC", help="execution spec (TOML or JSON)"), "complete",
+            FILE_COMPLETION)
     parser.add_argument("--socket", metavar="PATH", help="control socket path (default: $AGENTCTL_SOCKET, else "
                         "<runtime dir>/<execution_id>/control.sock)")
     parser.add_argument("--log-level", default=log_level, choices=["debug", "info", "warning", "error"],
@@ -222,16 +237,17 @@ def cmd_recover(args: argparse.Namespace) -> int:
     return EXIT_OK if all(o.done for o in outcomes) else EXIT_FAILED
 
 
-def _load(spec_path: str):
+def _load(spec_path: str) -> Spec | str:
+    """The spec, or why it cannot be loaded."""
     from agentctl.spec import SpecError, load_spec
 
     try:
-        return load_spec(spec_path), None
+        return load_spec(spec_path)
     except SpecError as exc:
-        return None, str(exc)
+        return str(exc)
 
 
-def _daemon_command(args: argparse.Namespace, body) -> int:
+def _daemon_command(args: argparse.Namespace, body: Callable[[Daemon, Signals], Coroutine[Any, Any, int]]) -> int:
     """`serve` and `run`: SIGTERM/SIGINT captured first, before the heavy imports (a stop during start-up is
     a drain, not a kill), then logging, the spec, and `body(daemon, signals)` in a fresh loop."""
     from agentctl.lifecycle import Signals
@@ -241,9 +257,9 @@ def _daemon_command(args: argparse.Namespace, body) -> int:
         from agentctl.logs import configure_logging
 
         configure_logging(args.log_level, args.log_format)
-        spec, error = _load(args.spec)
-        if error:
-            return fail(error, EXIT_NO_DAEMON)
+        spec = _load(args.spec)
+        if isinstance(spec, str):
+            return fail(spec, EXIT_NO_DAEMON)
         return _run_daemon(spec, args.socket, lambda daemon: body(daemon, signals), args.metrics_listen)
     finally:
         signals.uninstall()
@@ -260,9 +276,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return _daemon_command(args, lambda daemon, signals: daemon.serve(on_ready, signals=signals))
 
 
-def _run_daemon(spec, socket_path, body, metrics_listen: str | None = None) -> int:
+def _run_daemon(spec: Spec, socket_path: str | None, body: Callable[[Daemon], Coroutine[Any, Any, int]],
+                metrics_listen: str | None = None) -> int:
     """Build the daemon and run `body(daemon)` in a fresh loop, turning start-up failures into one line."""
-    from agentctl.control.socket import ControlSocketError
+    from agentctl.unix_socket import ControlSocketError
     from agentctl.daemon.app import Daemon, StartupError
     from agentctl.evidence.store import StateDirError
 
@@ -292,7 +309,7 @@ def _run_daemon(spec, socket_path, body, metrics_listen: str | None = None) -> i
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    def job(daemon, signals):
+    def job(daemon: Daemon, signals: Signals) -> Coroutine[Any, Any, int]:
         from agentctl.daemon.run import run_main_job
 
         return run_main_job(daemon, prompt=args.prompt, as_json=args.json, signals=signals)

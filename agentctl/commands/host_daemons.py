@@ -168,7 +168,8 @@ def _still_bound(path: Path, st: os.stat_result) -> bool:
 
 
 def list_daemons(timeout: float) -> DaemonListing:
-    from agentctl.control.socket import ControlSocketError, env_socket, socket_base_dir
+    from agentctl.control.socket import env_socket, socket_base_dir
+    from agentctl.unix_socket import ControlSocketError
 
     try:
         base = socket_base_dir()
@@ -199,7 +200,7 @@ def render_listing(listing: DaemonListing) -> str:
     if not listing.daemons:
         return f"no agentctl daemon under {listing.runtime_dir}\n"
     header = ("EXECUTION", "TASK", "SESSION", "AGENT", "STATE", "PID", "SOCKET")
-    rows = [header]
+    rows: list[tuple[str, ...]] = [header]
     for d in listing.daemons:
         agent = d.agent or d.agent_id or ""
         if d.agent_state:
@@ -265,7 +266,7 @@ def wait_gone(path: Path, pid: int | None, seconds: float) -> bool:
             finally:
                 os.close(fd)
     while True:
-        process_gone = not started or _start_time(pid) != started
+        process_gone = pid is None or not started or _start_time(pid) != started
         # A socket file bound since (another daemon on the same path) is not this daemon's.
         socket_gone = _inode(path) != bound or socket_state(path) in ("gone", "dead")
         if process_gone and socket_gone:

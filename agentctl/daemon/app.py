@@ -26,7 +26,6 @@ from agentctl.control.attach_routes import install_attach_routes
 from agentctl.control.server import install_control_routes
 from agentctl.control.socket import (
     CONTROL_CONNECTIONS,
-    ControlSocketError,
     cleanup_socket_path,
     prepare_socket_path,
     resolve_socket_path,
@@ -68,6 +67,7 @@ from agentctl.logs import http_server_logging
 from agentctl.mcp_endpoint.server import McpEndpoint
 from agentctl.runtime import freeze_startup_heap
 from agentctl.spec import Spec, listen_address, secret_registry, secret_values
+from agentctl.unix_socket import ControlSocketError
 
 if TYPE_CHECKING:  # pragma: no cover
     from agentctl.agent.component import Agent
@@ -430,9 +430,10 @@ class Daemon:
             return
         agent: Agent
         if self.spec.agent.protocol == "passthrough":
+            from agentctl.agent import clis
             from agentctl.agent.passthrough.manager import PassthroughManager
 
-            agent = PassthroughManager(self.ctx, self.server_seeds)
+            agent = PassthroughManager(self.ctx, self.server_seeds, clis.get(self.spec.agent.strategy))
         else:
             from agentctl.agent.manager import AgentManager
 
@@ -462,7 +463,7 @@ class Daemon:
             )
         ]
         for server in self.spec.mcp.servers:
-            target = target_for_url(server.url) if server.url else target_for_command(server.command or "")
+            target = target_for_url(server.url) if server.url else target_for_command(server.program or "")
             seeds.append(ServerSeed(name=server.name, source="profile", transport=server.type, target=target))
         return seeds
 

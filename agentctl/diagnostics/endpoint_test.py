@@ -163,7 +163,7 @@ class EndpointTester:
                     transport=server.type,
                     url=server.url,
                     headers=dict(server.headers),
-                    command=server.command,
+                    command=server.program,
                     args=tuple(server.args),
                     env=dict(server.env),
                 )

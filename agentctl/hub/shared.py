@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 from agentctl.dsn import PostgresDsn
 from agentctl.hub import rules
 from agentctl.hub.hub_conn import HubConnection, notice_line
-from agentctl.hub.hub_store import HubStoreError
+from agentctl.hub.hub_store import HubStoreError, SessionStore
 from agentctl.hub.state import SessionState
 from agentctl.listener_guard import GuardedProtocol
 from agentctl.hub.views import session_listing
 from agentctl.upstream import protocol as P
-from agentctl.hub.pg_store import CHANNEL, PrunedExecution, hub_tag, parse_notice
+from agentctl.hub.pg_store import CHANNEL, PgHubStore, PrunedExecution, hub_tag, parse_notice
 from agentctl.postgres import PostgresUnavailable, connect_async, describe_error, driver
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,6 +39,12 @@ FENCE_INTERVAL = 1.0
 REFRESH_BATCH = 500  # sessions reread in one read: one thread hop and two queries, not two per session
 BACKOFF_INITIAL = 0.2
 BACKOFF_MAX = 5.0
+
+
+def _pg(store: SessionStore | None) -> PgHubStore | None:
+    """One of the hub's stores as what it is under a shared view: a PostgreSQL one (None once closed)."""
+    assert store is None or isinstance(store, PgHubStore), "a shared view runs over a PostgreSQL database only"
+    return store
 
 
 class SharedView:
@@ -90,14 +96,14 @@ class SharedView:
         """The database's decision on a hello (agentctl.hub.pg_store); a database that cannot answer refuses
         the connection as `unavailable`: the daemon keeps buffering and reconnects with backoff."""
         hub = self.hub
-        assert hub.store is not None
+        store = _pg(hub.store)
+        assert store is not None
         # Claims queue when a fleet reconnects: busy meanwhile, or the guard's hello deadline closes a daemon
         # for the database's wait, and it reconnects into the same queue.
         guarded = conn.writer.transport.get_protocol()
         busy = isinstance(guarded, GuardedProtocol) and guarded.request_started()
         try:
-            return await asyncio.to_thread(hub.store.claim, hello.identity, hello.daemon_version,  # type: ignore[attr-defined]
-                                           hub._clock())
+            return await asyncio.to_thread(store.claim, hello.identity, hello.daemon_version, hub._clock())
         except PrunedExecution as exc:  # retention's tombstone: this execution may not be current again
             hub._fatal(conn, exc.refusal)
         except HubStoreError as exc:
@@ -139,10 +145,11 @@ class SharedView:
     async def refresh_many(self, session_ids: list[str]) -> None:
         """Reread these sessions in one read (indexed, no scan) and take the database's view of each."""
         hub = self.hub
-        if hub._reader is None or not session_ids:
+        reader = _pg(hub._reader)
+        if reader is None or not session_ids:
             return
         try:
-            stored = await asyncio.to_thread(hub._reader.load_sessions, session_ids)  # type: ignore[attr-defined]
+            stored = await asyncio.to_thread(reader.load_sessions, session_ids)
         except HubStoreError as exc:
             log.warning("rereading %d sessions failed: %s", len(session_ids), exc)
             return
@@ -185,10 +192,11 @@ class SharedView:
         hub = self.hub
         followed = {c.session.session_id: c.session.current_execution_id for c in hub._conns
                     if c.session is not None and c.standing == "current"}
-        if not followed or hub._reader is None:
+        reader = _pg(hub._reader)
+        if not followed or reader is None:
             return
         try:
-            currents = await asyncio.to_thread(hub._reader.currents, sorted(followed))  # type: ignore[attr-defined]
+            currents = await asyncio.to_thread(reader.currents, sorted(followed))
         except HubStoreError:
             return  # the listener's own reconnecting says the database is away
         for sid, current in currents.items():
@@ -198,10 +206,11 @@ class SharedView:
     async def check_departed(self) -> None:
         """Clear the flags of hubs gone from the database (seen before, missing at two checks in a row)."""
         hub = self.hub
-        if hub._reader is None or hub.store is None:
+        reader = _pg(hub._reader)
+        if reader is None or hub.store is None:
             return
         try:
-            live = await asyncio.to_thread(hub._reader.live_hubs)  # type: ignore[attr-defined]
+            live = await asyncio.to_thread(reader.live_hubs)
         except HubStoreError:
             return
         live.discard(hub_tag(hub.hub_id))
@@ -210,8 +219,11 @@ class SharedView:
         self._missing, self._seen = missing - departed, (self._seen - departed) | live
         if not departed:
             return
+        store = _pg(hub.store)  # read after the await: a stop may have closed it since
+        if store is None:
+            return
         try:
-            changed = await asyncio.to_thread(hub.store.clear_departed, sorted(departed))  # type: ignore[attr-defined]
+            changed = await asyncio.to_thread(store.clear_departed, sorted(departed))
         except HubStoreError as exc:
             log.warning("clearing the flags of a departed hub failed: %s", exc)
             return
