@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentctl.agent.delivery import BuiltinEndpoint
-from agentctl.agent.manager import DAEMON_SECRET_ENV_PREFIXES, resolve_command
+from agentctl.agent.spawn import resolve_command
+from agentctl.runtime import DAEMON_SECRET_ENV_PREFIXES
 from agentctl.agent.clis import get_strategy, open_reader, plan_report
 from agentctl.agent.passthrough.base import Materialization, MaterializeError, MaterializeRequest, insert_args
 from agentctl.agent.passthrough.recovery import PrivateDir
