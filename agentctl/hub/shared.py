@@ -100,8 +100,9 @@ class SharedView:
         assert store is not None
         # Claims queue when a fleet reconnects: busy meanwhile, or the guard's hello deadline closes a daemon
         # for the database's wait, and it reconnects into the same queue.
-        guarded = conn.writer.transport.get_protocol()
-        busy = isinstance(guarded, GuardedProtocol) and guarded.request_started()
+        protocol = conn.writer.transport.get_protocol()
+        guarded = protocol if isinstance(protocol, GuardedProtocol) else None
+        busy = guarded is not None and guarded.request_started()
         try:
             return await asyncio.to_thread(store.claim, hello.identity, hello.daemon_version, hub._clock())
         except PrunedExecution as exc:  # retention's tombstone: this execution may not be current again
@@ -110,7 +111,7 @@ class SharedView:
             log.warning("hello from %s not taken: %s", hello.identity.session_id, exc)
             hub._fatal(conn, rules.Refusal("unavailable", "the hub's database is unavailable; reconnect later"))
         finally:
-            if busy:
+            if busy and guarded is not None:
                 guarded.request_finished()
 
     def _local(self, session: SessionState) -> set[str]:
