@@ -348,7 +348,7 @@ def no_attachment_channel(spec: Spec, *, witnessed: bool = False) -> str | None:
     agentctl does not observe third-party servers (the agent connects to them directly): only the agent's own
     report can say one is connected. An ACP agent may report (claude-agent-acp, codex-acp and Kiro do, which
     one runs is known only after initialize); a passthrough CLI only under a strategy with a known status
-    output (agentctl/agent/reported/feed.py). Whether its arguments ask for that output is known at its start
+    output (agentctl/agent/clis/). Whether its arguments ask for that output is known at its start
     (`report_note` says so); a run that gives none leaves the server unverified until the deadline. A server
     delivered through the witness is observed by agentctl itself whenever it is delivered at all."""
     agent = spec.agent
@@ -363,14 +363,15 @@ def no_attachment_channel(spec: Spec, *, witnessed: bool = False) -> str | None:
         return "agent.report = \"off\": the CLI's own report is the only channel that could prove it attached"
     if agent.strategy in (None, NO_STRATEGY):
         return "the CLI runs without MCP configuration (strategy = \"none\"): no server is delivered to it"
-    if agent.strategy not in _REPORTING_STRATEGIES:
+    if agent.strategy not in REPORTING_STRATEGIES:
         return (f"the {agent.strategy} strategy has no known MCP status output, so nothing could report it "
                 "attached")
     return None
 
 
-# Passthrough strategies with a reader of the CLI's own MCP status (agentctl/agent/reported/feed.py).
-_REPORTING_STRATEGIES = ("claude", "codex", "opencode")
+# Passthrough strategies whose CLI reports its own MCP status (an agent module's `plan_report`, agentctl/agent/clis/):
+# the spec is pure and below the agent layer, so it keeps this copy; tests/agent/test_agent_modules.py holds it equal.
+REPORTING_STRATEGIES = ("claude", "codex", "opencode")
 
 
 def spec_schema() -> dict[str, object]:

@@ -4,8 +4,9 @@ Each session operation creates the new attempt *before* delivery, records config
 delivered, then the agent's answer: session_accepted, or an explicit error that is server-specific only
 when it names a server. Prompts stream the agent's updates to the caller and are never recorded. A session
 notice the agent sends (agentctl/agent/acp_notices.py) is kept on its session's attempt as a report-level
-line, and an adapter's own report of its MCP servers is read by agentctl/agent/reported/acp_tap.py; Gemini CLI
-in a folder it does not trust gets no server (agentctl/agent/gemini_acp.py).
+line, and an adapter's own report of its MCP servers is read by agentctl/agent/reported/acp_tap.py; an agent
+whose module gates delivery (`acp_gate`: Gemini CLI in a folder it does not trust gets no server,
+agentctl/agent/clis/gemini.py) has each session's plan filtered by it.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from acp.schema import (
 )
 
 from agentctl import __version__, tracing
-from agentctl.agent import acp_auth, acp_notices, gemini_acp
+from agentctl.agent import acp_auth, acp_notices, clis
 from agentctl.agent.attribution import attribute, error_text
-from agentctl.agent.delivery import Planned, plan_delivery
+from agentctl.agent.delivery import DeliveryPlan, Planned, plan_delivery
 from agentctl.agent.outcome import AgentError, SessionOutcome
 from agentctl.agent.reported.acp_tap import AcpReportTap, ReportSink
 from agentctl.agent.transports import AgentStdioTransport
@@ -157,8 +158,9 @@ class AcpRuntime:
         # Notices naming an id not yet known while session/new is in flight: decided when its answer comes.
         self._held: list[tuple[str, dict[str, Any]]] = []
         self.agent_name: str | None = None  # as the agent declared it in initialize (raw: for matching only)
-        # Gemini CLI's folder trust, decided once when it has started: it reads its trusted-folders file once.
-        self._gemini_trust: Any = None
+        # The agent module's filter of each session's plan (Gemini CLI's folder trust), decided once when the
+        # agent has answered initialize: Gemini reads its trusted-folders file once per process.
+        self._gates: list[Callable[[DeliveryPlan], None]] = []
         install_sdk_log_scrubber()
 
     # -- connection ------------------------------------------------------------------------------
@@ -167,7 +169,7 @@ class AcpRuntime:
         """ACP initialize over the agent's pipes; records what the agent declared about itself."""
         notices = acp_notices.NoticeTap(self._on_notice).take
         reports = AcpReportTap(self._report_target, ReportSink(self.ledger), self._known(),
-                               builtin=self.spec.mcp.builtin_name).take
+                               builtin=self.spec.mcp.builtin_name, agents=clis.agents()).take
         self._transport = AgentStdioTransport(
             stdout, stdin, on_sent=self._on_sent, on_eof=self._on_eof,
             outgoing=acp_notices.advertise,
@@ -206,8 +208,9 @@ class AcpRuntime:
         self.close_supported = bool(session_caps is not None and getattr(session_caps, "close", None))
         info = resp.agent_info
         self.agent_name = info.name if info is not None and isinstance(info.name, str) else None
-        if gemini_acp.is_gemini(self.agent_name, self.agent_spec.command):
-            self._gemini_trust = gemini_acp.trust_for(self._cwd(), self.agent_spec.env, self.agent_spec.command)
+        command, env = self.agent_spec.command, self.agent_spec.env
+        self._gates = [gate for agent in clis.agents() if agent.acp_gate is not None
+                       and (gate := agent.acp_gate(self.agent_name, command, self._cwd(), env)) is not None]
         await self._authenticate(resp.auth_methods)
         self.ledger.update_agent(
             state="running",
@@ -300,8 +303,8 @@ class AcpRuntime:
         plan = plan_delivery(self.spec, self.caps, builtin_base=self._builtin_base(), token=token,
                              bridge=(*self_command(), "mcp-bridge"), witness=(*self_command(), "mcp-witness"))
         cwd = self._cwd()
-        if self._gemini_trust is not None:
-            gemini_acp.filter_untrusted(plan, self._gemini_trust)
+        for gate in self._gates:
+            gate(plan)
         for omitted in plan.filtered:
             ledger.record("filtered", attempt_id, omitted.name, reason_code=omitted.reason_code, summary=omitted.summary)
         sent: list[Planned] = []

@@ -430,9 +430,10 @@ class Daemon:
             return
         agent: Agent
         if self.spec.agent.protocol == "passthrough":
+            from agentctl.agent import clis
             from agentctl.agent.passthrough.manager import PassthroughManager
 
-            agent = PassthroughManager(self.ctx, self.server_seeds)
+            agent = PassthroughManager(self.ctx, self.server_seeds, clis.get(self.spec.agent.strategy))
         else:
             from agentctl.agent.manager import AgentManager
 

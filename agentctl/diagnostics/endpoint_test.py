@@ -273,7 +273,7 @@ class EndpointTester:
         import anyio
         from mcp.client.stdio import get_default_environment
 
-        from agentctl.agent.manager import resolve_command
+        from agentctl.agent.spawn import resolve_command
         from agentctl.agent.supervisor import register_own_child, unregister_own_child
 
         argv = resolve_command([target.command or "", *target.args])

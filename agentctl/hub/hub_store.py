@@ -150,6 +150,10 @@ class SharedStore(SessionStore, Protocol):
         """session id -> its current execution, for the given sessions."""
         ...
 
+    def load_sessions(self, session_ids: Sequence[str]) -> dict[str, SessionState | None]:
+        """These sessions whole, in one read (None: the database has none)."""
+        ...
+
     def live_hubs(self) -> set[str]:
         """The tags of the hubs with a connection to the database now."""
         ...

@@ -24,6 +24,7 @@ from agentctl.hub import rules
 from agentctl.hub.hub_conn import HubConnection, notice_line
 from agentctl.hub.hub_store import HubStoreError, SessionStore, SharedStore
 from agentctl.hub.state import SessionState
+from agentctl.listener_guard import GuardedProtocol
 from agentctl.upstream import protocol as P
 from agentctl.hub.pg_store import CHANNEL, PgHubStore, PrunedExecution, hub_tag, parse_notice
 from agentctl.postgres import PostgresUnavailable, connect_async, describe_error, driver
@@ -34,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("agentctl.hub")
 
 FENCE_INTERVAL = 1.0
+REFRESH_BATCH = 500  # sessions reread in one read: one thread hop and two queries, not two per session
 BACKOFF_INITIAL = 0.2
 BACKOFF_MAX = 5.0
 
@@ -90,6 +92,11 @@ class SharedView:
         """The database's decision on a hello (agentctl.hub.pg_store); a database that cannot answer refuses
         the connection as `unavailable`: the daemon keeps buffering and reconnects with backoff."""
         hub = self.hub
+        # Claims queue when a fleet reconnects: busy meanwhile, or the guard's hello deadline closes a daemon
+        # for the database's wait, and it reconnects into the same queue.
+        protocol = conn.writer.transport.get_protocol()
+        guarded = protocol if isinstance(protocol, GuardedProtocol) else None
+        busy = guarded is not None and guarded.request_started()
         try:
             return await asyncio.to_thread(self._store.claim, hello.identity, hello.daemon_version, hub._clock())
         except PrunedExecution as exc:  # retention's tombstone: this execution may not be current again
@@ -97,6 +104,9 @@ class SharedView:
         except HubStoreError as exc:
             log.warning("hello from %s not taken: %s", hello.identity.session_id, exc)
             hub._fatal(conn, rules.Refusal("unavailable", "the hub's database is unavailable; reconnect later"))
+        finally:
+            if busy and guarded is not None:
+                guarded.request_finished()
 
     def _local(self, session: SessionState) -> set[str]:
         """The session's executions this hub holds: a connection here, or changes not yet written."""
@@ -124,12 +134,23 @@ class SharedView:
 
     async def refresh(self, session_id: str) -> None:
         """Another hub changed this session: reread it (one session, indexed) and take the database's view."""
+        await self.refresh_many([session_id])
+
+    async def refresh_many(self, session_ids: list[str]) -> None:
+        """Reread these sessions in one read (indexed, no scan) and take the database's view of each."""
         hub = self.hub
-        try:
-            stored = await asyncio.to_thread(self._reader.load_session, session_id)
-        except HubStoreError as exc:
-            log.warning("rereading session %s failed: %s", session_id, exc)
+        if not session_ids:
             return
+        try:
+            stored = await asyncio.to_thread(self._reader.load_sessions, session_ids)
+        except HubStoreError as exc:
+            log.warning("rereading %d sessions failed: %s", len(session_ids), exc)
+            return
+        for session_id in session_ids:
+            self._take(session_id, stored[session_id])
+
+    def _take(self, session_id: str, stored: SessionState | None) -> None:
+        hub = self.hub
         if stored is None:  # pruned (by this hub or another): gone from memory too, unless held here
             hub.retention.forget(session_id)
             return
@@ -141,8 +162,7 @@ class SharedView:
         """Notifications were lost: reread every session in memory once (the others are read from the database
         when asked for), and tell the page that any session may have changed."""
         hub = self.hub
-        for sid in list(hub.sessions):
-            await self.refresh(sid)
+        await self.refresh_many(sorted(hub.sessions))
         hub._changed("")
 
     async def check_fences(self) -> None:
@@ -239,8 +259,9 @@ class SharedView:
             await self._wake.wait()
             self._wake.clear()
             pending, self._pending = self._pending, set()
-            for session_id in sorted(pending):
-                await self.refresh(session_id)
+            ordered = sorted(pending)
+            for start in range(0, len(ordered), REFRESH_BATCH):
+                await self.refresh_many(ordered[start:start + REFRESH_BATCH])
 
     async def _fence_loop(self) -> None:
         while True:

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from agentctl.agent.reported.codex import is_app_server
+from agentctl.agent.clis.codex import is_app_server
 
 __all__ = ["is_app_server", "drive"]
 

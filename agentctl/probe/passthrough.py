@@ -27,14 +27,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentctl.agent.delivery import BuiltinEndpoint
-from agentctl.agent.manager import DAEMON_SECRET_ENV_PREFIXES, resolve_command
-from agentctl.agent.passthrough import get_strategy
+from agentctl.agent.spawn import resolve_command
+from agentctl.runtime import DAEMON_SECRET_ENV_PREFIXES
+from agentctl.agent.clis import get_strategy, open_reader, plan_report
 from agentctl.agent.passthrough.base import Materialization, MaterializeError, MaterializeRequest, insert_args
 from agentctl.agent.passthrough.recovery import PrivateDir
 from agentctl.agent.passthrough.workspace import cleanup
 from agentctl.agent.reported.base import ReportReader, ServerReport
-from agentctl.agent.reported.codex import SOURCE as CODEX_SOURCE, CodexAppServerReader
-from agentctl.agent.reported.feed import ReportPlan, open_reader, plan_report
+from agentctl.agent.clis.codex import SOURCE as CODEX_SOURCE, CodexAppServerReader
 from agentctl.agent.supervisor import AgentStartError, Supervisor
 from agentctl.evidence.contract.probe import (
     ProbeAgentReport,
@@ -148,12 +148,11 @@ class PassthroughProbe:
         assert self._mat is not None
         argv = insert_args(resolve_command(self.opts.command), self._mat.argv)
         delivered = [S.SERVER_NAME] if self.config.delivered else []
-        self._app_server = self.opts.strategy == "codex" and codex_app.is_app_server(argv)
+        plan = plan_report(self.opts.strategy, argv)
+        self._app_server = plan.source == CODEX_SOURCE  # the probe drives `codex app-server` as its client
         if self._app_server:
-            plan = ReportPlan(source=CODEX_SOURCE)
             self._reader = CodexAppServerReader(delivered, self.secrets) if delivered else None
         else:
-            plan = plan_report(self.opts.strategy, argv)
             self._reader = open_reader(plan, delivered)
         self.report.source, self.report.note = plan.source, plan.note
         self.agent.started_at = self.rec.stamp()[0]

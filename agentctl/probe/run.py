@@ -47,7 +47,8 @@ from acp.schema import (
 
 from agentctl import __version__
 from agentctl.agent.acp import authenticate, install_sdk_log_scrubber
-from agentctl.agent.manager import DAEMON_SECRET_ENV_PREFIXES, resolve_command
+from agentctl.agent.spawn import resolve_command
+from agentctl.runtime import DAEMON_SECRET_ENV_PREFIXES
 from agentctl.agent.supervisor import AgentStartError, Supervisor, build_agent_env
 from agentctl.agent.transports import AgentStdioTransport
 from agentctl.bundled import self_command

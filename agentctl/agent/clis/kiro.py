@@ -1,4 +1,7 @@
-"""Kiro CLI's ACP extension notifications about its MCP servers (`kiro:mcp-ext`), read as they arrive.
+"""Kiro CLI, everything agentctl knows of it (`AGENT`): an ACP agent with no passthrough strategy, whose own
+report of its MCP servers comes as ACP extension notifications.
+
+Kiro CLI's ACP extension notifications about its MCP servers (`kiro:mcp-ext`), read as they arrive.
 
 `kiro-cli acp` sends, besides standard ACP, notifications whose methods start with `_` (ACP's extension
 space). Those about MCP servers, as Kiro's ACP clients handle them (Kiro CLI is not on npm; not run here):
@@ -21,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from typing import Any
 
+from agentctl.agent.agent_cli import AcpExtension, AgentCli
 from agentctl.agent.reported.base import ServerReport, exposed_names
 from agentctl.evidence.contract.report import ReportedState
 from agentctl.evidence.sanitize import summarize
@@ -92,3 +96,11 @@ def _failed(name: str, state: ReportedState, raw: str, error: Any, secrets: Any)
     reason = REASON_NEEDS_AUTH if state == "needs_auth" else REASON_FAILED
     summary = summarize(reason, error, secrets).summary or None if isinstance(error, str) and error else None
     return ServerReport(name=name, state=state, raw_state=raw, reason_code=reason, summary=summary)
+
+
+AGENT = AgentCli(
+    name="kiro",
+    display_name="Kiro CLI",
+    reporters={"kiro": "Kiro CLI"},
+    acp_extension=AcpExtension(METHODS, SOURCE, parse_ext),
+)
