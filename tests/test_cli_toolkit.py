@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import ast
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from agentctl import exit_codes
 from agentctl.cli import build_parser, main
 from agentctl.cli_support import EXIT_USAGE
+from agentctl.commands import targets
 from tests.conftest import REPO, agentctl_cmd
 
 PACKAGE = REPO / "agentctl"
@@ -88,7 +90,9 @@ def test_the_readme_carries_exactly_the_generated_table():
 # ---- the exit codes are the table's names, never numbers -----------------------------------------------
 
 COMMAND_MODULES = ["cli.py", "commands/daemon_commands.py", "commands/session_commands.py", "diagnostics/commands.py",
-                   "probe/commands.py", "hub/commands.py", "daemon/run.py", "probe/run.py"]
+                   "probe/commands.py", "hub/commands.py", "daemon/run.py", "probe/run.py",
+                   "commands/client_actions.py", "commands/spec_actions.py",
+                   "commands/local_actions.py", "commands/host_daemons.py", "daemon/start.py", "completion.py"]
 EXIT_HELPERS = {"fail", "_fail", "CommandExit"}
 
 
@@ -115,6 +119,49 @@ def test_the_exit_code_check_catches_each_form():
     source = "def a():\n    return 2\ndef b():\n    return fail('x', 1)\ndef c(n):\n    return 128 + n\n"
     assert numeric_exit_codes(source) == [2, 4, 6]
     assert numeric_exit_codes("def a():\n    return EXIT_OK\n") == []
+
+
+# ---- the table of command targets ---------------------------------------------------------------------
+
+ACTION_MODULES = sorted({ref.partition(":")[0] for ref in (*targets.TARGETS.values(), *targets.PARSERS)})
+
+
+@pytest.mark.parametrize("reference", [*targets.TARGETS.values(), *targets.PARSERS])
+def test_every_command_target_and_parser_of_the_table_resolves_to_a_function(reference):
+    assert callable(targets.resolve(reference)), reference
+
+
+def local_imports(source: str) -> list[int]:
+    """Lines of imports inside a function: a command's dependencies belong at the top of its target module."""
+    return sorted(inner.lineno for node in ast.walk(ast.parse(source))
+                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  for inner in ast.walk(node) if isinstance(inner, (ast.Import, ast.ImportFrom)))
+
+
+@pytest.mark.parametrize("module", ["cli.py", *sorted(p.name for p in (PACKAGE / "commands").glob("*.py"))],
+                         ids=str)
+def test_the_cli_and_its_command_modules_import_at_their_top_only(module):
+    path = PACKAGE / module if module == "cli.py" else PACKAGE / "commands" / module
+    assert local_imports(path.read_text()) == [], f"agentctl/{module}: add a target to agentctl.commands.targets"
+
+
+def test_the_local_import_check_finds_one():
+    assert local_imports("import os\ndef f():\n    import json\n    return json\n") == [3]
+
+
+def test_building_the_parser_loads_no_command_target_and_a_command_loads_its_own():
+    probe = ("import sys\nfrom agentctl.cli import build_parser\nfrom agentctl.commands import targets\n"
+             "args = build_parser().parse_args(['spec', 'schema'])\n"
+             "before = sorted(m for m in sys.modules if m.startswith('agentctl.'))\n"
+             "args.func.load()\n"
+             "print(' '.join(before), '|', ' '.join(m for m in sys.modules if m.startswith('agentctl.commands.')))\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    before, after = (part.split() for part in done.stdout.split("|"))
+    targets_only = set(ACTION_MODULES) - {ref.partition(":")[0] for ref in targets.PARSERS}
+    assert not targets_only & set(before), sorted(targets_only & set(before))
+    assert "agentctl.commands.spec_actions" in after
+    assert "agentctl.commands.client_actions" not in after
 
 
 def _parser(command: tuple[str, ...]) -> argparse.ArgumentParser:
