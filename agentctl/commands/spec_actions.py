@@ -8,7 +8,8 @@ from typing import Any
 
 from agentctl.cli_support import EXIT_NO_DAEMON, EXIT_OK, command, fail, out
 from agentctl.safetext import neutralize
-from agentctl.spec import SpecError, load_spec, spec_schema
+from agentctl.spec import SpecError, spec_schema
+from agentctl.spec_loader import load_spec
 
 
 @command

@@ -19,7 +19,8 @@ from agentctl.evidence.contract import DaemonReady, encode
 from agentctl.evidence.store import StateDirError
 from agentctl.lifecycle import Signals, run
 from agentctl.logs import configure_logging
-from agentctl.spec import SpecError, load_spec
+from agentctl.spec import SpecError
+from agentctl.spec_loader import load_spec
 
 
 def run_daemon(args: argparse.Namespace, command: str, signals: Signals) -> int:

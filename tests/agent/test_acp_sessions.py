@@ -11,7 +11,7 @@ from pathlib import Path
 
 from agentctl.control.client import ControlClient
 from agentctl.daemon.app import Daemon
-from agentctl.spec import load_spec
+from agentctl.spec_loader import load_spec
 from tests.agent.serve_support import agent_spec, cli, cli_json, reference_passthrough, row
 from tests.conftest import write_spec
 from tests.conftest import eventually
