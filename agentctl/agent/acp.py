@@ -38,7 +38,8 @@ from agentctl.agent.reported.acp_tap import AcpReportTap, ReportSink
 from agentctl.agent.transports import AgentStdioTransport
 from agentctl.bundled import self_command
 from agentctl.evidence.contract import AttemptOrigin, McpCapabilities, PromptStreamItem
-from agentctl.evidence.ledger import Ledger, ServerSeed
+from agentctl.evidence.ledger import Ledger
+from agentctl.evidence.seeds import ServerSeed
 from agentctl.evidence.reducer import find_attempt
 from agentctl.evidence.sanitize import bounded_text, opaque_id, summarize
 from agentctl.evidence.secret_registry import SecretRegistry

@@ -14,7 +14,7 @@ from agentctl.agent.outcome import AgentError
 from agentctl.agent.supervisor import AgentStartError, ExitInfo, Supervisor, build_agent_env
 from agentctl.bundled import bundled_command
 from agentctl.context import DaemonContext
-from agentctl.evidence.ledger import ServerSeed
+from agentctl.evidence.seeds import ServerSeed
 
 if TYPE_CHECKING:
     from agentctl.agent.acp import AcpRuntime

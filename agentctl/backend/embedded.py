@@ -42,6 +42,7 @@ from agentctl.backend.limits import (
 )
 from agentctl.backend.task_schema import SCHEMA, SCHEMA_VERSION
 from agentctl.evidence.contract import Identity
+from agentctl.evidence.seeds import ServerSeed
 from agentctl.safe_files import UnsafePath
 from agentctl.sqlite_util import open_sqlite
 
@@ -89,7 +90,7 @@ class EmbeddedBackend:
         db_path: Path,
         *,
         agents_info: dict[str, Any],
-        mcp_info: list[dict[str, Any]],
+        mcp_info: list[ServerSeed],
         execution_info: dict[str, Any],
         clock: Callable[[], datetime] = _utc_now,
     ) -> None:

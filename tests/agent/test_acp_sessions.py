@@ -164,7 +164,8 @@ def _runtime_with_attempt(tmp_path, names: list[str]):
     from agentctl.agent.acp import AcpRuntime
     from agentctl.agent.delivery import Planned
     from agentctl.evidence.contract import Identity
-    from agentctl.evidence.ledger import Ledger, ServerSeed
+    from agentctl.evidence.ledger import Ledger
+    from agentctl.evidence.seeds import ServerSeed
 
     servers = "".join(
         f'\n[[mcp.servers]]\nname = "{n}"\ntype = "http"\nurl = "http://127.0.0.1:9/mcp"\n' for n in names

@@ -21,7 +21,8 @@ from agentctl.evidence.contract import (
     decode_history,
     encode,
 )
-from agentctl.evidence.ledger import Ledger, ServerSeed
+from agentctl.evidence.ledger import Ledger
+from agentctl.evidence.seeds import ServerSeed
 from tests.evidence.fixed import IDENT, T0
 
 

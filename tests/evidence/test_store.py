@@ -20,7 +20,8 @@ import pytest
 
 from agentctl.evidence import store
 from agentctl.evidence.contract import Identity, decode_history, encode
-from agentctl.evidence.ledger import Ledger, ServerSeed
+from agentctl.evidence.ledger import Ledger
+from agentctl.evidence.seeds import ServerSeed
 from agentctl.evidence.store import (
     Persister,
     ReportCorrupt,

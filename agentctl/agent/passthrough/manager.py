@@ -51,7 +51,7 @@ from agentctl.agent.pty_host import PtyHost, WindowSize
 from agentctl.agent.reported.feed import NULL_FEED, ReportFeed, open_feed, plan_report
 from agentctl.agent.supervisor import AgentProcess, AgentStartError, ExitInfo, Supervisor
 from agentctl.context import DaemonContext
-from agentctl.evidence.ledger import ServerSeed
+from agentctl.evidence.seeds import ServerSeed
 from agentctl.evidence.sanitize import summarize
 
 log = logging.getLogger(__name__)
