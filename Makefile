@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test schema dist bench clean
+.PHONY: demo test quick schema dist bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentctl needs Python >= 3.11 (set PYTHON=...)")'
@@ -19,9 +19,15 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(BIN)/agentctl run examples/demo.toml
 
-# `make test ARGS=tests/evidence` (or ARGS='-k hub tests/hub') runs a selection, with pytest's own arguments.
+# `make test ARGS=tests/evidence` (or ARGS='-k hub tests/hub') runs a selection, with pytest's own arguments, on
+# every core (JOBS=1 for one), the `serial` tests alone after the rest (tests/run_suite.py).
+JOBS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python tests/run_suite.py --jobs $(JOBS) $(ARGS)
+
+# The contributor's loop: every test that starts no real process, server, browser or database.
+quick: $(STAMP)
+	$(BIN)/python -m pytest -n $(JOBS) -m "not slow" $(ARGS)
 
 schema: $(STAMP)
 	$(BIN)/agentctl schema > docs/report.schema.json

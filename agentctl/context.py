@@ -22,6 +22,7 @@ from agentctl.spec import Spec
 
 if TYPE_CHECKING:  # pragma: no cover
     from agentctl.agent.component import Agent
+    from agentctl.agent.pty_host import PtyHost
     from agentctl.diagnostics.endpoint_test import EndpointTester
     from agentctl.mcp_endpoint.server import McpEndpoint
     from agentctl.upstream.publisher import Publisher
@@ -103,3 +104,16 @@ class DaemonContext:
 
 # Typed aiohttp application key: every component finds the shared context through it.
 CTX_KEY = web.AppKey("agentctl_context", DaemonContext)
+
+
+def runs_on_terminal(ctx: DaemonContext) -> bool:
+    """Whether the daemon's agent is a passthrough CLI on a pseudo-terminal (`[agent] terminal = true`)."""
+    agent = ctx.agent
+    return agent is not None and agent.kind == "passthrough" and bool(ctx.spec.agent and ctx.spec.agent.terminal)
+
+
+def current_terminal(ctx: DaemonContext) -> PtyHost | None:
+    """The pseudo-terminal the agent's process runs on now, or None (no agent, or not started on one)."""
+    agent = ctx.agent
+    process = agent.supervisor.process if agent is not None else None
+    return process.terminal if process is not None else None

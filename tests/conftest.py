@@ -30,6 +30,13 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The machines that run the suite are shared and noisy, and the suite runs on every core: an example that is slow
+# to run is not a failure of the code under test (a test that means a bound sets its own deadline).
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile("agentctl", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("agentctl")
+
 
 def poll(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.02, what: str = "condition"):
     """Poll with a deadline; returns the first truthy value or fails the test."""
@@ -356,3 +363,38 @@ def short_tmp() -> Iterator[Path]:
 
 # A real PostgreSQL server (session) and a fresh database per test: tests/pg.py.
 from tests.pg import pg_db, pg_server  # noqa: E402,F401
+
+
+# The quick loop (`make quick`, `pytest -m "not slow"`): every test that starts no real process, server, browser or
+# database. A test is slow when it lives where everything is real (whole agent CLIs, attacks on a running daemon,
+# packaging, the browser, traces, terminals, the probe) or asks for a fixture that starts one.
+SLOW_DIRECTORIES = frozenset({"clis", "reliability", "packaging", "web", "tracing", "pty", "probe", "docs"})
+SLOW_FIXTURES = frozenset({
+    "serve", "in_process_daemon", "pg_db", "pg_server", "pg_pair", "pg_hubs", "pg_open", "start_hub", "hub",
+    "make_supervisor", "make_harness", "harness", "daemon", "metrics_daemon", "running", "real_cli", "phoenix",
+    "browser", "dist", "artifacts", "shiv_root", "mcp_server", "served", "world", "embedded", "location",
+})
+
+
+# Run alone, after the parallel phase (tests/run_suite.py): modules that measure boundedness or timing under
+# attack, or that load the whole machine themselves; beside another worker they would measure that worker.
+SERIAL_MODULES = frozenset({
+    "reliability/test_faults_listeners.py", "reliability/test_faults_leaks.py", "reliability/test_load.py",
+    "reliability/test_faults_agent.py", "reliability/test_faults_sessions.py",
+    "reliability/test_canaries_everywhere.py", "reliability/test_fragments_everywhere.py",
+    "tracing/test_traces.py", "upstream/test_publisher.py", "upstream/test_processes.py",
+    "control/test_client_bounds.py", "daemon/test_signals.py", "pty/test_attach_input.py",
+    "packaging/test_artifacts.py",
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests = REPO / "tests"
+    for item in items:
+        parts = Path(str(item.path)).relative_to(tests).parts
+        if "/".join(parts) in SERIAL_MODULES:
+            item.add_marker(pytest.mark.serial)
+            item.add_marker(pytest.mark.slow)
+        elif (len(parts) > 1 and parts[0] in SLOW_DIRECTORIES) or SLOW_FIXTURES.intersection(
+                getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

@@ -29,15 +29,9 @@ from agentctl.cli_support import (
 from agentctl.evidence.contract import DaemonEntry, DaemonListing, StatusResponse, StopResult
 
 from agentctl.control.client import ControlClient, ControlClientError, ControlRefused, ControlUnavailable
-from agentctl.control.socket import (
-    SOCKET_NAME,
-    STALE_AFTER,
-    ControlSocketError,
-    env_socket,
-    socket_base_dir,
-    socket_state,
-)
+from agentctl.control.socket import SOCKET_NAME, STALE_AFTER, ControlSocketError, env_socket, socket_base_dir
 from agentctl.safetext import neutralize
+from agentctl.unix_socket import socket_state
 
 MAX_PARALLEL = 64
 _STATE_TEXT = {"not_ready": "not ready", "not_yours": "not yours"}

@@ -15,7 +15,8 @@ import msgspec
 from aiohttp import web
 
 from agentctl.agent.outcome import AgentError, SessionOutcome
-from agentctl.control.server import BodyError, decode_body, error_response, json_response
+from agentctl.http_answers import BodyError, decode_body, error_response, json_response
+from agentctl.present.output import STDERR_WARNING
 from agentctl.context import DaemonContext
 from agentctl.evidence.contract import (
     AttemptOrigin,
@@ -32,10 +33,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from agentctl.agent.acp import AcpRuntime
     from agentctl.agent.component import AcpAgent, PassthroughAgent
 
-STDERR_WARNING = (
-    "recent agent output may contain sensitive data (prompts, file contents, tokens); "
-    "it is kept only in memory, never persisted, and sent upstream only when the upstream asks for it"
-)
 MAX_PROMPT_BYTES = 256 * 1024
 # Updates waiting for a slow prompt reader; beyond this they are dropped and counted (see _UpdateStream).
 MAX_PENDING_UPDATES = 1024

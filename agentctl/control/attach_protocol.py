@@ -11,15 +11,12 @@ from typing import Annotated, Literal
 import msgspec
 
 from agentctl.agent.pty_host import MAX_DIMENSION
+from agentctl.present.output import ATTACH_WARNING
 
 Role = Literal["writer", "reader"]
 Dimension = Annotated[int, msgspec.Meta(ge=1, le=MAX_DIMENSION)]
 
 TERMINAL_ROUTE = "/v1/agent/terminal"
-TERMINAL_WARNING = (
-    "the agent's terminal may show sensitive data (prompts, file contents, tokens); it is kept only in memory "
-    "and never persisted"
-)
 
 
 class Hello(msgspec.Struct, tag="hello", tag_field="type"):
@@ -29,7 +26,7 @@ class Hello(msgspec.Struct, tag="hello", tag_field="type"):
     rows: int
     cols: int
     viewers: int
-    warning: str = TERMINAL_WARNING
+    warning: str = ATTACH_WARNING
 
 
 class RoleChanged(msgspec.Struct, tag="role", tag_field="type"):

@@ -39,7 +39,8 @@ from agentctl.control.attach_protocol import (
     ServerMessage,
     Take,
 )
-from agentctl.control.server import error_response
+from agentctl.context import current_terminal, runs_on_terminal
+from agentctl.http_answers import error_response
 
 if TYPE_CHECKING:  # pragma: no cover
     from agentctl.context import DaemonContext
@@ -145,18 +146,6 @@ class _SocketViewer(Viewer):
             self._room.set()
             with contextlib.suppress(Exception):
                 await self.ws.close()
-
-
-def runs_on_terminal(ctx: DaemonContext) -> bool:
-    """Whether the daemon's agent is a passthrough CLI on a pseudo-terminal (`[agent] terminal = true`)."""
-    agent = ctx.agent
-    return agent is not None and agent.kind == "passthrough" and bool(ctx.spec.agent and ctx.spec.agent.terminal)
-
-
-def current_terminal(ctx: DaemonContext) -> PtyHost | None:
-    agent = ctx.agent
-    process = agent.supervisor.process if agent is not None else None
-    return process.terminal if process is not None else None
 
 
 def _size_of(request: web.Request) -> WindowSize | None:

@@ -17,15 +17,14 @@ Client commands import this module for `resolve_socket_path`, so aiohttp is impo
 
 from __future__ import annotations
 
-import errno
 import os
-import socket
 import stat
-import struct
 import time
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from agentctl.unix_socket import ControlSocketError, bind_unix_socket, forget_bound, probe_live, socket_state
 
 if TYPE_CHECKING:  # pragma: no cover
     from aiohttp import web
@@ -38,41 +37,13 @@ ENV_RUNTIME_DIRECTORY = "RUNTIME_DIRECTORY"  # systemd's RuntimeDirectory=
 SOCKET_NAME = "control.sock"
 # sun_path is 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH_BYTES = 107
-PROBE_TIMEOUT = 1.0
 CONTROL_CONNECTIONS = 64  # one CLI call per connection; same-uid peers only
 # A socket file younger than this that refuses connections may be a daemon between bind() and listen():
 # discovery does not count it, and does not remove it either.
 STALE_AFTER = 5.0
 
-# Directories prepare_socket_path created (removed again by cleanup when empty), and the inode each
-# start_unix_site bound, so cleanup never removes a socket some other process put there since.
+# Directories prepare_socket_path created (removed again by cleanup when empty).
 _created_dirs: set[Path] = set()
-_bound: dict[Path, tuple[int, int]] = {}
-
-
-class ControlSocketError(Exception):
-    """The control socket cannot be placed or bound; the message is one line for the CLI."""
-
-
-_UCRED = struct.Struct("3i")  # struct ucred { pid_t pid; uid_t uid; gid_t gid; }
-
-
-def peer_cred(sock: socket.socket | None) -> tuple[int, int, int] | None:
-    """(pid, uid, gid) of the process at the other end of a connected AF_UNIX socket, or None when unknown."""
-    peercred = getattr(socket, "SO_PEERCRED", None)
-    if sock is None or peercred is None:
-        return None  # not Linux (or no socket): callers fail closed
-    try:
-        raw = sock.getsockopt(socket.SOL_SOCKET, peercred, _UCRED.size)
-    except (OSError, AttributeError):
-        return None
-    pid, uid, gid = _UCRED.unpack(raw)
-    return pid, uid, gid
-
-
-def peer_allowed(uid: int | None) -> bool:
-    """Whether a peer with this uid may use our sockets: our own user or root only (None: unknown, refused)."""
-    return uid is not None and uid in (0, os.getuid(), os.geteuid())
 
 
 def _check_execution_id(execution_id: str) -> None:
@@ -207,45 +178,6 @@ def _ensure_private_dir(directory: Path) -> None:
             raise ControlSocketError(f"cannot make {directory} private (0700): {exc.strerror or exc}") from None
 
 
-def _probe_live(path: Path) -> bool:
-    """True when something accepts connections on `path`; False when nobody listens (stale file)."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(PROBE_TIMEOUT)
-    try:
-        probe.connect(os.fspath(path))
-    except (ConnectionRefusedError, FileNotFoundError):
-        return False
-    except (TimeoutError, BlockingIOError):
-        # A full backlog times out (or would block): somebody is listening, just busy.
-        return True
-    except OSError as exc:
-        raise ControlSocketError(
-            f"cannot tell whether a daemon is serving {path} ({exc.strerror or exc}); remove it if none is"
-        ) from None
-    finally:
-        probe.close()
-    return True
-
-
-def socket_state(path: Path) -> str:
-    """"live" (something accepts, or is too busy to), "dead" (nobody listens), "gone", or "denied"."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(PROBE_TIMEOUT)
-    try:
-        probe.connect(os.fspath(path))
-    except ConnectionRefusedError:
-        return "dead"
-    except (FileNotFoundError, NotADirectoryError):
-        return "gone"
-    except (TimeoutError, BlockingIOError):
-        return "live"
-    except OSError:
-        return "denied"
-    finally:
-        probe.close()
-    return "live"
-
-
 def discover(base: Path) -> tuple[list[Path], list[Path]]:
     """(live, stale): the `<base>/*/control.sock` sockets that answer, and those nobody listens on any more
     (their daemon died without removing them, e.g. killed with SIGKILL). A socket this user may not use,
@@ -311,7 +243,7 @@ def prepare_socket_path(path: Path) -> None:
         raise ControlSocketError(f"cannot inspect {path}: {exc.strerror or exc}") from None
     if not stat.S_ISSOCK(st.st_mode):
         raise ControlSocketError(f"{path} exists and is not a socket; refusing to replace it")
-    if _probe_live(path):
+    if probe_live(path):
         raise ControlSocketError(f"another agentctl process is already serving {path}")
     try:
         os.unlink(path)  # stale: a daemon that died without cleaning up
@@ -319,29 +251,6 @@ def prepare_socket_path(path: Path) -> None:
         pass
     except OSError as exc:
         raise ControlSocketError(f"cannot remove stale socket {path}: {exc.strerror or exc}") from None
-
-
-def bind_unix_socket(path: Path) -> socket.socket:
-    """A stream socket bound at `path` with mode 0600 from the start (umask 0o177 around bind only)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        sock.bind(os.fspath(path))
-        # At once: between bind and listen a connect is refused, which is what discovery calls stale.
-        sock.listen(128)
-    except OSError as exc:
-        sock.close()
-        if exc.errno == errno.EADDRINUSE:
-            raise ControlSocketError(f"another agentctl process is already serving {path}") from None
-        raise ControlSocketError(f"cannot bind control socket {path}: {exc.strerror or exc}") from None
-    finally:
-        os.umask(old)
-    try:
-        st = os.lstat(path)
-        _bound[Path(path)] = (st.st_dev, st.st_ino)
-    except OSError:
-        pass
-    return sock
 
 
 async def start_unix_site(runner: web.AppRunner, path: Path, guard: ListenerGuard | None = None) -> web.BaseSite:
@@ -366,7 +275,7 @@ async def start_unix_site(runner: web.AppRunner, path: Path, guard: ListenerGuar
 def cleanup_socket_path(path: Path) -> None:
     """Remove the socket file (if it is still the one we bound) and the directory we created, if empty."""
     path = Path(path)
-    expected = _bound.pop(path, None)
+    expected = forget_bound(path)
     try:
         st = os.lstat(path)
     except OSError:

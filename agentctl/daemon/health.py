@@ -11,7 +11,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from agentctl.context import DaemonContext
-from agentctl.control.server import build_health, json_response
+from agentctl.control.server import build_health
+from agentctl.http_answers import json_response
 
 
 def install_health_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext]) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from agentctl.agent.passthrough.explain import explain_failure
 from agentctl.agent.refusal_hints import RefusalHint, match_hint
-from agentctl.control.agent_routes import STDERR_WARNING
+from agentctl.present.output import STDERR_WARNING
 from agentctl.safetext import neutralize
 
 if TYPE_CHECKING:  # pragma: no cover

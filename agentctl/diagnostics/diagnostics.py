@@ -20,7 +20,6 @@ from agentctl.evidence.contract import (
     AttachmentHistory,
     Attempt,
     AttemptDiagnostics,
-    ChecklistStep,
     Diagnostics,
     ErrorSummary,
     ServerDiagnostics,
@@ -30,50 +29,11 @@ from agentctl.evidence.contract import (
     UpstreamStatus,
 )
 from agentctl.evidence.sanitize import redact
-from agentctl.evidence.display import row_view
+from agentctl.present.checklist import checklist
+from agentctl.present.rows import row_view
 
 if TYPE_CHECKING:  # pragma: no cover
     from agentctl.context import DaemonContext
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def checklist(row: ServerRow, attempt: Attempt) -> list[ChecklistStep]:
-    """The attachment steps of one row, in the order they happen, each observed or not, with its time."""
-    steps = [ChecklistStep(step="configured", done=row.configured_at is not None, at=row.configured_at)]
-    if row.status == "filtered" or row.filtered_at is not None:
-        steps.append(ChecklistStep(step="filtered", done=True, at=row.filtered_at, detail=row.reason_code))
-    if row.status == "unavailable" or row.unavailable_at is not None:
-        steps.append(ChecklistStep(step="unavailable", done=True, at=row.unavailable_at, detail=row.reason_code))
-    delivered = row.delivered_at is not None
-    steps.append(ChecklistStep(step="delivered", done=delivered, at=row.delivered_at))
-    accepted = delivered and attempt.accepted_at is not None
-    steps.append(ChecklistStep(step="session_accepted", done=accepted, at=attempt.accepted_at if accepted else None))
-    era = f"{row.era} era" if row.era else None
-    steps.append(
-        ChecklistStep(
-            step="initialize", done=row.initialize_observed_at is not None, at=row.initialize_observed_at, detail=era
-        )
-    )
-    count = _plural(row.tool_count, "tool") if row.tool_count is not None else None
-    listed = row.tools_list_observed_at
-    steps.append(ChecklistStep(step="tools_loaded", done=listed is not None, at=listed, detail=count))
-    used = None
-    if row.tool_calls:
-        used = _plural(row.tool_calls, "call") + (f", {row.tool_errors} returned an error" if row.tool_errors else "")
-    steps.append(ChecklistStep(step="used", done=row.tool_calls > 0, at=row.tool_call_observed_at, detail=used))
-    steps.append(ChecklistStep(step="disconnected", done=row.disconnected_at is not None, at=row.disconnected_at))
-    failed = row.status == "failed"
-    reason = None
-    if failed:
-        reason = row.reason_code or "error"
-    elif row.failed_at is not None and row.last_failure is not None:
-        # Kept as detail: it happened, and a later contact of the same attempt superseded it.
-        reason = f"earlier: {row.last_failure.reason_code}; no longer current (a later contact succeeded)"
-    steps.append(ChecklistStep(step="failed", done=failed, at=row.failed_at if reason else None, detail=reason))
-    return steps
 
 
 def _scrub(text: str | None, secrets: Iterable[str]) -> str | None:

@@ -1,7 +1,7 @@
-"""Human text for diagnostics, endpoint tests and the tools views: pure functions from contract structs to text.
+"""The terminal's layout of diagnostics, endpoint tests and the tools views: agentctl.present's words at 80 columns.
 
 Inputs are contract structs only, read by attribute (control/render.py says why). Output fits 80 columns,
-colours only when asked (control/render.py `use_color` decides), and every state says what it means.
+a tone is coloured only when asked (control/render.py `use_color` decides), and every state says what it means.
 """
 
 from __future__ import annotations
@@ -11,103 +11,49 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
-from agentctl.control.render import (
-    GREEN,
-    GREY,
-    RED,
-    STATE_COLORS,
-    WIDTH,
-    agent_gone,
-    agent_report_line,
-    code_detail,
-    display_label,
-    paint,
-    plural,
-    readiness_line,
-    report_details,
-    row_explanation,
-    notice_lines,
-    session_error_lines,
-    status_label,
-    upstream_text,
-    when,
-    wrap,
+from agentctl.control.render import WIDTH, paint, readiness_line, wrap
+from agentctl.present.rows import display_label, report_details, row_explanation, status_label
+from agentctl.present.session import agent_gone, agent_words, notice_lines, session_error_lines, upstream_words
+from agentctl.present.checklist import (
+    ESTIMATE_NOTE,
+    THIRD_PARTY_NOTE,
+    endpoint_test_line,
+    endpoint_test_words,
+    shown_steps,
+    step_words,
 )
+from agentctl.present.tones import Tone, state_tone
+from agentctl.present.words import code_detail, plural, when
 from agentctl.evidence.contract import (
     AgentState,
     AttemptDiagnostics,
     ChecklistStep,
     Diagnostics,
     EndpointTestResponse,
-    EndpointTestResult,
     ServerDiagnostics,
     ToolDetail,
     ToolsView,
     UpstreamStatus,
 )
-from agentctl.evidence.reasons import meaning
 from agentctl.safetext import neutralize_data
 
-REACHABILITY_NOTE = "reachability from the daemon, not attachment: the row's status is unchanged"
-TEST_FAILURE_NOTE = "a failed test is a test failure, not proof of what happened inside the agent"
-THIRD_PARTY_NOTE = (
-    "no catalog: third-party servers connect directly to the agent, so agentctl never sees their tools/list"
-)
-ESTIMATE_NOTE = (
-    "~N tokens: o200k_base over each tool's JSON definition; the agent may tokenize differently"
-)
-NOT_OBSERVABLE = "not observable: the agent connects to this server directly"
-
-STEP_LABELS = {
-    "configured": "configured",
-    "filtered": "filtered",
-    "unavailable": "unavailable",
-    "delivered": "delivered",
-    "session_accepted": "session accepted",
-    "initialize": "initialize",
-    "tools_loaded": "tools loaded",
-    "used": "used",
-    "disconnected": "disconnected",
-    "failed": "failed",
-}
-# Steps only the built-in endpoint can observe: for third-party servers they are not evidence either way.
-BUILTIN_ONLY = frozenset({"initialize", "tools_loaded", "used", "disconnected"})
-
-
-def _lines(text: str, indent: int, color: bool = False, ansi: str | None = None) -> list[str]:
-    return [paint(line, ansi, color) for line in wrap(text, indent)]
-
-
-def _ms(value: float | None) -> str:
-    return f"{float(value):.1f} ms" if isinstance(value, int | float) else "?"
+def _lines(text: str, indent: int, color: bool = False, tone: Tone = "plain") -> list[str]:
+    return [paint(line, tone, color) for line in wrap(text, indent)]
 
 
 # ---- endpoint test --------------------------------------------------------------------------------------
 
 
-def endpoint_test_line(test: EndpointTestResult) -> str:
-    """One line for a stored or fresh endpoint test: labelled as reachability, failures as test failures."""
-    tested = when(test.tested_at)
-    if test.succeeded:
-        count = test.tool_count
-        listed = f", {plural(count, 'tool')} listed" if isinstance(count, int) else ""
-        return f"reachable from the daemon{listed} in {_ms(test.latency_ms)} (tested {tested})"
-    code = test.reason_code or "error"
-    # The words first; the bare code (with the redacted summary) is the detail at the end.
-    return f"test failed: {meaning(code)} (tested {tested}) · {code}" + (f": {test.summary}" if test.summary else "")
-
-
 def render_endpoint_test(response: EndpointTestResponse, color: bool) -> str:
     response = neutralize_data(response)
-    ok = response.result.succeeded
-    head = f"{response.name}: " + paint("reachable" if ok else "test failed", GREEN if ok else RED, color)
-    lines = [head]
+    headline, tone, note = endpoint_test_words(response.result.succeeded)
+    lines = [f"{response.name}: " + paint(headline, tone, color)]
     lines += wrap(endpoint_test_line(response.result), 2)
-    lines += _lines(REACHABILITY_NOTE if ok else TEST_FAILURE_NOTE, 2, color, GREY)
+    lines += _lines(note, 2, color, "grey")
     if response.stored:
-        lines += _lines(f"stored beside the row of attempt {response.attempt_id}", 2, color, GREY)
+        lines += _lines(f"stored beside the row of attempt {response.attempt_id}", 2, color, "grey")
     else:
-        lines += _lines("not stored: there is no attachment attempt yet", 2, color, GREY)
+        lines += _lines("not stored: there is no attachment attempt yet", 2, color, "grey")
     return "\n".join(lines) + "\n"
 
 
@@ -115,13 +61,7 @@ def render_endpoint_test(response: EndpointTestResponse, color: bool) -> str:
 
 
 def _step_line(step: ChecklistStep) -> list[str]:
-    label = STEP_LABELS.get(step.step, step.step)
-    if step.done:
-        mark, text = "[x]", when(step.at) if step.at else ""
-    elif step.at:  # happened, but is no longer current (a failure a later contact superseded)
-        mark, text = "[ ]", when(step.at)
-    else:
-        mark, text = "[ ]", "not observed" if step.step != "failed" else "no attachment error"
+    mark, label, text = step_words(step)
     if step.detail:
         text = f"{text}  {step.detail}" if text else step.detail
     head = f"    {mark} {label:<17} "
@@ -132,33 +72,26 @@ def _step_line(step: ChecklistStep) -> list[str]:
 
 
 def _server_block(server: ServerDiagnostics, color: bool, agent: AgentState | None = None) -> list[str]:
-    label = paint(display_label(server), STATE_COLORS.get(server.status), color)
+    label = paint(display_label(server), state_tone(server.status), color)
     # A third-party server's source is the default one (the profile), and goes unsaid.
     source = server.source if server.source == "builtin" else None
     where = " · ".join(x for x in (source, server.transport, server.target) if x)
     lines = [f"  {server.name}  {label}"]
     if where:
-        lines += _lines(where, 4, color, GREY)
+        lines += _lines(where, 4, color, "grey")
     lines += wrap(row_explanation(server), 4)
     gone = agent_gone(agent)
     if gone:
         lines += wrap(f"{gone}; no more evidence will come from it", 4)
     if server.status in ("failed", "filtered", "unavailable") and server.reason_code:
-        lines += _lines(code_detail(server.reason_code, server.summary), 4, color, GREY)
+        lines += _lines(code_detail(server.reason_code, server.summary), 4, color, "grey")
     for detail in report_details(server.view):
-        lines += _lines(detail, 4, color, GREY)
-    third_party = server.source != "builtin"
-    hidden: list[str] = []
-    for step in server.steps:
-        if third_party and step.step in BUILTIN_ONLY and not step.done:
-            hidden.append(STEP_LABELS.get(step.step, step.step))
-            continue
+        lines += _lines(detail, 4, color, "grey")
+    steps, hidden_note = shown_steps(server.steps, server.source == "builtin")
+    for step in steps:
         lines += _step_line(step)
-    delivered = any(s.done for s in server.steps if s.step == "delivered")
-    if hidden and delivered:
-        # One line for what only the built-in endpoint could have seen, not four identical ones; only once the
-        # server was handed to the agent (before that there is nothing the agent could have done).
-        lines += wrap(f"[-] {', '.join(hidden)}: {NOT_OBSERVABLE}", 4)
+    if hidden_note:
+        lines += wrap(hidden_note, 4)
     if server.catalog_truncated:
         lines += wrap("the tool catalog was truncated at its bound (see `agentctl tools`)", 4)
     if server.endpoint_test:
@@ -176,13 +109,13 @@ def _attempt_block(attempt: AttemptDiagnostics, title: str, color: bool, agent: 
         times.append(f"session accepted {when(attempt.accepted_at)}")
     if attempt.superseded_at:
         times.append(f"superseded {when(attempt.superseded_at)}")
-    lines += _lines(" · ".join(times), 2, color, GREY)
+    lines += _lines(" · ".join(times), 2, color, "grey")
     if attempt.session_error:
         text, detail = session_error_lines(attempt.session_error)
         lines += wrap(text, 2)
-        lines += _lines(detail, 4, color, GREY)
+        lines += _lines(detail, 4, color, "grey")
     for notice in notice_lines(attempt.notices, attempt.notice_count):
-        lines += _lines(notice, 2, color, GREY)
+        lines += _lines(notice, 2, color, "grey")
     if attempt.dropped_events:
         lines += wrap(f"{plural(attempt.dropped_events, 'older event')} dropped (64 are kept)", 2)
     if not attempt.servers:
@@ -194,51 +127,12 @@ def _attempt_block(attempt: AttemptDiagnostics, title: str, color: bool, agent: 
 
 def agent_lines(agent: AgentState | None) -> list[str]:
     """`Agent: name version (protocol); what it advertises; how it stands`, wrapped."""
-    if agent is None:
-        return wrap("Agent: none (this daemon hosts MCP only)", 0)
-    who = " ".join(x for x in (agent.name, agent.version) if x) or "unnamed"
-    text = f"Agent: {who} ({'ACP' if agent.protocol == 'acp' else agent.protocol}"
-    if agent.protocol_version is not None:
-        text += f" protocol {agent.protocol_version}"
-    text += ")"
-    caps = agent.mcp_capabilities
-    if caps is not None:
-        advertised = [name for name, on in (("http", caps.http), ("sse", caps.sse)) if on]
-        text += f"; advertises MCP over {', '.join(['stdio', *advertised])}"
-    if agent.state == "exited":
-        how = f"exited ({agent.exit_reason or 'no reason recorded'})"
-        if agent.exited_at:
-            how += f" at {when(agent.exited_at)}"
-        if agent.stopped_by_daemon:
-            how += ", stopped by the daemon"
-        text += f"; {how}"
-    else:
-        text += f"; {agent.state}"
-    if agent.stdout_skipped_lines:
-        text += f"; {plural(agent.stdout_skipped_lines, 'non-frame stdout line')} skipped"
-    report = agent_report_line(agent)
-    return wrap(text, 0) + (wrap(report, 0) if report else [])
+    return [line for text in agent_words(agent) for line in wrap(text, 0)]
 
 
 def upstream_lines(upstream: UpstreamStatus | None) -> list[str]:
     """`Upstream: state; counters`, wrapped; without an [upstream], what answers tool calls instead."""
-    if upstream is None:
-        return wrap("Upstream: not configured (the embedded backend answers tool calls)", 0)
-    extra = [plural(upstream.connects, "connect")]
-    if upstream.superseded_at:
-        extra.append(f"superseded {when(upstream.superseded_at)}")
-    if upstream.last_connected_at:
-        extra.append(f"last connected {when(upstream.last_connected_at)}")
-    if upstream.dropped_events:
-        extra.append(
-            f"{plural(upstream.dropped_events, 'event')} dropped, {plural(upstream.resyncs, 'resync snapshot')}"
-        )
-    if upstream.buffered_bytes:
-        extra.append(f"{upstream.buffered_bytes:,} bytes buffered")
-    if upstream.last_error:
-        extra.append(f"last error {upstream.last_error}")
-    buffering = " (evidence is kept and sent with the next snapshot)" if upstream.state == "buffering" else ""
-    return wrap(f"Upstream: {upstream_text(upstream)}{buffering}; " + "; ".join(extra), 0)
+    return wrap(upstream_words(upstream), 0)
 
 
 def render_diagnostics(diagnostics: Diagnostics, color: bool, *, with_readiness: bool = True) -> str:
@@ -248,7 +142,7 @@ def render_diagnostics(diagnostics: Diagnostics, color: bool, *, with_readiness:
     ident = data.identity
     lines = [
         "agentctl diagnostics: safe to paste into a bug report",
-        *_lines("(no agent output, prompts, arguments, header or env values, tokens or full URLs)", 0, color, GREY),
+        *_lines("(no agent output, prompts, arguments, header or env values, tokens or full URLs)", 0, color, "grey"),
         f"daemon {data.daemon_version} · contract {data.contract_version} · generated {when(data.generated_at)} UTC",
     ]
     for key, value in (
@@ -337,7 +231,7 @@ def _tool_list(view: ToolsView, color: bool) -> list[str]:
             prefix = f"  {name:<{width}}  " + (f"{est_text:>14}  " if estimates else "")
             lines.append(prefix + _first_line(tool.description, WIDTH - len(prefix)))
     if catalog and catalog.estimator:
-        lines += _lines(ESTIMATE_NOTE, 0, color, GREY)
+        lines += _lines(ESTIMATE_NOTE, 0, color, "grey")
     else:
         reason = (catalog.estimator_unavailable_reason if catalog else None) or "encoding_unavailable"
         lines += wrap(f"no token estimates: the o200k_base encoding is not available ({reason})", 0)
@@ -353,7 +247,7 @@ def _tool_list(view: ToolsView, color: bool) -> list[str]:
     if cut_schema or (catalog and catalog.schemas_truncated):
         names = f": {some_names(cut_schema)}" if cut_schema else ""
         lines += wrap(f"input schema dropped (over 64 KiB, or past 512 KiB in all){names}", 0)
-    lines += _lines("one tool in detail: agentctl tools NAME", 0, color, GREY)
+    lines += _lines("one tool in detail: agentctl tools NAME", 0, color, "grey")
     return lines
 
 
@@ -408,7 +302,7 @@ def render_tool(detail: ToolDetail, color: bool) -> str:
         head += f"  ~{estimate:,} tokens"
     lines = wrap(head, 0)
     if isinstance(estimate, int):
-        lines += _lines(ESTIMATE_NOTE, 0, color, GREY)
+        lines += _lines(ESTIMATE_NOTE, 0, color, "grey")
     lines += ["", "Description:"]
     lines += [line for para in (tool.description.splitlines() or ["(none)"]) for line in wrap(para, 2)]
     if tool.description_truncated:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import msgspec
 from aiohttp import web
 
-from agentctl.control.server import BodyError, decode_body, error_response, json_response
+from agentctl.http_answers import BodyError, decode_body, error_response, json_response
 from agentctl.diagnostics.diagnostics import ToolLookupError, build_diagnostics, build_tools_view, find_tool
 from agentctl.context import DaemonContext
 from agentctl.diagnostics.endpoint_test import EndpointTester, EndpointTestError

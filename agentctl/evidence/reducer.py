@@ -83,7 +83,7 @@ built-in row, whose endpoint is agentctl's own: there only agentctl's observatio
         return "failed", "reported"
     if report.state == "connected" and row.source == "builtin":
         # agentctl serves the built-in endpoint itself: a claimed connection it saw no request for is a
-        # disagreement to show (agentctl.evidence.display), never a status.
+        # disagreement to show (agentctl.present.rows), never a status.
         return observed, "observed"
     if report.state == "connected":
         return ("active" if report.tool_count else "connected"), "reported"

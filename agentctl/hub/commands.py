@@ -276,7 +276,8 @@ def cmd_hub_schema(args: argparse.Namespace) -> int:
 
 
 def _session_lines(session: HubSession, color: bool) -> list[str]:
-    from agentctl.control.render import render_attempt, when
+    from agentctl.control.render import render_attempt
+    from agentctl.present.words import when
     from agentctl.hub.views import daemon_link
 
     link = daemon_link(session.connected)
@@ -305,7 +306,7 @@ def render_hub_status(view: HubStatus, color: bool) -> str:
     view = neutralize_data(view)  # ids, names and summaries came from daemons' frames: no control characters
     footer = ""
     if view.database is not None:
-        from agentctl.control.render import when
+        from agentctl.present.words import when
 
         db = view.database
         oldest = when(db.oldest_contact_at) if db.oldest_contact_at is not None else "none"
@@ -317,7 +318,8 @@ def render_hub_status(view: HubStatus, color: bool) -> str:
 
 
 def render_hub_report(view: HubSessionReport, color: bool) -> str:
-    from agentctl.control.render import render_report, when
+    from agentctl.control.render import render_report
+    from agentctl.present.words import when
     from agentctl.hub.views import daemon_link
 
     view = neutralize_data(view)  # ids, names and summaries came from daemons' frames: no control characters

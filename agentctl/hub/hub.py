@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from agentctl.backend.embedded import EmbeddedBackend
-from agentctl.control.socket import bind_unix_socket, cleanup_socket_path, peer_allowed, prepare_socket_path
+from agentctl.control.socket import cleanup_socket_path, prepare_socket_path
+from agentctl.unix_socket import bind_unix_socket, peer_allowed
 from agentctl.evidence.contract import (EndpointTestResult, HubSession, HubSessionReport, HubStatus, Identity,
                                         StderrView, TerminalView, encode)
 from agentctl.evidence.ledger import utcnow

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from agentctl.backend.base import Backend, BackendError
-from agentctl.control.socket import peer_cred
+from agentctl.unix_socket import peer_cred
 from agentctl.evidence.contract import Identity
 from agentctl.hub import rules
 from agentctl.listener_guard import connection_caps, fd_limit

@@ -36,7 +36,7 @@ from typing import Annotated, Any
 import msgspec
 from aiohttp import web
 
-from agentctl.control.server import Refusal, error_response, status_reason
+from agentctl.http_answers import Refusal, error_response, status_reason
 from agentctl.evidence.contract import encode
 from agentctl.lifecycle import StackedService, StopStack
 from agentctl.evidence.decode_errors import describe_decode_error

@@ -1,10 +1,9 @@
-"""What the hub page shows, as plain JSON built from the hub's contract data with the CLI's own wording.
+"""What the hub page shows, as plain JSON built from the hub's contract data: words and tones, laid out by the page.
 
-The page renders text only; every label, colour name, plain-language line, checklist step and note comes
-from here, and here it comes from the same functions `agentctl status`, `diagnostics` and `tools` use
-(control/render.py, diagnostics/render.py, diagnostics/diagnostics.py), so the page and the terminal say the
-same things. Only sanitized contract data goes in: no agent output (that, and the agent terminal's screen,
-have their own routes, on request).
+Every label, tone (green, amber, red, grey, plain), plain-language line, checklist step and note comes from
+agentctl.present, the same functions the terminal's renderers lay out, so the page and the terminal say the same
+things; the page wraps the paragraphs itself and maps a tone to its stylesheet's colour. Only sanitized contract
+data goes in: no agent output (that, and the agent terminal's screen, have their own routes, on request).
 """
 
 from __future__ import annotations
@@ -13,37 +12,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from agentctl.control.agent_routes import STDERR_WARNING
-from agentctl.control.render import (
-    AMBER,
-    GREEN,
-    GREY,
-    RED,
-    STATE_COLORS,
-    display_label,
-    notice_lines,
-    plural,
-    row_details,
-    row_explanation,
-    session_error_lines,
-    when,
-)
-from agentctl.diagnostics.diagnostics import attempt_diagnostics, checklist
-from agentctl.diagnostics.render import (
-    BUILTIN_ONLY,
-    ESTIMATE_NOTE,
-    NOT_OBSERVABLE,
-    REACHABILITY_NOTE,
-    STEP_LABELS,
-    TEST_FAILURE_NOTE,
-    THIRD_PARTY_NOTE,
-    agent_lines,
-    endpoint_test_line,
-    render_diagnostics,
-    some_names,
-    tool_arguments,
-    upstream_lines,
-)
+from agentctl.diagnostics.diagnostics import attempt_diagnostics
+from agentctl.diagnostics.render import render_diagnostics, some_names, tool_arguments
 from agentctl.evidence.contract import (
     CONTRACT_VERSION,
     AgentState,
@@ -57,58 +27,45 @@ from agentctl.evidence.contract import (
     TerminalView,
 )
 from agentctl.hub.views import daemon_link
-from agentctl.upstream.protocol import MAX_TERMINAL_BYTES
-
-# Shown before the terminal view is fetched (the daemon's answer carries its own warning too).
-TERMINAL_WARNING = (
-    "the agent's terminal screen may contain sensitive data (prompts, file contents, tokens); it is fetched "
-    "from the daemon only when you ask, shown read-only, and never persisted"
+from agentctl.present.checklist import (
+    ESTIMATE_NOTE,
+    THIRD_PARTY_NOTE,
+    checklist,
+    endpoint_test_line,
+    endpoint_test_words,
+    shown_steps,
+    step_words,
 )
-
-# The terminal's colour for a display state, as a name the stylesheet knows; `configured` stays plain.
-_TONE_OF_CODE = {GREEN: "green", AMBER: "amber", RED: "red", GREY: "grey"}
-TONES = {status: _TONE_OF_CODE[code] for status, code in STATE_COLORS.items()}
-
+from agentctl.present.output import STDERR_WARNING, TERMINAL_WARNING
+from agentctl.present.rows import display_label, row_details, row_explanation
+from agentctl.present.session import agent_words, notice_lines, session_error_lines, upstream_words
+from agentctl.present.tones import state_tone
+from agentctl.present.words import plural, when
+from agentctl.upstream.protocol import MAX_TERMINAL_BYTES
 
 def _text(value: datetime | None) -> str | None:
     return f"{when(value)} UTC" if value is not None else None
 
 
-def _join(lines: list[str]) -> str:
-    """Lines the CLI wrapped at 80 columns, as one paragraph again (the browser wraps)."""
-    return " ".join(line.strip() for line in lines if line.strip())
-
-
 def endpoint_test_view(test: EndpointTestResult | None) -> dict[str, Any] | None:
     if test is None:
         return None
-    return {
-        "succeeded": test.succeeded,
-        "line": endpoint_test_line(test),
-        "note": REACHABILITY_NOTE if test.succeeded else TEST_FAILURE_NOTE,
-    }
+    headline, tone, note = endpoint_test_words(test.succeeded)
+    return {"succeeded": test.succeeded, "headline": headline, "tone": tone, "line": endpoint_test_line(test),
+            "note": note}
 
 
 def steps_view(row: ServerRow, attempt: Attempt) -> tuple[list[dict[str, Any]], str | None]:
     """The row's checklist as `agentctl diagnostics` prints it: the same steps, marks, times and details, and
     the one `[-]` line for what only the built-in endpoint could have observed."""
-    third_party = row.source != "builtin"
-    steps, hidden = [], []
-    for step in checklist(row, attempt):
-        label = STEP_LABELS.get(step.step, step.step)
-        if third_party and step.step in BUILTIN_ONLY and not step.done:
-            hidden.append(label)
-            continue
-        if step.done or step.at:  # a step with a time but not done: a failure that is no longer current
-            text = _text(step.at) or ""
-        else:
-            text = "not observed" if step.step != "failed" else "no attachment error"
+    shown, note = shown_steps(checklist(row, attempt), row.source == "builtin")
+    steps = []
+    for step in shown:
+        mark, label, text = step_words(step)
         steps.append({
-            "step": step.step, "label": label, "done": step.done, "mark": "[x]" if step.done else "[ ]",
-            "at": step.at, "text": text, "detail": step.detail,
+            "step": step.step, "label": label, "done": step.done, "mark": mark,
+            "at": step.at, "text": text + " UTC" if step.at else text, "detail": step.detail,
         })
-    delivered = row.delivered_at is not None
-    note = f"[-] {', '.join(hidden)}: {NOT_OBSERVABLE}" if hidden and delivered else None
     return steps, note
 
 
@@ -122,7 +79,7 @@ def server_view(row: ServerRow, attempt: Attempt, agent: AgentState | None = Non
         "builtin": builtin,
         "status": row.status,
         "label": display_label(row),
-        "tone": TONES.get(row.status, "plain"),
+        "tone": state_tone(row.status),
         "explanation": row_explanation(row),
         "details": row_details(row, agent),
         "where": " · ".join(str(x) for x in (row.source, row.transport, row.target) if x),
@@ -162,7 +119,7 @@ def attempt_view(attempt: Attempt | None, agent: AgentState | None = None) -> di
 
 
 def _agent_text(session: HubSession) -> str:
-    return _join(agent_lines(session.agent))
+    return " ".join(agent_words(session.agent))
 
 
 def session_view(session: HubSession) -> dict[str, Any]:
@@ -357,5 +314,5 @@ def diagnostics_text(report: HubSessionReport, now: datetime | None = None) -> s
     )
     if session.stale_rejected:
         hub_line += f"; {plural(session.stale_rejected, 'frame')} from superseded executions or instances rejected"
-    return text.replace(upstream_lines(None)[0], hub_line, 1)
+    return text.replace(upstream_words(None), hub_line, 1)
 

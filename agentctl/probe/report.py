@@ -7,9 +7,11 @@ all reads "unobserved: the agent did not contact the sentinel within N s". Pure:
 
 from __future__ import annotations
 
-from agentctl.control.render import AMBER, GREEN, GREY, RED, RESET, auth_text
+from agentctl.control.render import paint as paint_tone
+from agentctl.present.session import auth_text
 from agentctl.evidence.contract import ProbeContact, ProbePassthroughReport, ProbeReport
 from agentctl.evidence.display import reporter_name
+from agentctl.present.tones import Tone, reported_tone
 from agentctl.safetext import neutralize_data
 
 LABEL_WIDTH = 11
@@ -47,8 +49,8 @@ def _credential_note(report: ProbeReport) -> str | None:
 def render_report(report: ProbeReport, *, color: bool = False, jsonl_path: str | None = None) -> str:
     report = neutralize_data(report)  # the agent's name, version and errors: no control characters
 
-    def paint(text: str, colour: str) -> str:
-        return f"{colour}{text}{RESET}" if color else text
+    def paint(text: str, tone: Tone) -> str:
+        return paint_tone(text, tone, color)
 
     lines: list[str] = []
 
@@ -65,7 +67,7 @@ def render_report(report: ProbeReport, *, color: bool = False, jsonl_path: str |
 
     if not report.ran:
         summary = report.error.summary if report.error else "unknown reason"
-        lines.append(f"  {paint('could not run', RED)}: {summary}")
+        lines.append(f"  {paint('could not run', 'red')}: {summary}")
         if agent is not None and agent.exit_reason:
             lines.append(f"  agent: {agent.exit_reason}")
         return "\n".join(lines) + "\n"
@@ -81,39 +83,39 @@ def render_report(report: ProbeReport, *, color: bool = False, jsonl_path: str |
     if session is not None:
         row(session.delivered_elapsed_s, "delivered", f"{session.server_name} over {session.transport} ({session.target})")
         if session.accepted:
-            row(session.answered_elapsed_s, "session", paint("accepted", GREEN))
+            row(session.answered_elapsed_s, "session", paint("accepted", "green"))
         elif session.accepted is False:
             why = session.error.summary if session.error else ""
-            row(session.answered_elapsed_s, "session", paint("rejected by the agent", RED) + (f": {why}" if why else ""))
+            row(session.answered_elapsed_s, "session", paint("rejected by the agent", "red") + (f": {why}" if why else ""))
         else:
             why = session.error.summary if session.error else "no answer"
-            row(session.answered_elapsed_s, "session", paint("no answer", AMBER) + f": {why}")
+            row(session.answered_elapsed_s, "session", paint("no answer", "amber") + f": {why}")
 
     init = report.initialize
     if init is not None:
-        row(init.elapsed_s, "initialize", paint("observed", GREEN) + f": {_client(init)}")
+        row(init.elapsed_s, "initialize", paint("observed", "green") + f": {_client(init)}")
     else:
         first = report.first_contact
         if first is not None:
             status = f" → {first.http_status}" if first.http_status else ""
             where = first.http_route or f"{first.transport} sentinel started"
-            row(first.elapsed_s, "contact", paint("observed", AMBER) + f": {where}{status}")
-        row(None, "initialize", paint("not observed", GREY))
+            row(first.elapsed_s, "contact", paint("observed", "amber") + f": {where}{status}")
+        row(None, "initialize", paint("not observed", "grey"))
 
     tools = report.tools_list
     if tools is not None:
         count = "" if tools.tool_count is None else f": {tools.tool_count} tool{'s' if tools.tool_count != 1 else ''}"
-        row(tools.elapsed_s, "tools/list", paint("observed", GREEN) + count)
+        row(tools.elapsed_s, "tools/list", paint("observed", "green") + count)
     else:
-        row(None, "tools/list", paint("not observed", GREY))
+        row(None, "tools/list", paint("not observed", "grey"))
 
     call = report.tool_call
     if call is not None:
-        row(call.elapsed_s, "tool call", paint("observed", GREEN) + f": {call.tool_name or 'unnamed tool'} ({call.outcome or 'unknown'})")
+        row(call.elapsed_s, "tool call", paint("observed", "green") + f": {call.tool_name or 'unnamed tool'} ({call.outcome or 'unknown'})")
     elif report.prompt is None and session is not None and session.accepted:
-        row(None, "tool call", paint("not observed", GREY) + " (no prompt sent; --prompt asks the agent to call it)")
+        row(None, "tool call", paint("not observed", "grey") + " (no prompt sent; --prompt asks the agent to call it)")
     else:
-        row(None, "tool call", paint("not observed", GREY))
+        row(None, "tool call", paint("not observed", "grey"))
 
     prompt = report.prompt
     if prompt is not None:
@@ -130,7 +132,7 @@ def render_report(report: ProbeReport, *, color: bool = False, jsonl_path: str |
             " (granted only for the sentinel tool)"
         )
     if report.unobserved:
-        lines.append("  " + paint(report.unobserved, AMBER))
+        lines.append("  " + paint(report.unobserved, "amber"))
     note = _credential_note(report)
     if note:
         lines.append("  note: " + note)
@@ -146,7 +148,7 @@ def render_report(report: ProbeReport, *, color: bool = False, jsonl_path: str |
 
 
 def _painter(color: bool):
-    return lambda text, colour: f"{colour}{text}{RESET}" if color else text
+    return lambda text, tone: paint_tone(text, tone, color)
 
 
 def render_passthrough(report: ProbePassthroughReport, *, color: bool = False) -> str:
@@ -165,32 +167,32 @@ def render_passthrough(report: ProbePassthroughReport, *, color: bool = False) -
             where = [f"{config.temporary_files} temporary file{'s' if config.temporary_files != 1 else ''}"]
             where += [f"merged into {path}" for path in config.workspace_files]
             row(config.written_elapsed_s, "configured",
-                paint("written", GREEN) + f": {config.server_name} over {config.transport} ({', '.join(where)})")
+                paint("written", "green") + f": {config.server_name} over {config.transport} ({', '.join(where)})")
         else:
             why = config.filtered.summary if config.filtered else "left out"
             code = config.filtered.reason_code if config.filtered else "filtered"
-            row(config.written_elapsed_s, "configured", paint("not written", AMBER) + f": [{code}] {why}")
+            row(config.written_elapsed_s, "configured", paint("not written", "amber") + f": [{code}] {why}")
     if not report.ran:
         summary = report.error.summary if report.error else "unknown reason"
-        lines.append(f"  {paint('could not run', RED)}: {summary}")
+        lines.append(f"  {paint('could not run', 'red')}: {summary}")
     else:
         init = report.initialize
         row(init.elapsed_s if init else None, "initialize",
-            paint("observed", GREEN) + f": {_client(init)}" if init else paint("not observed", GREY))
+            paint("observed", "green") + f": {_client(init)}" if init else paint("not observed", "grey"))
         tools = report.tools_list
         count = "" if tools is None or tools.tool_count is None else f": {tools.tool_count} tool{'s' if tools.tool_count != 1 else ''}"
-        row(tools.elapsed_s if tools else None, "tools/list", paint("observed", GREEN) + count if tools else paint("not observed", GREY))
+        row(tools.elapsed_s if tools else None, "tools/list", paint("observed", "green") + count if tools else paint("not observed", "grey"))
         call = report.tool_call
         row(call.elapsed_s if call else None, "tool use",
-            paint("observed", GREEN) + f": {call.tool_name or 'unnamed tool'} ({call.outcome or 'unknown'})"
-            if call else paint("not observed", GREY))
+            paint("observed", "green") + f": {call.tool_name or 'unnamed tool'} ({call.outcome or 'unknown'})"
+            if call else paint("not observed", "grey"))
         lines.extend(_reported_lines(report, paint, row))
     agent = report.agent
     if agent is not None and agent.exit_reason:
         by = " (stopped by the probe at the end of its window)" if report.timed_out else ""
         lines.append(f"  agent: {agent.exit_reason}{by}")
     if config is not None and config.restored is not None:
-        state = paint("restored", GREEN) if config.restored else paint("NOT restored", RED)
+        state = paint("restored", "green") if config.restored else paint("NOT restored", "red")
         lines.append(f"  workspace: {state}" + ("" if config.workspace_files else " (nothing was merged into it)"))
     return "\n".join(lines) + "\n"
 
@@ -201,12 +203,11 @@ def _reported_lines(report: ProbePassthroughReport, paint, row) -> list[str]:
         return []
     if told.state is not None and told.source is not None:
         who = reporter_name(told.source)
-        colour = GREEN if told.state == "connected" else RED if told.state in ("failed", "needs_auth") else AMBER
         count = "" if told.tool_count is None else f", {told.tool_count} tool{'s' if told.tool_count != 1 else ''}"
-        row(told.elapsed_s, "reported", paint(told.raw_state or told.state, colour) + f"{count} · reported by {who} "
+        row(told.elapsed_s, "reported", paint(told.raw_state or told.state, reported_tone(told.state)) + f"{count} · reported by {who} "
             f"({told.source})")
     elif told.source is not None:
-        row(None, "reported", paint("nothing", GREY) + f": the CLI printed no {told.source} event about the sentinel")
+        row(None, "reported", paint("nothing", "grey") + f": the CLI printed no {told.source} event about the sentinel")
     else:
-        row(None, "reported", paint("not available", GREY) + f": {told.note}")
+        row(None, "reported", paint("not available", "grey") + f": {told.note}")
     return []

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from agentctl import __version__
-from agentctl.control.socket import peer_allowed, peer_cred
+from agentctl.unix_socket import peer_allowed, peer_cred
 from agentctl.evidence.contract import CONTRACT_VERSION, EvidenceEvent, UpstreamStatus, encode
 from agentctl.evidence.ledger import utcnow
 from agentctl.upstream import protocol as P

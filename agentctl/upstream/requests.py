@@ -13,8 +13,9 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from agentctl.control.attach_routes import current_terminal, runs_on_terminal
+from agentctl.context import current_terminal, runs_on_terminal
 from agentctl.evidence.contract import StderrView, TerminalView
+from agentctl.present.output import STDERR_UPSTREAM_WARNING, TERMINAL_UPSTREAM_WARNING
 from agentctl.upstream import protocol as P
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -23,14 +24,6 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("agentctl.upstream")
 
 ENDPOINT_TEST_TIMEOUT = 60.0
-STDERR_UPSTREAM_WARNING = (
-    "recent agent output may contain sensitive data (prompts, file contents, tokens); it was sent only "
-    "because the upstream asked, and must not be persisted or logged"
-)
-TERMINAL_UPSTREAM_WARNING = (
-    "the agent's terminal screen may contain sensitive data (prompts, file contents, tokens); it was sent only "
-    "because the upstream asked, and must not be persisted or logged"
-)
 
 
 def stderr_view(ctx: DaemonContext, request: P.StderrReadFrame) -> StderrView:

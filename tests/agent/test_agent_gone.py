@@ -15,7 +15,7 @@ import urllib.request
 import msgspec
 import psutil
 
-from agentctl.control.render import agent_gone
+from agentctl.present.session import agent_gone
 from agentctl.evidence.contract import AgentState
 from tests.agent.serve_support import cli, http_get, row
 from tests.conftest import poll

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from agentctl.evidence.display import row_view
+from agentctl.present.rows import row_view
 from tests.agent.serve_support import canary_http_server, cli, closed_port
 from tests.conftest import eventually, write_spec
 

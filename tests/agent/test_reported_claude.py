@@ -9,7 +9,7 @@ import pytest
 
 from agentctl.agent.reported import record
 from agentctl.agent.reported.claude import MAX_LINE, SOURCE, ClaudeInitReader, normalized_name, parse_init
-from agentctl.evidence.display import row_view
+from agentctl.present.rows import row_view
 from agentctl.evidence.ledger import Ledger
 from agentctl.evidence.seeds import ServerSeed
 from tests.agent.reported_support import stdout_of

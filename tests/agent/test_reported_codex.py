@@ -6,7 +6,7 @@ import json
 
 from agentctl.agent.reported import record
 from agentctl.agent.reported.codex import SOURCE, CodexAppServerReader, parse_message
-from agentctl.evidence.display import row_view
+from agentctl.present.rows import row_view
 from agentctl.evidence.ledger import Ledger
 from agentctl.evidence.seeds import ServerSeed
 from agentctl.evidence.secret_registry import SecretRegistry

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from agentctl.agent.reported.acp_tap import AcpReportTap, ReportSink
-from agentctl.evidence.display import row_view
+from agentctl.present.rows import row_view
 from agentctl.evidence.ledger import Ledger
 from agentctl.evidence.seeds import ServerSeed
 from tests.clis.conftest import clean_env

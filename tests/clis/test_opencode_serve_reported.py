@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 from agentctl.agent.reported.opencode import PATH, parse_status
-from agentctl.evidence.display import row_view
+from agentctl.present.rows import row_view
 from tests.clis.conftest import clean_env
 from tests.conftest import eventually, poll, write_spec
 from tests.passthrough.support import STDIO_SERVER, reachable_and_closed_toml

@@ -15,13 +15,13 @@ from agentctl.control.render import (
     GREY,
     RED,
     RESET,
-    display_label,
     render_health,
     render_report,
     render_status,
     use_color,
     wrap,
 )
+from agentctl.present.rows import display_label
 from agentctl.evidence.contract import (
     AttachmentHistory,
     Attempt,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import socket
 
-from agentctl.control.socket import peer_allowed, peer_cred
+from agentctl.unix_socket import peer_allowed, peer_cred
 
 
 def test_a_connected_unix_socket_names_this_process_and_our_user_is_allowed():

@@ -47,7 +47,7 @@ PRODUCERS: dict[str, Callable[[Callable[..., str]], list[str]]] = {
     "agentctl.agent.passthrough.base.unsupported": _transport_codes,
     "agentctl.evidence.sanitize.redact": lambda _: [],  # redacts a code made (and checked) elsewhere
     # The code of a refusal aiohttp raised, by HTTP status.
-    "agentctl.control.server.status_reason": lambda fn: [fn(status) for status in (400, 404, 405, 413, 500)],
+    "agentctl.http_answers.status_reason": lambda fn: [fn(status) for status in (400, 404, 405, 413, 500)],
 }
 # The reason registry itself is the list under test, not an emitter.
 SKIPPED_MODULES = frozenset({"agentctl.evidence.reasons"})

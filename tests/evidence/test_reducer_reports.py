@@ -1,4 +1,4 @@
-"""Agent-reported evidence in the pure reducer and in the display derivation (agentctl.evidence.display).
+"""Agent-reported evidence in the pure reducer and in the display derivation (agentctl.present.rows).
 
 The rules: host-observed evidence always outranks a report about the same server; a reported failure naming
 a delivered server is an explicit agent error; a reported connection with tools is the strongest state a
@@ -17,7 +17,8 @@ import pytest
 
 from agentctl.evidence import reducer
 from agentctl.evidence.contract import decode_history, encode
-from agentctl.evidence.display import DELIVERED_LABEL, reporter_name, row_view
+from agentctl.evidence.display import DELIVERED_LABEL, reporter_name
+from agentctl.present.rows import row_view
 from tests.evidence.fixed import T0
 from tests.evidence.test_reducer import World, catalog
 

@@ -12,9 +12,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from agentctl.control.render import report_details
+from agentctl.present.rows import report_details
 from agentctl.evidence.contract import ServerRow, encode
-from agentctl.evidence.display import row_view
+from agentctl.present.rows import row_view
 from tests.evidence.fixed import T0
 from tests.evidence.test_reducer import World, catalog
 

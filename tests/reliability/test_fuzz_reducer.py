@@ -39,7 +39,8 @@ from agentctl.evidence.contract import (
     decode_history,
     encode,
 )
-from agentctl.evidence.display import reporter_name, row_view
+from agentctl.evidence.display import reporter_name
+from agentctl.present.rows import row_view
 from agentctl.evidence.ledger import Ledger
 from agentctl.evidence.seeds import ServerSeed
 from agentctl.evidence.store import ensure_state_dir, read_report, report_path, write_atomic

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agentctl.control.render import display_label, row_explanation
+from agentctl.present.rows import display_label, row_explanation
 from agentctl.evidence.contract import Attempt, EndpointTestResult, ServerRow, TerminalView
 from agentctl.hub.web_view import attempt_view, server_view, terminal_notes
 
@@ -65,6 +65,8 @@ def test_an_endpoint_test_is_reachability_beside_the_row_and_never_its_status():
     assert view["label"] == "delivered · connection unverified"
     assert view["endpoint_test"] == {
         "succeeded": True,
+        "headline": "reachable",
+        "tone": "green",
         "line": "reachable from the daemon, 3 tools listed in 12.5 ms (tested 2026-01-02 03:04:05)",
         "note": "reachability from the daemon, not attachment: the row's status is unchanged",
     }

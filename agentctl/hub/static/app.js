@@ -471,7 +471,7 @@ async function testEndpoint(sid, name, button, out) {
   out.replaceChildren(el("p", { class: "secondary", text: "testing from the daemon…" }));
   try {
     const data = await api(`/api/sessions/${sid$(sid)}/test-endpoint`, { method: "POST", body: { server: name } });
-    out.replaceChildren(el("p", { class: `test ${data.view.succeeded ? "ok" : "failed"}`, text: data.view.line }),
+    out.replaceChildren(el("p", { class: `test tone-${data.view.tone}`, text: data.view.line }),
       el("p", { class: "note", text: data.view.note }));
   } catch (err) {
     out.replaceChildren(el("p", { class: "warn", text: err.message }));

@@ -70,7 +70,7 @@ export function checklist(server) {
 
 function testResult(view) {
   if (!view) return [];
-  return [el("p", { class: `test ${view.succeeded ? "ok" : "failed"}`, text: view.line }), note(view.note)];
+  return [el("p", { class: `test tone-${view.tone}`, text: view.line }), note(view.note)];
 }
 
 // One server: its state, checklist with times, reachability test, and the catalog for the built-in one.
