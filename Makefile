@@ -31,6 +31,10 @@ quick: $(STAMP)
 
 schema: $(STAMP)
 	$(BIN)/agentctl schema > docs/report.schema.json
+	$(BIN)/agentctl schema control > docs/control.schema.json
+	$(BIN)/agentctl schema diagnostics > docs/diagnostics.schema.json
+	$(BIN)/agentctl schema probe > docs/probe.schema.json
+	$(BIN)/agentctl schema hub > docs/hub.schema.json
 	$(BIN)/agentctl hub schema > docs/upstream-protocol.schema.json
 	$(BIN)/agentctl spec schema > docs/spec.schema.json
 	$(BIN)/python -m agentctl.evidence.reasons --doc docs/troubleshooting.md

@@ -56,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_SIGNAL_BASE + signal.SIGINT
 
 
+# The contract surfaces `agentctl schema` prints, each from its module of agentctl.evidence.contract.
+SCHEMA_SURFACES = ("report", "control", "diagnostics", "probe", "hub")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(
         prog="agentctl",
@@ -99,7 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print the final report as JSON")
     run.set_defaults(func=target("run"))
 
-    schema = sub.add_parser("schema", help="print the JSON Schema of the report contract")
+    schema = sub.add_parser("schema", help="print the JSON Schema of one surface of the contract (the report)")
+    schema.add_argument("surface", nargs="?", default="report", choices=SCHEMA_SURFACES,
+                        help="report (persisted and sent upstream), control (the control API's answers), "
+                        "diagnostics, probe or hub (its --json answers; `hub schema` prints the upstream frames)")
     schema.set_defaults(func=target("schema"))
 
     completion = sub.add_parser(

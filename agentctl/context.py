@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from agentctl.evidence.contract import AttemptOrigin, Identity
+from agentctl.evidence.contract.report import AttemptOrigin, Identity
 from agentctl.evidence.ledger import Ledger
 from agentctl.spec import Spec
 

@@ -157,7 +157,7 @@ def _print_decoded(command: str, flags: set[str], body: bytes) -> int | None:
     """--json: the answer decoded as the contract's struct and printed as `print_json` prints it."""
     import msgspec
 
-    from agentctl.evidence.contract import HealthResponse, StatusResponse
+    from agentctl.evidence.contract.control import HealthResponse, StatusResponse
 
     kind = HealthResponse if command == "health" else StatusResponse
     try:

@@ -10,7 +10,8 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from agentctl.evidence.contract import ControlError, encode
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.control import ControlError
 from agentctl.evidence.decode_errors import describe_decode_error
 
 

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import msgspec
 import msgspec.inspect
 
-from agentctl.evidence.contract import Transport
+from agentctl.evidence.contract.report import Transport
 from agentctl.evidence.decode_errors import describe_decode_error
 from agentctl.evidence.sanitize import target_for_command, target_for_url
 from agentctl.evidence.secret_registry import SecretRegistry, url_parts

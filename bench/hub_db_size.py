@@ -34,7 +34,8 @@ if str(REPO) not in sys.path:
 
 import _common as c  # noqa: E402
 from agentctl.dsn import parse_location  # noqa: E402
-from agentctl.evidence.contract import Identity, encode  # noqa: E402
+from agentctl.evidence.contract.base import encode  # noqa: E402
+from agentctl.evidence.contract.report import Identity  # noqa: E402
 from agentctl.evidence.ledger import Ledger  # noqa: E402
 from agentctl.hub.hub_store import ExecutionRecord, SessionRecord  # noqa: E402
 from agentctl.hub.retention import PRUNE_BATCH as BATCH  # noqa: E402

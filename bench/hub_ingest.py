@@ -39,7 +39,8 @@ if str(REPO) not in sys.path:
 import psutil  # noqa: E402
 
 from agentctl.context import DaemonContext  # noqa: E402
-from agentctl.evidence.contract import Identity, encode  # noqa: E402
+from agentctl.evidence.contract.base import encode  # noqa: E402
+from agentctl.evidence.contract.report import Identity  # noqa: E402
 from agentctl.evidence.ledger import Ledger, ServerSeed  # noqa: E402
 from agentctl.spec import parse_spec  # noqa: E402
 from agentctl.hub.hub_store import HubStore  # noqa: E402

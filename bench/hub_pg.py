@@ -43,7 +43,8 @@ import psutil  # noqa: E402
 
 from agentctl.context import DaemonContext  # noqa: E402
 from agentctl.dsn import parse_location  # noqa: E402
-from agentctl.evidence.contract import Identity, encode  # noqa: E402
+from agentctl.evidence.contract.base import encode  # noqa: E402
+from agentctl.evidence.contract.report import Identity  # noqa: E402
 from agentctl.evidence.ledger import Ledger  # noqa: E402
 from agentctl.hub.stores import open_store  # noqa: E402
 from agentctl.upstream.publisher import Publisher  # noqa: E402

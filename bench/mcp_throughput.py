@@ -94,7 +94,7 @@ async def serve_agentctl() -> None:
     import aiohttp
     from aiohttp import web
 
-    from agentctl.evidence.contract import Identity
+    from agentctl.evidence.contract.report import Identity
     from agentctl.evidence.ledger import Ledger, ServerSeed
     from agentctl.logs import quiet_third_party
     from agentctl.mcp_endpoint.server import McpEndpoint

@@ -44,7 +44,7 @@ from mcp.client import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 from agentctl.control.client import ControlClient  # noqa: E402
-from agentctl.evidence.contract import encode  # noqa: E402
+from agentctl.evidence.contract.base import encode  # noqa: E402
 from agentctl.hub.hub_store import HubStore  # noqa: E402
 
 

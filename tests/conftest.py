@@ -25,7 +25,7 @@ import tomli_w
 
 if TYPE_CHECKING:
     from agentctl.daemon.app import Daemon
-    from agentctl.evidence.contract import Identity
+    from agentctl.evidence.contract.report import Identity
     from agentctl.spec import Spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -116,7 +116,7 @@ class StepClock:
 def identity(session: str = "session-1", execution: str = "exec-1", instance: str = "inst-1",
              task: str = "task-1") -> Identity:
     """The contract's Identity of a test daemon instance (agent-1, profile-1), any of its ids replaced."""
-    from agentctl.evidence.contract import Identity
+    from agentctl.evidence.contract.report import Identity
 
     return Identity(task_id=task, session_id=session, execution_id=execution, instance_id=instance,
                     agent_id="agent-1", agent_profile_id="profile-1")

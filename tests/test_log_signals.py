@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 from agentctl.context import Readiness
 from agentctl.daemon.transitions import Transitions
-from agentctl.evidence.contract import Identity
+from agentctl.evidence.contract.report import Identity
 from agentctl.evidence.ledger import Ledger
 from agentctl.evidence.seeds import ServerSeed
 from agentctl.hub.hub import Hub

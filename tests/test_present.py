@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from agentctl.evidence.contract import ChecklistStep
+from agentctl.evidence.contract.diagnostics import ChecklistStep
 from agentctl.present.checklist import shown_steps, step_words
 from agentctl.present.tones import STATE_TONES, reported_tone, state_tone
 

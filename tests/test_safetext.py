@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentctl.evidence.contract import ClientInfo, ToolSummary
+from agentctl.evidence.contract.report import ClientInfo, ToolSummary
 from agentctl.safetext import neutralize, neutralize_data
 
 UNSAFE = [chr(c) for c in (*range(0x20), *range(0x7F, 0xA0))] + [

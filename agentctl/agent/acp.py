@@ -37,7 +37,8 @@ from agentctl.agent.outcome import AgentError, SessionOutcome
 from agentctl.agent.reported.acp_tap import AcpReportTap, ReportSink
 from agentctl.agent.transports import AgentStdioTransport
 from agentctl.bundled import self_command
-from agentctl.evidence.contract import AttemptOrigin, McpCapabilities, PromptStreamItem
+from agentctl.evidence.contract.control import PromptStreamItem
+from agentctl.evidence.contract.report import AttemptOrigin, McpCapabilities
 from agentctl.evidence.ledger import Ledger
 from agentctl.evidence.seeds import ServerSeed
 from agentctl.evidence.reducer import find_attempt

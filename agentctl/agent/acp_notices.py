@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from agentctl.agent.attribution import attribute
-from agentctl.evidence.contract import NOTICE_SEVERITIES, AgentNotice
+from agentctl.evidence.contract.report import NOTICE_SEVERITIES, AgentNotice
 from agentctl.evidence.sanitize import summarize
 from agentctl.evidence.secret_registry import SecretRegistry
 

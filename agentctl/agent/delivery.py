@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from agentctl.evidence.contract import McpCapabilities, Transport
+from agentctl.evidence.contract.report import McpCapabilities, Transport
 from agentctl.evidence.sanitize import target_for_command, target_for_url
 from agentctl.spec import Spec
 

@@ -34,7 +34,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from typing_extensions import NotRequired, TypedDict
 
-from agentctl.evidence.contract import Identity
+from agentctl.evidence.contract.report import Identity
 
 OPS: tuple[str, ...] = (
     "task.get",

@@ -41,7 +41,7 @@ from agentctl.backend.limits import (
     text_arg,
 )
 from agentctl.backend.task_schema import SCHEMA, SCHEMA_VERSION
-from agentctl.evidence.contract import Identity
+from agentctl.evidence.contract.report import Identity
 from agentctl.evidence.seeds import ServerSeed
 from agentctl.safe_files import UnsafePath
 from agentctl.sqlite_util import open_sqlite

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from agentctl.evidence.contract import Identity
+from agentctl.evidence.contract.report import Identity
 from agentctl.evidence.seeds import ServerSeed
 
 

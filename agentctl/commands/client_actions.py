@@ -29,9 +29,8 @@ from agentctl.commands.daemon_commands import WAIT_POLL
 from agentctl.commands.host_daemons import stop_and_wait
 from agentctl.control.client import ControlClientError, ControlRefused, ControlUnavailable
 from agentctl.control.render import render_health, render_report, render_status
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.control import (
     AttachedGate,
-    AttachmentHistory,
     CancelResult,
     HealthResponse,
     McpConfig,
@@ -41,6 +40,7 @@ from agentctl.evidence.contract import (
     StderrView,
     StopResult,
 )
+from agentctl.evidence.contract.report import AttachmentHistory
 from agentctl.evidence.required import gate_lines
 from agentctl.exit_codes import EXIT_NOT_ATTACHED
 from agentctl.safetext import neutralize

@@ -26,7 +26,7 @@ from agentctl.cli_support import (
     out,
     print_json,
 )
-from agentctl.evidence.contract import DaemonEntry, DaemonListing, StatusResponse, StopResult
+from agentctl.evidence.contract.control import DaemonEntry, DaemonListing, StatusResponse, StopResult
 
 from agentctl.control.client import ControlClient, ControlClientError, ControlRefused, ControlUnavailable
 from agentctl.control.socket import SOCKET_NAME, STALE_AFTER, ControlSocketError, env_socket, socket_base_dir

@@ -1,20 +1,22 @@
-"""The commands that need no daemon: `agentctl schema` (the report contract's JSON Schema) and `agentctl recover`
-(put back what killed daemons left in the state directory)."""
+"""The commands that need no daemon: `agentctl schema` (the JSON Schema of one surface of the contract) and
+`agentctl recover` (put back what killed daemons left in the state directory)."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 
 from agentctl.agent.passthrough.recovery import recover
 from agentctl.cli_support import EXIT_FAILED, EXIT_OK
-from agentctl.evidence.contract import history_schema
 from agentctl.evidence.store import resolve_state_dir
 from agentctl.safetext import neutralize
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    print(json.dumps(history_schema(), indent=2, sort_keys=True))
+    module = importlib.import_module(f"agentctl.evidence.contract.{args.surface}")  # one of the parser's choices
+    schema = module.history_schema() if args.surface == "report" else module.schema()
+    print(json.dumps(schema, indent=2, sort_keys=True))
     return EXIT_OK
 
 

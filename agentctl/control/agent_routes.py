@@ -18,16 +18,16 @@ from agentctl.agent.outcome import AgentError, SessionOutcome
 from agentctl.http_answers import BodyError, decode_body, error_response, json_response
 from agentctl.present.output import STDERR_WARNING
 from agentctl.context import DaemonContext
-from agentctl.evidence.contract import (
-    AttemptOrigin,
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.control import (
     CancelResult,
     McpConfig,
     ProfileResult,
     PromptStreamItem,
     SessionResult,
     StderrView,
-    encode,
 )
+from agentctl.evidence.contract.report import AttemptOrigin
 
 if TYPE_CHECKING:  # pragma: no cover
     from agentctl.agent.acp import AcpRuntime

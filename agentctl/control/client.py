@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from agentctl.unix_socket import peer_cred
-from agentctl.evidence.contract import ControlError, PromptStreamItem
+from agentctl.evidence.contract.control import ControlError, PromptStreamItem
 from agentctl.evidence.decode_errors import describe_decode_error
 
 T = TypeVar("T")

@@ -16,15 +16,9 @@ import sys
 import textwrap
 from typing import TextIO
 
-from agentctl.evidence.contract import (
-    AgentState,
-    Attempt,
-    AttachmentHistory,
-    Diagnostics,
-    HealthResponse,
-    ServerRow,
-    StatusResponse,
-)
+from agentctl.evidence.contract.control import HealthResponse, StatusResponse
+from agentctl.evidence.contract.diagnostics import Diagnostics
+from agentctl.evidence.contract.report import AgentState, Attempt, AttachmentHistory, ServerRow
 from agentctl.present.rows import display_label, row_details, row_explanation
 from agentctl.present.session import (
     agent_gone,

@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from agentctl.unix_socket import peer_allowed, peer_cred
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.control import (
     AgentReadiness,
-    AgentState,
     AttachedGate,
     CheckState,
     HealthResponse,
     StatusResponse,
     StopResult,
 )
+from agentctl.evidence.contract.report import AgentState
 from agentctl.evidence.required import judge, required_names
 from agentctl.http_answers import error_response, json_response, status_reason
 from agentctl.logs import log_failure

@@ -41,10 +41,11 @@ from agentctl.daemon.systemd import Notifier
 from agentctl.diagnostics.endpoint_test import EndpointTester
 from agentctl.diagnostics.routes import install_diagnostics_routes
 from agentctl.evidence.estimates import CatalogEstimates
-from agentctl.evidence.contract import AttemptOrigin, DaemonReady, Identity
+from agentctl.evidence.contract.control import DaemonReady
+from agentctl.evidence.contract.report import AttemptOrigin, Identity
 from agentctl.evidence.ledger import Clock, Ledger, utcnow
-from agentctl.evidence.seeds import ServerSeed
 from agentctl.evidence.sanitize import summarize
+from agentctl.evidence.seeds import ServerSeed
 from agentctl.evidence.store import (
     Persister,
     StateDirError,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from agentctl.evidence.contract import EVIDENCE_KINDS, EvidenceEvent
+from agentctl.evidence.contract.report import EVIDENCE_KINDS, EvidenceEvent
 from agentctl.evidence.ledger import Ledger
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -19,7 +19,8 @@ from prometheus_client import PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from agentctl.evidence.contract import EVIDENCE_KINDS, GateState, RequiredState, Status
+from agentctl.evidence.contract.control import GateState, RequiredState
+from agentctl.evidence.contract.report import EVIDENCE_KINDS, Status
 from agentctl.hub.metrics import build_info, by_label, gauge, metrics_handler
 from agentctl.mcp_endpoint.latency import METHODS
 from agentctl.mcp_endpoint.server import MCP_PATH, MESSAGES_PATH, SSE_PATH

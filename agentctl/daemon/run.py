@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, TextIO
 from agentctl.agent.outcome import AgentError
 from agentctl.daemon.app import Daemon
 from agentctl.daemon.run_terminal import HeldLines, attached_exit_status, run_attached
-from agentctl.evidence.contract import EvidenceEvent, PromptStreamItem, encode
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.control import PromptStreamItem
+from agentctl.evidence.contract.report import EvidenceEvent
 from agentctl.evidence.display import reporter_name
 from agentctl.evidence.reasons import meaning
 from agentctl.control.socket import cleanup_socket_path

@@ -15,7 +15,8 @@ from agentctl.commands.targets import TARGETS, resolve
 from agentctl.control.socket import ControlSocketError
 from agentctl.daemon.app import Daemon, StartupError, describe_error
 from agentctl.daemon.metrics_listener import parse_metrics_listen
-from agentctl.evidence.contract import DaemonReady, encode
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.control import DaemonReady
 from agentctl.evidence.store import StateDirError
 from agentctl.lifecycle import Signals, run
 from agentctl.logs import configure_logging

@@ -13,7 +13,7 @@ import logging
 
 from agentctl import __version__
 from agentctl.context import DaemonContext
-from agentctl.evidence.contract import EvidenceEvent
+from agentctl.evidence.contract.report import EvidenceEvent
 from agentctl.logs import TRANSITIONS
 
 log = logging.getLogger(TRANSITIONS)

@@ -25,7 +25,8 @@ from agentctl.cli_support import (
     print_json,
     stdout_color,
 )
-from agentctl.evidence.contract import Diagnostics, EndpointTestResponse, ToolDetail, ToolsView
+from agentctl.evidence.contract.control import EndpointTestResponse
+from agentctl.evidence.contract.diagnostics import Diagnostics, ToolDetail, ToolsView
 
 MAX_TEST_TIMEOUT = 60.0
 

@@ -14,19 +14,21 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from agentctl import __version__
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.control import UpstreamStatus
+from agentctl.evidence.contract.diagnostics import (
+    AttemptDiagnostics,
+    Diagnostics,
+    ServerDiagnostics,
+    ToolDetail,
+    ToolsView,
+)
+from agentctl.evidence.contract.report import (
     CONTRACT_VERSION,
     AgentState,
     AttachmentHistory,
     Attempt,
-    AttemptDiagnostics,
-    Diagnostics,
     ErrorSummary,
-    ServerDiagnostics,
     ServerRow,
-    ToolDetail,
-    ToolsView,
-    UpstreamStatus,
 )
 from agentctl.evidence.sanitize import redact
 from agentctl.present.checklist import checklist

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from agentctl import __version__
 from agentctl.agent.delivery import BuiltinEndpoint, Refusal, plan_servers
-from agentctl.evidence.contract import EndpointTestResponse, EndpointTestResult
+from agentctl.evidence.contract.control import EndpointTestResponse
+from agentctl.evidence.contract.report import EndpointTestResult
 from agentctl.diagnostics.stdio_process import MARKER_ENV, exit_code, pipe_transport, stop_process_tree
 from agentctl.evidence.sanitize import summarize
 from agentctl.evidence.secret_registry import SecretRegistry

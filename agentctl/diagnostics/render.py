@@ -24,17 +24,16 @@ from agentctl.present.checklist import (
 )
 from agentctl.present.tones import Tone, state_tone
 from agentctl.present.words import code_detail, plural, when
-from agentctl.evidence.contract import (
-    AgentState,
+from agentctl.evidence.contract.control import EndpointTestResponse, UpstreamStatus
+from agentctl.evidence.contract.diagnostics import (
     AttemptDiagnostics,
     ChecklistStep,
     Diagnostics,
-    EndpointTestResponse,
     ServerDiagnostics,
     ToolDetail,
     ToolsView,
-    UpstreamStatus,
 )
+from agentctl.evidence.contract.report import AgentState
 from agentctl.safetext import neutralize_data
 
 def _lines(text: str, indent: int, color: bool = False, tone: Tone = "plain") -> list[str]:

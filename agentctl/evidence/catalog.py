@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.report import (
     CATALOG_HASH_METHOD,
     MAX_CATALOG_SCHEMA_BYTES,
     MAX_CATALOG_TOOLS,

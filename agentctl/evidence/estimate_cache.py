@@ -38,7 +38,7 @@ from pathlib import Path
 import msgspec
 
 from agentctl import safe_files
-from agentctl.evidence.contract import TOKEN_ESTIMATE_METHOD
+from agentctl.evidence.contract.report import TOKEN_ESTIMATE_METHOD
 from agentctl.evidence.encoding import ENV_O200K_PATH, PACKAGED_SHA256
 
 log = logging.getLogger(__name__)

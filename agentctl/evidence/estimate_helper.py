@@ -21,7 +21,7 @@ import sys
 
 import msgspec
 
-from agentctl.evidence.contract import TOKEN_ESTIMATE_METHOD
+from agentctl.evidence.contract.report import TOKEN_ESTIMATE_METHOD
 
 HELPER_PROTOCOL = 1
 MAX_REQUEST_BYTES = 8 * 1024 * 1024

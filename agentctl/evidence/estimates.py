@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 
 from agentctl.evidence.catalog import TokenEstimator, estimate_text, estimated_tools
-from agentctl.evidence.contract import TOKEN_ESTIMATE_METHOD
+from agentctl.evidence.contract.report import TOKEN_ESTIMATE_METHOD
 from agentctl.evidence.encoding import ENV_O200K_PATH, REASON_ENCODING_UNAVAILABLE, REASON_ESTIMATOR_LOADING
 from agentctl.evidence.estimate_cache import (
     ENV_CACHE_DIR,

@@ -11,7 +11,7 @@ here would hide what the daemon really sent). Pure: changes only the structures 
 
 from __future__ import annotations
 
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.report import (
     AgentState,
     AttachmentHistory,
     Attempt,

@@ -18,8 +18,9 @@ from typing import Any
 import msgspec
 
 from agentctl.evidence import reducer
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.report import (
     CONTRACT_VERSION,
+    MAX_SHORT_TEXT_BYTES,
     AgentNotice,
     AgentState,
     AttachmentHistory,
@@ -29,7 +30,7 @@ from agentctl.evidence.contract import (
     EvidenceKind,
     Identity,
 )
-from agentctl.evidence.sanitize import redact, scrub
+from agentctl.evidence.sanitize import redact, scrub, truncate_utf8
 from agentctl.evidence.secret_registry import SecretRegistry
 from agentctl.evidence.seeds import ServerSeed
 from agentctl.identity import TokenRegistry, new_attempt_id
@@ -47,6 +48,8 @@ def utcnow() -> datetime:
 
 # Agent fields that are text the agent chose (or our words around it).
 _AGENT_TEXT_FIELDS = frozenset({"name", "version", "exit_reason"})
+# Within the contract's ShortText (the sources bound them so already): never a report its reader refuses.
+_AGENT_SHORT_FIELDS = frozenset({"name", "version"})
 # The contract's RawState: a provider's word for a state, never free text.
 _RAW_STATE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")
 
@@ -200,7 +203,11 @@ class Ledger:
             agent = AgentState(protocol=fields.pop("protocol", "acp"), state=fields.pop("state", "starting"))
             self.history.agent = agent
         for name, value in fields.items():
-            setattr(agent, name, self.scrub(value) if name in _AGENT_TEXT_FIELDS else value)
+            if name in _AGENT_TEXT_FIELDS:
+                value = self.scrub(value)
+            if name in _AGENT_SHORT_FIELDS and isinstance(value, str):
+                value = truncate_utf8(value, MAX_SHORT_TEXT_BYTES)[0]
+            setattr(agent, name, value)
         self._notify(None)
         return agent
 

@@ -13,7 +13,7 @@ from typing import Literal
 import msgspec
 
 from agentctl.evidence import reasons
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.report import (
     MAX_ATTEMPTS,
     MAX_CONNECTIONS_PER_ROW,
     MAX_EVENTS_PER_ATTEMPT,

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from agentctl.evidence.contract import Attempt, AttachedGate, RequiredServer, ServerRow, Source
+from agentctl.evidence.contract.control import AttachedGate, RequiredServer
+from agentctl.evidence.contract.report import Attempt, ServerRow, Source
 from agentctl.evidence.display import DELIVERED_LABEL, reporter_name
 
 _NEVER_DELIVERED = ("filtered", "unavailable")

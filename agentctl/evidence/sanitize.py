@@ -18,7 +18,7 @@ import unicodedata
 from collections.abc import Callable, Iterable
 from urllib.parse import urlsplit
 
-from agentctl.evidence.contract import MAX_SUMMARY_BYTES, ErrorSummary
+from agentctl.evidence.contract.report import MAX_SUMMARY_BYTES, ErrorSummary
 from agentctl.evidence.fragments import FragmentMatcher
 from agentctl.evidence.secret_registry import MIN_SECRET_LENGTH, SecretRegistry
 

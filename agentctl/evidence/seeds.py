@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
-from agentctl.evidence.contract import Source, Transport
+from agentctl.evidence.contract.report import Source, Transport
 
 
 class ServerSeed(msgspec.Struct, frozen=True, kw_only=True):

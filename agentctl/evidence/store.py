@@ -33,7 +33,8 @@ from pathlib import Path
 import msgspec
 import platformdirs
 
-from agentctl.evidence.contract import CONTRACT_VERSION, AttachmentHistory, decode_history, encode
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.report import CONTRACT_VERSION, AttachmentHistory, decode_history
 from agentctl.evidence.ledger import Ledger
 from agentctl.logs import log_failure
 from agentctl.safe_files import UnsafePath, ensure_private_dir, open_private, remove_stale_temps, write_atomic

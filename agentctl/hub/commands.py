@@ -29,7 +29,7 @@ from agentctl.hub.locations import ENV_HUB_DB, ENV_HUB_RETENTION, ENV_HUB_SOCKET
 from agentctl.safetext import neutralize_data
 
 if TYPE_CHECKING:  # pragma: no cover
-    from agentctl.evidence.contract import HubSession, HubSessionReport, HubStatus
+    from agentctl.evidence.contract.hub import HubSession, HubSessionReport, HubStatus
     from agentctl.lifecycle import Signals
 
 def add_hub_commands(subparsers: Any) -> None:
@@ -158,7 +158,8 @@ async def _serve(socket_path: Path, db: Any, tasks_db: str | None, web_args: tup
     import logging
 
     from agentctl.control.socket import cleanup_socket_path
-    from agentctl.evidence.contract import HubReady, encode
+    from agentctl.evidence.contract.base import encode
+    from agentctl.evidence.contract.hub import HubReady
     from agentctl.lifecycle import StopStack, serve_until_signalled
     from agentctl.runtime import freeze_startup_heap
     from agentctl.hub.hub import Hub
@@ -221,7 +222,7 @@ def _load(args: argparse.Namespace):
 
 
 def cmd_hub_status(args: argparse.Namespace) -> int:
-    from agentctl.evidence.contract import HubDatabase
+    from agentctl.evidence.contract.hub import HubDatabase
     from agentctl.hub.views import status_view
 
     loaded = _load(args)

@@ -32,8 +32,10 @@ from typing import Any, NoReturn
 from agentctl.backend.embedded import EmbeddedBackend
 from agentctl.control.socket import cleanup_socket_path, prepare_socket_path
 from agentctl.unix_socket import bind_unix_socket, peer_allowed
-from agentctl.evidence.contract import (EndpointTestResult, HubSession, HubSessionReport, HubStatus, Identity,
-                                        StderrView, TerminalView, encode)
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.control import StderrView, TerminalView
+from agentctl.evidence.contract.hub import HubSession, HubSessionReport, HubStatus
+from agentctl.evidence.contract.report import EndpointTestResult, Identity
 from agentctl.evidence.ledger import utcnow
 from agentctl.listener_guard import (ListenerGuard, RateLimitedLog, forget_listener, hold, install_accept_error_log,
                                      name_listener, trust)

@@ -13,7 +13,7 @@ from typing import Any
 
 from agentctl.backend.base import Backend, BackendError
 from agentctl.unix_socket import peer_cred
-from agentctl.evidence.contract import Identity
+from agentctl.evidence.contract.report import Identity
 from agentctl.hub import rules
 from agentctl.listener_guard import connection_caps, fd_limit
 from agentctl.hub.state import ExecutionState, SessionState

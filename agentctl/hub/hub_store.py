@@ -31,7 +31,9 @@ from typing import Any, Protocol
 
 import msgspec
 
-from agentctl.evidence.contract import AttachmentHistory, HubSession, Identity, encode
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.hub import HubSession
+from agentctl.evidence.contract.report import AttachmentHistory, Identity
 from agentctl.hub.migrations import HUB
 from agentctl.hub.state import ExecutionState, SessionState
 from agentctl.hub.views import session_listing

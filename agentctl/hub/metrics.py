@@ -20,7 +20,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from agentctl import __version__
-from agentctl.evidence.contract import CONTRACT_VERSION, STATUSES, HubSession
+from agentctl.evidence.contract.hub import HubSession
+from agentctl.evidence.contract.report import CONTRACT_VERSION, STATUSES
 from agentctl.upstream import protocol as P
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -28,7 +28,8 @@ def hub_location(db: str | None, db_file: str | None = None) -> Any:
 
 def cmd_hub_migrate(args: argparse.Namespace) -> int:
     from agentctl.dsn import DsnError, PostgresDsn
-    from agentctl.evidence.contract import CONTRACT_VERSION, HubMigration, MigrationStep
+    from agentctl.evidence.contract.hub import HubMigration, MigrationStep
+    from agentctl.evidence.contract.report import CONTRACT_VERSION
     from agentctl.hub.hub_store import HubStore, HubStoreError
     from agentctl.hub.migrations import HUB
     from agentctl.migrations import MigrationError

@@ -34,7 +34,9 @@ from typing import Any
 import msgspec
 
 from agentctl.dsn import PostgresDsn
-from agentctl.evidence.contract import HubSession, Identity, encode
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.hub import HubSession
+from agentctl.evidence.contract.report import Identity
 from agentctl.hub import rules
 from agentctl.hub.hub_store import (
     EXECUTION_COLS,

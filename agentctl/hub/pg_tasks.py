@@ -22,7 +22,7 @@ from typing import Any
 from agentctl.backend.base import BackendError
 from agentctl.backend.embedded import EmbeddedBackend, TaskStoreError
 from agentctl.dsn import PostgresDsn
-from agentctl.evidence.contract import Identity
+from agentctl.evidence.contract.report import Identity
 from agentctl.migrations import Family, Migration, MigrationError
 from agentctl.postgres import PostgresUnavailable, connect, driver, migrate_postgres
 

@@ -28,7 +28,7 @@ from agentctl.hub.hub_store import HubStoreError
 from agentctl.hub.state import SessionState
 
 if TYPE_CHECKING:  # pragma: no cover
-    from agentctl.evidence.contract import Identity
+    from agentctl.evidence.contract.report import Identity
     from agentctl.hub.hub import Hub
     from agentctl.hub.hub_conn import HubConnection
 

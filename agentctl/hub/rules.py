@@ -31,7 +31,7 @@ from datetime import datetime
 from typing import Generic, Literal, TypeVar
 
 from agentctl.evidence import reducer
-from agentctl.evidence.contract import READABLE_CONTRACT_VERSIONS, Identity
+from agentctl.evidence.contract.report import READABLE_CONTRACT_VERSIONS, Identity
 from agentctl.evidence.foreign import reredact_agent, reredact_event, reredact_history
 from agentctl.hub.state import ExecutionState, SessionState
 from agentctl.upstream import protocol as P

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from agentctl.evidence.contract import AttachmentHistory, Identity
+from agentctl.evidence.contract.report import AttachmentHistory, Identity
 
 
 @dataclass

@@ -10,14 +10,8 @@ from collections.abc import Iterable
 
 import msgspec
 
-from agentctl.evidence.contract import (
-    CONTRACT_VERSION,
-    Attempt,
-    HubExecution,
-    HubSession,
-    HubSessionReport,
-    HubStatus,
-)
+from agentctl.evidence.contract.hub import HubExecution, HubSession, HubSessionReport, HubStatus
+from agentctl.evidence.contract.report import CONTRACT_VERSION, Attempt
 from agentctl.hub.state import ExecutionState, SessionState
 
 

@@ -37,7 +37,7 @@ import msgspec
 from aiohttp import web
 
 from agentctl.http_answers import Refusal, error_response, status_reason
-from agentctl.evidence.contract import encode
+from agentctl.evidence.contract.base import encode
 from agentctl.lifecycle import StackedService, StopStack
 from agentctl.evidence.decode_errors import describe_decode_error
 from agentctl.listener_guard import (

@@ -14,17 +14,15 @@ from typing import Any
 
 from agentctl.diagnostics.diagnostics import attempt_diagnostics
 from agentctl.diagnostics.render import render_diagnostics, some_names, tool_arguments
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.control import StderrView, TerminalView
+from agentctl.evidence.contract.diagnostics import Diagnostics
+from agentctl.evidence.contract.hub import HubSession, HubSessionReport
+from agentctl.evidence.contract.report import (
     CONTRACT_VERSION,
     AgentState,
     Attempt,
-    Diagnostics,
     EndpointTestResult,
-    HubSession,
-    HubSessionReport,
     ServerRow,
-    StderrView,
-    TerminalView,
 )
 from agentctl.hub.views import daemon_link
 from agentctl.present.checklist import (

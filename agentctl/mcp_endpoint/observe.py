@@ -63,7 +63,7 @@ from agentctl.evidence import reasons
 from agentctl.evidence.catalog import build_catalog
 from agentctl.evidence.encoding import REASON_ESTIMATOR_LOADING
 from agentctl.evidence.estimates import CatalogEstimates
-from agentctl.evidence.contract import ClientInfo, ToolCatalog
+from agentctl.evidence.contract.report import ClientInfo, ToolCatalog
 from agentctl.evidence.ledger import Ledger
 from agentctl.evidence.sanitize import bounded_text
 from agentctl.identity import new_connection_id

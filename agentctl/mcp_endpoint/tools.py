@@ -34,7 +34,7 @@ from agentctl.backend.base import (
     TaskView,
     timeout_message,
 )
-from agentctl.evidence.contract import Identity
+from agentctl.evidence.contract.report import Identity
 from agentctl.mcp_endpoint import profiles as P
 
 logger = logging.getLogger(__name__)

@@ -5,7 +5,8 @@ these out for the terminal, the hub page as JSON fields.
 
 from __future__ import annotations
 
-from agentctl.evidence.contract import Attempt, ChecklistStep, EndpointTestResult, ServerRow
+from agentctl.evidence.contract.diagnostics import ChecklistStep
+from agentctl.evidence.contract.report import Attempt, EndpointTestResult, ServerRow
 from agentctl.evidence.reasons import meaning
 from agentctl.present.tones import Tone
 from agentctl.present.words import plural, when

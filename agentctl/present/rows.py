@@ -13,7 +13,8 @@ from typing import Any
 
 import msgspec
 
-from agentctl.evidence.contract import AgentReport, AgentState, RowView, ServerDiagnostics, ServerRow
+from agentctl.evidence.contract.diagnostics import RowView, ServerDiagnostics
+from agentctl.evidence.contract.report import AgentReport, AgentState, ServerRow
 from agentctl.evidence.display import DELIVERED_LABEL, reporter_name
 from agentctl.evidence.reasons import meaning
 from agentctl.evidence.reducer import REPORTED_FAILURES, observed_status

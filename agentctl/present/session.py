@@ -7,16 +7,14 @@ from __future__ import annotations
 import signal
 from collections.abc import Mapping
 
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.control import HealthResponse, StatusResponse, UpstreamStatus
+from agentctl.evidence.contract.diagnostics import Diagnostics
+from agentctl.evidence.contract.report import (
     MAX_NOTICES_PER_ATTEMPT,
     AgentNotice,
     AgentState,
     Attempt,
-    Diagnostics,
     ErrorSummary,
-    HealthResponse,
-    StatusResponse,
-    UpstreamStatus,
 )
 from agentctl.evidence.reasons import meaning
 from agentctl.present.tones import Tone

@@ -154,7 +154,7 @@ def cmd_probe_passthrough(args: argparse.Namespace) -> int:
 
     import asyncio
 
-    from agentctl.evidence.contract import encode
+    from agentctl.evidence.contract.base import encode
     from agentctl.logs import configure_logging
     from agentctl.probe.passthrough import PassthroughOptions, run_passthrough_probe
     from agentctl.probe.report import render_passthrough
@@ -185,7 +185,7 @@ def cmd_probe_mcp(args: argparse.Namespace) -> int:
 
     import asyncio
 
-    from agentctl.evidence.contract import encode
+    from agentctl.evidence.contract.base import encode
     from agentctl.logs import configure_logging
     from agentctl.probe.report import render_report
     from agentctl.probe.run import DEFAULT_PROMPT, ProbeOptions, open_jsonl, run_probe

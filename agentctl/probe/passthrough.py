@@ -35,14 +35,12 @@ from agentctl.agent.reported.base import ReportReader, ServerReport
 from agentctl.agent.reported.codex import SOURCE as CODEX_SOURCE, CodexAppServerReader
 from agentctl.agent.reported.feed import ReportPlan, open_reader, plan_report
 from agentctl.agent.supervisor import AgentStartError, Supervisor
-from agentctl.evidence.contract import (
-    CONTRACT_VERSION,
-    AgentState,
-    ErrorSummary,
+from agentctl.evidence.contract.probe import (
     ProbeAgentReport,
     ProbeConfiguration,
     ProbePassthroughReport,
 )
+from agentctl.evidence.contract.report import CONTRACT_VERSION, AgentState, ErrorSummary
 from agentctl.evidence.sanitize import summarize
 from agentctl.evidence.secret_registry import SecretRegistry
 from agentctl.exit_codes import EXIT_NO_DAEMON, EXIT_OK

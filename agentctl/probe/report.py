@@ -1,4 +1,4 @@
-"""Human rendering of the probe's findings (the ProbeReport contract type lives in evidence/contract.py).
+"""Human rendering of the probe's findings (the ProbeReport contract type lives in evidence/contract/probe.py).
 
 One line per finding, in a fixed order, each with its time since the probe started. Nothing the agent
 did not do is phrased as its failure: an absent observation reads "not observed", and no contact at
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from agentctl.control.render import paint as paint_tone
 from agentctl.present.session import auth_text
-from agentctl.evidence.contract import ProbeContact, ProbePassthroughReport, ProbeReport
+from agentctl.evidence.contract.probe import ProbeContact, ProbePassthroughReport, ProbeReport
 from agentctl.evidence.display import reporter_name
 from agentctl.present.tones import Tone, reported_tone
 from agentctl.safetext import neutralize_data

@@ -52,16 +52,18 @@ from agentctl.agent.supervisor import AgentStartError, Supervisor, build_agent_e
 from agentctl.agent.transports import AgentStdioTransport
 from agentctl.bundled import self_command
 from agentctl.exit_codes import EXIT_NO_DAEMON, EXIT_OK
-from agentctl.evidence.contract import (
-    CONTRACT_VERSION,
-    AgentState,
-    ErrorSummary,
-    McpCapabilities,
+from agentctl.evidence.contract.probe import (
     ProbeContact,
     ProbeJsonlLine,
     ProbePrompt,
     ProbeReport,
     ProbeSession,
+)
+from agentctl.evidence.contract.report import (
+    CONTRACT_VERSION,
+    AgentState,
+    ErrorSummary,
+    McpCapabilities,
 )
 from agentctl.evidence.sanitize import bounded_text, opaque_id, summarize, target_for_command, target_for_url
 from agentctl.evidence.secret_registry import SecretRegistry

@@ -16,7 +16,7 @@ from typing import Any
 
 from acp import RequestError
 
-from agentctl.evidence.contract import MAX_NOTICES_PER_ATTEMPT
+from agentctl.evidence.contract.report import MAX_NOTICES_PER_ATTEMPT
 from agentctl.testing import _ref_mcp as M
 from agentctl.testing.secret_forms import FORMS
 

@@ -42,7 +42,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from agentctl.tracing import ENDPOINT_VARIABLES
 
 if TYPE_CHECKING:
-    from agentctl.evidence.contract import EvidenceEvent
+    from agentctl.evidence.contract.report import EvidenceEvent
     from agentctl.evidence.ledger import Ledger
 
 # Evidence fields copied onto span events: closed vocabularies and names, never free text.

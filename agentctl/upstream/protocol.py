@@ -18,14 +18,13 @@ from typing import Any, Union
 
 import msgspec
 
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.control import StderrView, TerminalView
+from agentctl.evidence.contract.report import (
     AgentState,
     AttachmentHistory,
     EndpointTestResult,
     EvidenceEvent,
     Identity,
-    StderrView,
-    TerminalView,
 )
 from agentctl.evidence.decode_errors import describe_decode_error
 

@@ -40,7 +40,9 @@ import msgspec
 
 from agentctl import __version__
 from agentctl.unix_socket import peer_allowed, peer_cred
-from agentctl.evidence.contract import CONTRACT_VERSION, EvidenceEvent, UpstreamStatus, encode
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.control import UpstreamStatus
+from agentctl.evidence.contract.report import CONTRACT_VERSION, EvidenceEvent
 from agentctl.evidence.ledger import utcnow
 from agentctl.upstream import protocol as P
 from agentctl.upstream.frames_io import STREAM_LIMIT, read_frame_line

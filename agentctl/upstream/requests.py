@@ -14,7 +14,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from agentctl.context import current_terminal, runs_on_terminal
-from agentctl.evidence.contract import StderrView, TerminalView
+from agentctl.evidence.contract.control import StderrView, TerminalView
 from agentctl.present.output import STDERR_UPSTREAM_WARNING, TERMINAL_UPSTREAM_WARNING
 from agentctl.upstream import protocol as P
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from agentctl.backend.base import OPS, Backend, BackendError, timeout_message
-from agentctl.evidence.contract import Identity
+from agentctl.evidence.contract.report import Identity
 from agentctl.evidence.ledger import utcnow
 from agentctl.upstream import protocol as P
 

@@ -198,7 +198,7 @@ def assert_recorded_nowhere(daemon: Any, canary: str, log_text: str) -> None:
     """What the agent printed (`canary`) is in nothing recorded: the report, the diagnostics, the log, any state
     file (the in-process hub's store, which is what went upstream, among them). `daemon`: a finished Daemon."""
     from agentctl.diagnostics.diagnostics import build_diagnostics
-    from agentctl.evidence.contract import encode
+    from agentctl.evidence.contract.base import encode
 
     assert canary not in daemon.ctx.report_path.read_text()
     assert canary.encode() not in encode(build_diagnostics(daemon.ctx))

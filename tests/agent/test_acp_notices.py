@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from agentctl.agent.acp_notices import NO_TITLE, NoticeTap, advertise, parse_notice
 from agentctl.agent.transports import AgentStdioTransport
-from agentctl.evidence.contract import MAX_NOTICES_PER_ATTEMPT, AgentNotice
+from agentctl.evidence.contract.report import MAX_NOTICES_PER_ATTEMPT, AgentNotice
 from agentctl.evidence.ledger import Ledger
 from tests.agent.serve_support import agent_spec, canary_http_server, cli, closed_port
 from tests.conftest import eventually

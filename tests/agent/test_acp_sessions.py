@@ -163,7 +163,7 @@ async def test_linger_stops_the_daemon_that_long_after_the_agent_exits_on_its_ow
 def _runtime_with_attempt(tmp_path, names: list[str]):
     from agentctl.agent.acp import AcpRuntime
     from agentctl.agent.delivery import Planned
-    from agentctl.evidence.contract import Identity
+    from agentctl.evidence.contract.report import Identity
     from agentctl.evidence.ledger import Ledger
     from agentctl.evidence.seeds import ServerSeed
 

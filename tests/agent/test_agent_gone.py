@@ -16,7 +16,7 @@ import msgspec
 import psutil
 
 from agentctl.present.session import agent_gone
-from agentctl.evidence.contract import AgentState
+from agentctl.evidence.contract.report import AgentState
 from tests.agent.serve_support import cli, http_get, row
 from tests.conftest import poll
 from tests.upstream.procs import control, start_daemon, start_hub, write_spec

@@ -6,7 +6,7 @@ import pytest
 
 from agentctl.agent.delivery import AcpReceiver, BuiltinEndpoint, plan_delivery, plan_servers
 from agentctl.agent.passthrough.base import CliReceiver
-from agentctl.evidence.contract import McpCapabilities
+from agentctl.evidence.contract.report import McpCapabilities
 from agentctl.spec import parse_spec
 from tests.conftest import spec_toml
 

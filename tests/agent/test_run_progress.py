@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from agentctl.daemon.run import progress_line
-from agentctl.evidence.contract import EvidenceEvent
+from agentctl.evidence.contract.report import EvidenceEvent
 
 T = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 

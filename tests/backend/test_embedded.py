@@ -15,8 +15,8 @@ import pytest
 from agentctl.backend import OPS, Backend, BackendError, EmbeddedBackend
 from agentctl.backend.embedded import SCHEMA_VERSION
 from agentctl.daemon.servers import configured_servers
+from agentctl.evidence.contract.report import Identity
 from agentctl.spec import parse_spec
-from agentctl.evidence.contract import Identity
 from tests.conftest import identity, spec_toml
 
 IDENTITY = identity()

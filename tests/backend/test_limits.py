@@ -10,7 +10,7 @@ from mcp import Client
 from mcp.server import MCPServer
 
 from agentctl.backend import BackendError, EmbeddedBackend, limits
-from agentctl.evidence.contract import Identity
+from agentctl.evidence.contract.report import Identity
 from agentctl.mcp_endpoint.tools import register_tools
 
 IDENTITY = Identity(task_id="t", session_id="s", execution_id="e", instance_id="i", agent_id="a",

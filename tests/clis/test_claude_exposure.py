@@ -8,7 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from agentctl.evidence.contract import decode_history
+from agentctl.evidence.contract.report import decode_history
 from agentctl.present.rows import row_view
 from tests.clis.conftest import clean_env
 from tests.conftest import agentctl_cmd, write_spec

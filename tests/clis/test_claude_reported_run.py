@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agentctl.evidence.contract import decode_history
+from agentctl.evidence.contract.report import decode_history
 from tests.clis.conftest import clean_env
 from tests.conftest import agentctl_cmd, write_spec
 from tests.passthrough.support import reachable_and_closed_toml
@@ -71,7 +71,7 @@ def test_probe_passthrough_with_real_claude_code_reports_the_sentinel_reached_an
 ) -> None:
     import msgspec
 
-    from agentctl.evidence.contract import ProbePassthroughReport
+    from agentctl.evidence.contract.probe import ProbePassthroughReport
 
     claude = real_cli("claude")
     home = tmp_path / "home"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import msgspec
 
-from agentctl.evidence.contract import ProbePassthroughReport
+from agentctl.evidence.contract.probe import ProbePassthroughReport
 from tests.clis.conftest import clean_env
 from tests.conftest import agentctl_cmd
 

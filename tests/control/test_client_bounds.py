@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from agentctl.control.client import MAX_ANSWER, ControlClient, ControlProtocolError
-from agentctl.evidence.contract import DaemonListing, StatusResponse
+from agentctl.evidence.contract.control import DaemonListing, StatusResponse
 from agentctl.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_UNHEALTHY
 from tests.conftest import REPO, agentctl_cmd
 

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from agentctl.cli_support import EXIT_NO_DAEMON, EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE
-from agentctl.evidence.contract import encode
+from agentctl.evidence.contract.base import encode
 from tests.control.control_support import EXECUTION_ID, Served, parse, seed_attempt
 
 
@@ -194,7 +194,7 @@ async def test_report_json_round_trips_the_contract(served: Served, capsys) -> N
     seed_attempt(served.ctx)
     assert await run(["report", "--json", "--socket", str(served.socket_path)]) == EXIT_OK
     out = capsys.readouterr().out
-    from agentctl.evidence.contract import decode_history
+    from agentctl.evidence.contract.report import decode_history
 
     history = decode_history(out)
     assert len(history.previous) == 1

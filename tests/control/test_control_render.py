@@ -22,15 +22,13 @@ from agentctl.control.render import (
     wrap,
 )
 from agentctl.present.rows import display_label
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.control import CheckState, HealthResponse, StatusResponse
+from agentctl.evidence.contract.report import (
     AttachmentHistory,
     Attempt,
-    CheckState,
     EndpointTestResult,
     ErrorSummary,
-    HealthResponse,
     ServerRow,
-    StatusResponse,
 )
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -231,7 +229,7 @@ def test_an_attempt_shows_its_endpoint_test_and_session_error_as_details_and_fai
 def test_long_names_and_summaries_stay_within_80_columns() -> None:
     rows = [
         {"name": "a-really-long-server-name-from-some-profile", "status": "failed", "reason_code": "x" * 30,
-         "summary": "word " * 60},
+         "summary": "word " * 51},  # at the contract's bound (MAX_SUMMARY_BYTES)
         {"name": "s", "status": "delivered"},
     ]
     out = render_status(status_body(rows=rows), color=True)

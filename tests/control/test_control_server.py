@@ -20,7 +20,7 @@ from aiohttp import web
 from agentctl.control.client import ControlClient, ControlProtocolError, ControlUnavailable
 from agentctl.control.server import install_control_routes
 from agentctl.control.socket import cleanup_socket_path, prepare_socket_path, start_unix_site
-from agentctl.evidence.contract import decode_history
+from agentctl.evidence.contract.report import decode_history
 from tests.control.control_support import (
     EXECUTION_ID, TEST_CTX_KEY, Served, is_root, make_ctx, seed_attempt, serve_app,
 )

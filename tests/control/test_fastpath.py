@@ -22,7 +22,7 @@ import pytest
 
 from agentctl import fastpath
 from agentctl.exit_codes import EXIT_USAGE
-from agentctl.evidence.contract import AgentReadiness, CheckState, HealthResponse
+from agentctl.evidence.contract.control import AgentReadiness, CheckState, HealthResponse
 from tests.conftest import REPO
 from tests.control.control_support import EXECUTION_ID, Served
 

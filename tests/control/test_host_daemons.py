@@ -20,7 +20,7 @@ import pytest
 
 from agentctl.commands.host_daemons import render_listing, wait_gone
 from agentctl.control.socket import STALE_AFTER
-from agentctl.evidence.contract import DaemonEntry, DaemonListing
+from agentctl.evidence.contract.control import DaemonEntry, DaemonListing
 from agentctl.exit_codes import EXIT_NO_DAEMON, EXIT_OK, EXIT_STILL_RUNNING
 from tests.conftest import REPO, agentctl_cmd, poll, write_spec
 

@@ -17,14 +17,14 @@ import msgspec
 import pytest
 
 from agentctl.control.client import ControlClient, ControlProtocolError, ControlRefused
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.control import (
     ControlError,
     DaemonReady,
     HealthResponse,
-    HubReady,
     PromptStreamItem,
     StatusResponse,
 )
+from agentctl.evidence.contract.hub import HubReady
 from agentctl.evidence.reasons import REASONS
 from tests.conftest import REPO, agentctl_cmd, write_spec
 from tests.control.control_support import raw_exchange

@@ -153,7 +153,7 @@ def test_attempts_agent_restarts_supersessions_and_evidence_kinds_are_counted_fr
 
     from agentctl.daemon.metrics import DaemonCounts
     from agentctl.daemon.metrics_collector import DaemonCollector
-    from agentctl.evidence.contract import Identity
+    from agentctl.evidence.contract.report import Identity
     from agentctl.evidence.ledger import Ledger
     from agentctl.evidence.seeds import ServerSeed
 
@@ -190,7 +190,8 @@ def test_attempts_agent_restarts_supersessions_and_evidence_kinds_are_counted_fr
 def test_a_hub_session_needs_attention_for_a_failed_server_a_session_error_or_no_server_sent_only():
     from datetime import UTC, datetime
 
-    from agentctl.evidence.contract import Attempt, ErrorSummary, HubSession, ServerRow
+    from agentctl.evidence.contract.hub import HubSession
+    from agentctl.evidence.contract.report import Attempt, ErrorSummary, ServerRow
     from agentctl.hub.metrics import needs_attention, session_state
 
     t0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agentctl.evidence.contract import EVIDENCE_KINDS
+from agentctl.evidence.contract.report import EVIDENCE_KINDS
 from agentctl.mcp_endpoint.latency import METHODS, RequestLatency, method_label
 from tests.conftest import agentctl_cmd, poll
 

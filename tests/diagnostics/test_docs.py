@@ -87,7 +87,7 @@ def test_every_command_in_the_troubleshooting_doc_runs_against_a_real_daemon(
     assert '"status": "active"' in outputs["agentctl status --json"]
     assert "[x] tools loaded" in outputs["agentctl diagnostics"]
     assert "[-] initialize, tools loaded, used, disconnected" in outputs["agentctl diagnostics"]
-    assert '"contract_version": 2' in outputs["agentctl diagnostics --json"]
+    assert '"contract_version": 3' in outputs["agentctl diagnostics --json"]
     assert "kandev: reachable" in outputs["agentctl test-endpoint kandev"]
     assert "reachability from the daemon, not attachment" in outputs["agentctl test-endpoint kandev"]
     assert "github: reachable" in outputs["agentctl test-endpoint github --timeout 30"]

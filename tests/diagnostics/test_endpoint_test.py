@@ -9,7 +9,7 @@ import pytest
 
 from agentctl import cli
 from agentctl.diagnostics.endpoint_test import MAX_TIMEOUT, EndpointTestError
-from agentctl.evidence.contract import MAX_SUMMARY_BYTES
+from agentctl.evidence.contract.report import MAX_SUMMARY_BYTES
 from tests.diagnostics.conftest import (
     McpServerFixture,
     build_server,

@@ -13,7 +13,8 @@ from agentctl.control.render import AMBER, GREEN, GREY, RED, RESET
 from agentctl.diagnostics.diagnostics import ToolLookupError, build_tools_view, find_tool
 from agentctl.diagnostics.render import render_diagnostics, render_endpoint_test, render_tool, render_tools
 from agentctl.evidence.catalog import build_catalog, load_estimator
-from agentctl.evidence.contract import EndpointTestResponse, EndpointTestResult
+from agentctl.evidence.contract.control import EndpointTestResponse
+from agentctl.evidence.contract.report import EndpointTestResult
 from tests.diagnostics.render_support import every_state_ctx, every_state_diagnostics
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -42,7 +43,7 @@ def _block(text: str, head: str) -> str:
 HEADER = """\
 agentctl diagnostics: safe to paste into a bug report
 (no agent output, prompts, arguments, header or env values, tokens or full URLs)
-daemon 0.1.0 · contract 2 · generated 2026-01-02 03:04:36 UTC
+daemon 0.1.0 · contract 3 · generated 2026-01-02 03:04:36 UTC
 execution  exec_0123456789abcdef
 instance   inst_0123456789abcdef
 task       task-1 · session sess-1
@@ -185,7 +186,7 @@ def test_diagnostics_fit_80_columns_and_colour_only_when_asked(diagnostics_text:
 def test_diagnostics_json_is_the_contract_shape() -> None:
     d = every_state_diagnostics()
     data = msgspec.json.decode(msgspec.json.encode(d))
-    assert data["contract_version"] == 2 and data["ready"] is False
+    assert data["contract_version"] == 3 and data["ready"] is False
     steps = {s["step"]: s for s in data["current"]["servers"][0]["steps"]}
     assert steps["tools_loaded"] == {"step": "tools_loaded", "done": True, "at": "2026-01-02T03:04:29Z", "detail": "7 tools"}
     assert steps["disconnected"] == {"step": "disconnected", "done": False}
@@ -334,7 +335,7 @@ def test_truncation_is_announced_and_third_party_names_explain_the_missing_catal
 
 
 def test_the_upstream_line_says_connected_or_buffering_with_its_counters() -> None:
-    from agentctl.evidence.contract import UpstreamStatus
+    from agentctl.evidence.contract.control import UpstreamStatus
 
     d = every_state_diagnostics()
     d.upstream = UpstreamStatus(state="buffering", connects=2, dropped_events=5, resyncs=1, last_error="connect_refused")

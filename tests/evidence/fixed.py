@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from agentctl.evidence.contract import Identity
+from agentctl.evidence.contract.report import Identity
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 

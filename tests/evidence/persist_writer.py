@@ -11,7 +11,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from agentctl.evidence.contract import Identity
+from agentctl.evidence.contract.report import Identity
 from agentctl.evidence.ledger import Ledger
 from agentctl.evidence.seeds import ServerSeed
 from agentctl.evidence.store import Persister

@@ -10,7 +10,7 @@ import pytest
 
 from agentctl.evidence import encoding as encoding_mod
 from agentctl.evidence.catalog import TokenEstimator, build_catalog, load_estimator
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.report import (
     MAX_CATALOG_SCHEMA_BYTES,
     MAX_CATALOG_TOOLS,
     MAX_DESCRIPTION_BYTES,

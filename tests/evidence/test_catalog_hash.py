@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from agentctl.evidence.catalog import build_catalog, catalog_hash
-from agentctl.evidence.contract import CATALOG_HASH_METHOD, MAX_CATALOG_TOOLS, MAX_DESCRIPTION_BYTES, ToolCatalog
+from agentctl.evidence.contract.report import CATALOG_HASH_METHOD, MAX_CATALOG_TOOLS, MAX_DESCRIPTION_BYTES, ToolCatalog
 from tests.evidence.test_catalog import schema_of_size, tool
 
 TOOLS = [

@@ -1,9 +1,10 @@
-"""Contract version 2 beside version 1: new readers read old reports unchanged; old readers refuse new ones.
+"""Contract version 3 beside versions 1 and 2: new readers read old reports unchanged; old readers refuse new ones.
 
 `data/report_v1.json` is a report written by agentctl 0.1.0 (contract 1): `agentctl run examples/demo.toml`
 with the reference agent, commit 8bbd6b9. `data/contract_v1.py.txt` is that release's
 agentctl/evidence/contract.py, verbatim, so the old reader's behaviour is tested with the old types
-themselves rather than described.
+themselves rather than described. `data/report_v2.json` and `data/contract_v2.py.txt` are the same for the
+last commit of contract 2 (9860542, `agentctl run examples/demo.toml --prompt hello`).
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ import msgspec
 import pytest
 
 from agentctl.evidence import reducer
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.report import (
     CONTRACT_VERSION,
     READABLE_CONTRACT_VERSIONS,
     AttachmentHistory,
     EvidenceEvent,
     decode_history,
-    encode,
 )
 from agentctl.evidence.store import ReportCorrupt, read_report, report_path
 
@@ -32,17 +33,30 @@ V1_REPORT = DATA / "report_v1.json"
 V1_EXECUTION = "exec-v1-demo"
 
 
-@pytest.fixture(scope="module")
-def v1() -> Iterator[types.ModuleType]:
-    name = "agentctl_contract_v1"
+V2_REPORT = DATA / "report_v2.json"
+
+
+def _old_contract(version: int) -> Iterator[types.ModuleType]:
+    name = f"agentctl_contract_v{version}"
     module = types.ModuleType(name)
     sys.modules[name] = module  # msgspec resolves the structs' annotations through their module
     try:
-        exec(compile((DATA / "contract_v1.py.txt").read_text(), "contract_v1.py", "exec"), module.__dict__)
-        assert module.CONTRACT_VERSION == 1
+        exec(compile((DATA / f"contract_v{version}.py.txt").read_text(), f"contract_v{version}.py", "exec"),
+             module.__dict__)
+        assert module.CONTRACT_VERSION == version
         yield module
     finally:
         del sys.modules[name]
+
+
+@pytest.fixture(scope="module")
+def v1() -> Iterator[types.ModuleType]:
+    yield from _old_contract(1)
+
+
+@pytest.fixture(scope="module")
+def v2() -> Iterator[types.ModuleType]:
+    yield from _old_contract(2)
 
 
 def _report(history: AttachmentHistory, server: str, **fields) -> EvidenceEvent:
@@ -61,8 +75,17 @@ def _state_dir_with(tmp_path: Path, data: bytes, execution: str = V1_EXECUTION) 
     return tmp_path
 
 
-def test_this_release_reads_versions_1_and_2() -> None:
-    assert CONTRACT_VERSION == 2 and READABLE_CONTRACT_VERSIONS == (1, 2)
+def test_this_release_reads_versions_1_2_and_3() -> None:
+    assert CONTRACT_VERSION == 3 and READABLE_CONTRACT_VERSIONS == (1, 2, 3)
+
+
+def test_a_version_2_report_reads_with_the_new_code_unchanged(tmp_path: Path) -> None:
+    original = V2_REPORT.read_bytes()
+    execution = decode_history(original).identity.execution_id
+    history = read_report(_state_dir_with(tmp_path, original, execution), execution)
+    assert history.version == 2 and history.agent is not None and history.agent.state == "exited"
+    assert {row.name: row.status for row in history.current.servers} == {"kandev": "active", "docs": "delivered"}
+    assert encode(history) == original.rstrip(b"\n")
 
 
 def test_a_version_1_report_reads_with_the_new_code_unchanged(tmp_path: Path) -> None:
@@ -83,24 +106,24 @@ def test_a_version_1_report_folds_new_evidence_by_the_new_rules() -> None:
     assert (row.status, row.status_source, row.reason_code) == ("failed", "reported", "agent_reported_failed")
 
 
-@pytest.mark.parametrize("version", [3, 0, -1, 2**40])
+@pytest.mark.parametrize("version", [4, 0, -1, 2**40])
 def test_a_report_of_a_version_this_release_does_not_read_is_refused_by_its_version(tmp_path: Path, version: int) -> None:
     data = V1_REPORT.read_bytes().replace(b'"version":1', f'"version":{version}'.encode(), 1)
-    with pytest.raises(ReportCorrupt, match=r"contract version (-?\d+|unknown); this agentctl reads versions 1, 2"):
+    with pytest.raises(ReportCorrupt, match=r"contract version (-?\d+|unknown); this agentctl reads versions 1, 2, 3"):
         read_report(_state_dir_with(tmp_path, data), V1_EXECUTION)
 
 
 def test_a_newer_report_with_fields_this_release_does_not_know_is_refused_by_version_not_by_field(tmp_path: Path) -> None:
-    data = V1_REPORT.read_bytes().replace(b'"version":1', b'"version":3', 1).replace(
+    data = V1_REPORT.read_bytes().replace(b'"version":1', b'"version":4', 1).replace(
         b'"last_seq":', b'"something_new":true,"last_seq":', 1)
-    with pytest.raises(ReportCorrupt, match="contract version 3") as caught:
+    with pytest.raises(ReportCorrupt, match="contract version 4") as caught:
         read_report(_state_dir_with(tmp_path, data), V1_EXECUTION)
     assert "something_new" not in str(caught.value)
 
 
 def _v2_report(*, with_report: bool) -> bytes:
     history = decode_history(V1_REPORT.read_bytes())
-    history.version = CONTRACT_VERSION
+    history.version = 2
     if with_report:
         assert reducer.apply(history, _report(history, "docs", reported_state="connected", tool_count=2)) == "applied"
     return encode(history)
@@ -117,3 +140,21 @@ def test_the_0_1_0_reader_refuses_a_v2_report_with_agent_reported_evidence_and_n
     with pytest.raises(msgspec.ValidationError, match="agent_reported|Object contains unknown field"):
         v1.decode_history(data)
 
+
+
+def _v3_report(**agent: object) -> bytes:
+    history = decode_history(V2_REPORT.read_bytes())
+    history.version = CONTRACT_VERSION
+    history.agent = msgspec.structs.replace(history.agent, **agent)
+    return encode(history)
+
+
+def test_the_contract_2_reader_refuses_a_v3_report_by_its_version_never_by_a_field(v2) -> None:
+    # A field that contract 2's last commit knows, and one it does not: the refusal names the version alike.
+    for data in (_v3_report(terminal=True), _v3_report()):
+        with pytest.raises(v2.UnreadableVersion, match=r"^contract version 3; this agentctl reads versions 1, 2$"):
+            v2.decode_history(data)
+
+
+def test_the_contract_2_reader_reads_the_v2_fixture_this_release_reads(v2) -> None:
+    assert v2.encode(v2.decode_history(V2_REPORT.read_bytes())) == encode(decode_history(V2_REPORT.read_bytes()))

@@ -14,7 +14,7 @@ import pytest
 from agentctl.evidence import estimate_cache as EC
 from agentctl.evidence import estimates as E
 from agentctl.evidence.catalog import estimate_text
-from agentctl.evidence.contract import TOKEN_ESTIMATE_METHOD
+from agentctl.evidence.contract.report import TOKEN_ESTIMATE_METHOD
 from agentctl.evidence.encoding import PACKAGED_SHA256
 from tests.conftest import poll
 

@@ -10,7 +10,8 @@ from datetime import datetime, timedelta
 import pytest
 
 from agentctl.evidence import ledger as ledger_mod
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.report import (
     CONTRACT_VERSION,
     MAX_ATTEMPTS,
     ClientInfo,
@@ -19,7 +20,6 @@ from agentctl.evidence.contract import (
     ToolCatalog,
     ToolSummary,
     decode_history,
-    encode,
 )
 from agentctl.evidence.ledger import Ledger
 from agentctl.evidence.seeds import ServerSeed
@@ -296,3 +296,20 @@ def test_a_new_attempt_does_not_revoke_a_running_self_test_credential(ledger: Le
     assert ledger.tokens.attempt_for(token) == self_id
     ledger.forget_self_test(self_id)
     assert ledger.tokens.attempt_for(token) is None
+
+
+@pytest.mark.parametrize("char", ["x", "é"])  # one byte a character, and two: the byte and character bounds differ
+def test_free_text_recorded_over_the_contracts_bounds_is_cut_so_the_report_stays_readable(
+    ledger: Ledger, char: str
+) -> None:
+    # The type refuses an over-long field of a foreign report; the ledger must never write one itself, or its
+    # own report would be unreadable after a restart and refused by every hub.
+    from agentctl.evidence.contract.report import AgentNotice
+
+    attempt, _ = ledger.begin_attempt("session_new", SEEDS)
+    long = char * 2000
+    ledger.record("explicit_error", attempt, "github", reason_code="x", summary=long)
+    ledger.add_notice(attempt, AgentNotice(severity="info", title=long, description=long, occurred_at=T0))
+    ledger.update_agent(name=long, version=long, exit_reason=long)
+    history = decode_history(encode(ledger.history))
+    assert history.current.notices[0].title and history.agent.exit_reason

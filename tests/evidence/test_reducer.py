@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentctl.evidence import reducer
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.report import (
     CONTRACT_VERSION,
     MAX_ATTEMPTS,
     MAX_EVENTS_PER_ATTEMPT,
@@ -30,7 +31,6 @@ from agentctl.evidence.contract import (
     ToolCatalog,
     ToolSummary,
     decode_history,
-    encode,
 )
 from tests.evidence.fixed import IDENT, T0
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agentctl.evidence import reducer
-from agentctl.evidence.contract import MAX_CONNECTIONS_PER_ROW, ClientInfo, EndpointTestResult, ErrorSummary
+from agentctl.evidence.contract.report import MAX_CONNECTIONS_PER_ROW, ClientInfo, EndpointTestResult, ErrorSummary
 from tests.evidence.fixed import T0
 from tests.evidence.test_reducer import World, catalog, expected_status
 

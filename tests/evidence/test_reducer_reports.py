@@ -16,7 +16,8 @@ import msgspec
 import pytest
 
 from agentctl.evidence import reducer
-from agentctl.evidence.contract import decode_history, encode
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.report import decode_history
 from agentctl.evidence.display import DELIVERED_LABEL, reporter_name
 from agentctl.present.rows import row_view
 from tests.evidence.fixed import T0

@@ -13,7 +13,8 @@ import msgspec
 import pytest
 
 from agentctl.present.rows import report_details
-from agentctl.evidence.contract import ServerRow, encode
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.report import ServerRow
 from agentctl.present.rows import row_view
 from tests.evidence.fixed import T0
 from tests.evidence.test_reducer import World, catalog

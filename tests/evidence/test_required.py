@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from agentctl.evidence.contract import AgentReport, Attempt, ServerRow
+from agentctl.evidence.contract.report import AgentReport, Attempt, ServerRow
 from agentctl.evidence.required import gate_lines, judge, required_names
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)

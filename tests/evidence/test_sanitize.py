@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from agentctl.evidence.contract import MAX_SUMMARY_BYTES, ErrorSummary
+from agentctl.evidence.contract.report import MAX_SUMMARY_BYTES, ErrorSummary
 from agentctl.evidence.sanitize import (
     ELLIPSIS,
     INVALID_REASON_CODE,

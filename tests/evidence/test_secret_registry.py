@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from agentctl.evidence.contract import MAX_SUMMARY_BYTES
+from agentctl.evidence.contract.report import MAX_SUMMARY_BYTES
 from agentctl.evidence.ledger import Ledger
 from agentctl.evidence.sanitize import REDACTED, bounded_text, opaque_id, redact, summarize
 from agentctl.evidence.secret_registry import MIN_PART_LENGTH, SecretRegistry, value_parts

@@ -19,7 +19,8 @@ import platformdirs
 import pytest
 
 from agentctl.evidence import store
-from agentctl.evidence.contract import Identity, decode_history, encode
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.report import Identity, decode_history
 from agentctl.evidence.ledger import Ledger
 from agentctl.evidence.seeds import ServerSeed
 from agentctl.evidence.store import (

@@ -15,12 +15,12 @@ import msgspec
 import pytest
 
 from agentctl.evidence import reducer
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.report import (
     MAX_ATTEMPTS,
     MAX_EVENTS_PER_ATTEMPT,
     AttachmentHistory,
     EvidenceEvent,
-    encode,
 )
 from agentctl.upstream import protocol as P
 from agentctl.hub.hub import Hub

@@ -10,7 +10,7 @@ import logging
 import sqlite3
 from datetime import UTC, datetime
 
-from agentctl.evidence.contract import encode
+from agentctl.evidence.contract.base import encode
 from agentctl.evidence.ledger import Ledger
 from agentctl.upstream import protocol as P
 from agentctl.hub import hub as hub_module

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from agentctl.evidence.contract import CONTRACT_VERSION
+from agentctl.evidence.contract.report import CONTRACT_VERSION
 import os
 import shutil
 import subprocess

@@ -14,7 +14,7 @@ import aiohttp
 import psycopg
 
 from agentctl.dsn import parse_location
-from agentctl.evidence.contract import encode
+from agentctl.evidence.contract.base import encode
 from agentctl.hub.pg_store import hub_tag
 from agentctl.hub.stores import open_store
 from agentctl.hub.web import HubWeb

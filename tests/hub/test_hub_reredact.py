@@ -7,14 +7,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from agentctl.evidence import reducer
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.report import (
     AgentNotice,
     AgentState,
     AttachmentHistory,
     ErrorSummary,
     EvidenceEvent,
     ServerRow,
-    encode,
 )
 from agentctl.evidence.sanitize import REDACTED
 from agentctl.upstream import protocol as P

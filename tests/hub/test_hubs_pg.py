@@ -19,7 +19,7 @@ import msgspec
 import pytest
 
 from agentctl.evidence import reducer
-from agentctl.evidence.contract import AttachmentHistory, EvidenceEvent
+from agentctl.evidence.contract.report import AttachmentHistory, EvidenceEvent
 from agentctl.upstream import protocol as P
 from tests.conftest import REPO, agentctl_cmd
 from tests.conftest import eventually as eventually_every

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from agentctl.dsn import parse_location
-from agentctl.evidence.contract import encode
+from agentctl.evidence.contract.base import encode
 from agentctl.hub.migrations import HUB
 from agentctl.migrations import ADVISORY_LOCK_KEY, MigrationError, PostgresDialect, SchemaTooNew, migrate
 from agentctl.postgres import PostgresUnavailable, migrate_postgres

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentctl.cli import main
 from agentctl.dsn import parse_location
-from agentctl.evidence.contract import AttachmentHistory
+from agentctl.evidence.contract.report import AttachmentHistory
 from agentctl.hub import rules
 from agentctl.hub.hub import Hub
 from agentctl.hub.hub_store import ExecutionRecord, SessionRecord

@@ -16,7 +16,7 @@ import msgspec
 import pytest
 
 from agentctl.evidence import reducer
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.report import (
     CONTRACT_VERSION,
     MAX_ATTEMPTS,
     MAX_EVENTS_PER_ATTEMPT,

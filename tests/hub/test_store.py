@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from agentctl.dsn import parse_location
-from agentctl.evidence.contract import AttachmentHistory, encode
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.report import AttachmentHistory
 from agentctl.hub.hub_store import ExecutionRecord, HubStoreError, SessionRecord
 from agentctl.hub.stores import open_store
 from agentctl.hub.state import ExecutionState, SessionState

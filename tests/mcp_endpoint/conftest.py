@@ -22,7 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 from agentctl.backend import EmbeddedBackend
 from agentctl.evidence import reducer
 from agentctl.evidence.estimates import CatalogEstimates, EstimateCache
-from agentctl.evidence.contract import Attempt, EvidenceEvent, ServerRow
+from agentctl.evidence.contract.report import Attempt, EvidenceEvent, ServerRow
 from agentctl.evidence.ledger import Ledger
 from agentctl.evidence.seeds import ServerSeed
 from agentctl.mcp_endpoint.server import McpEndpoint

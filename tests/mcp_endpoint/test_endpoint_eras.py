@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from agentctl.evidence.estimates import CatalogEstimates, EstimateCache, run_helper
-from agentctl.evidence.contract import TOKEN_ESTIMATE_METHOD
+from agentctl.evidence.contract.report import TOKEN_ESTIMATE_METHOD
 from tests.mcp_endpoint.conftest import MODERN, Harness, eventually
 
 TASK_TOOL_COUNT = 10
@@ -194,7 +194,7 @@ async def test_tool_arguments_and_results_never_reach_the_evidence(harness: Harn
         assert not result.is_error
         await client.call_tool("get_task", {})  # the result now contains the message text
     await harness.wait_events(attempt, "tool_call_observed", 2)
-    from agentctl.evidence.contract import encode
+    from agentctl.evidence.contract.base import encode
 
     assert secret.encode() not in encode(harness.ledger.history)
 

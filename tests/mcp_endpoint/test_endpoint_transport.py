@@ -146,7 +146,7 @@ async def test_refusals_are_counted_by_route_method_and_status_never_with_bodies
     await harness.wait_refusal(("/mcp", "POST", 400))
     await harness.wait_refusal(("/mcp", "POST", 404))
     await harness.wait_refusal(("/messages/", "POST", 404))
-    from agentctl.evidence.contract import encode
+    from agentctl.evidence.contract.base import encode
 
     report = encode(harness.ledger.history)
     assert b"f" * 32 not in report and b"a" * 32 not in report

@@ -16,7 +16,7 @@ from mcp import Client
 from mcp.server import MCPServer
 
 from agentctl.backend import BackendError, EmbeddedBackend
-from agentctl.evidence.contract import MAX_DESCRIPTION_BYTES, Identity
+from agentctl.evidence.contract.report import MAX_DESCRIPTION_BYTES, Identity
 from agentctl.evidence.seeds import ServerSeed
 from agentctl.mcp_endpoint.profiles import ALL_TOOLS, DEFAULT_PROFILE, PROFILE_NAMES, PROFILES
 from agentctl.mcp_endpoint.tools import apply_profile, current_profile, register_tools

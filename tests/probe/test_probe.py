@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from agentctl.cli import main
-from agentctl.evidence.contract import ProbeReport
+from agentctl.evidence.contract.probe import ProbeReport
 from agentctl.probe.report import render_report
 from agentctl.probe.run import DEFAULT_PROMPT, Probe, ProbeOptions, run_probe
 from agentctl.probe.sentinel import SERVER_NAME, TOOL_NAME

@@ -15,7 +15,7 @@ import pytest
 from agentctl.cli import main
 import msgspec
 
-from agentctl.evidence.contract import ProbePassthroughReport
+from agentctl.evidence.contract.probe import ProbePassthroughReport
 from agentctl.probe.passthrough import PassthroughOptions, run_passthrough_probe
 from agentctl.probe.report import render_passthrough
 from agentctl.probe.sentinel import SERVER_NAME, TOOL_NAME

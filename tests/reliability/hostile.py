@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentctl.evidence.contract import CONTRACT_VERSION
+from agentctl.evidence.contract.report import CONTRACT_VERSION
 from agentctl.upstream import protocol as P
 from tests.conftest import identity, poll
 

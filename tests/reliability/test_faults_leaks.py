@@ -15,7 +15,7 @@ import msgspec
 import pytest
 
 from agentctl.control.client import ControlClient
-from agentctl.evidence.contract import encode
+from agentctl.evidence.contract.base import encode
 from agentctl.evidence.ledger import Ledger
 from agentctl.evidence.seeds import ServerSeed
 from agentctl.upstream import protocol as P

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import msgspec
 
-from agentctl.evidence.contract import EvidenceEvent, Identity, decode_history
+from agentctl.evidence.contract.report import EvidenceEvent, Identity, decode_history
 from agentctl.upstream import protocol as P
 from agentctl.hub.hub_store import HubStore
 from agentctl.hub.views import report_view

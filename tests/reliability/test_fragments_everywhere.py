@@ -24,7 +24,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from agentctl.evidence.contract import MAX_NOTICES_PER_ATTEMPT
+from agentctl.evidence.contract.report import MAX_NOTICES_PER_ATTEMPT
 from agentctl.evidence.fragments import fragment_length
 from agentctl.evidence.sanitize import REDACTED
 from agentctl.testing.secret_forms import FORMS, SHAPES, fragment_hits, view_hits

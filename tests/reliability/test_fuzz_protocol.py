@@ -14,14 +14,14 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from agentctl.agent.transports import AgentStdioTransport
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.control import StderrView
+from agentctl.evidence.contract.report import (
     EVIDENCE_KINDS,
     AgentState,
     AttachmentHistory,
     EndpointTestResult,
     EvidenceEvent,
     Identity,
-    StderrView,
 )
 from agentctl.upstream import protocol as P
 from agentctl.upstream.frames_io import STREAM_LIMIT, read_frame_line

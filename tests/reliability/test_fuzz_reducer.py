@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from agentctl.evidence import reducer
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.base import encode
+from agentctl.evidence.contract.report import (
     REPORTED_STATES,
     MAX_ATTEMPTS,
     MAX_EVENTS_PER_ATTEMPT,
@@ -37,7 +38,6 @@ from agentctl.evidence.contract import (
     ToolCatalog,
     ToolSummary,
     decode_history,
-    encode,
 )
 from agentctl.evidence.display import reporter_name
 from agentctl.present.rows import row_view

@@ -9,7 +9,7 @@ import re
 from hypothesis import assume, event, example, given
 from hypothesis import strategies as st
 
-from agentctl.evidence.contract import MAX_SUMMARY_BYTES
+from agentctl.evidence.contract.report import MAX_SUMMARY_BYTES
 from agentctl.evidence.sanitize import (
     MIN_SECRET_LENGTH,
     UNPARSEABLE_TARGET,

@@ -16,7 +16,7 @@ import msgspec
 import pytest
 
 from agentctl.control.client import ControlClient
-from agentctl.evidence.contract import encode
+from agentctl.evidence.contract.base import encode
 from agentctl.hub.hub_store import HubStore, HubStoreError
 from tests.conftest import REPO, agentctl_cmd, spec_toml
 

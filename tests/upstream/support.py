@@ -9,7 +9,7 @@ from typing import Any
 
 
 from agentctl.context import DaemonContext
-from agentctl.evidence.contract import Identity
+from agentctl.evidence.contract.report import Identity
 from agentctl.evidence.ledger import Ledger
 from agentctl.evidence.seeds import ServerSeed
 from agentctl.spec import parse_spec

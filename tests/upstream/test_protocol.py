@@ -8,14 +8,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agentctl.evidence.contract import (
+from agentctl.evidence.contract.control import StderrView, TerminalView
+from agentctl.evidence.contract.report import (
     CONTRACT_VERSION,
     AgentState,
     AttachmentHistory,
     EndpointTestResult,
     EvidenceEvent,
-    StderrView,
-    TerminalView,
 )
 from agentctl.upstream import protocol as P
 from agentctl.upstream.frames_io import STREAM_LIMIT, read_frame_line

@@ -11,7 +11,7 @@ import pytest
 
 from agentctl.backend.base import BackendError
 from agentctl.control.server import build_status
-from agentctl.evidence.contract import encode
+from agentctl.evidence.contract.base import encode
 from agentctl.spec import parse_spec
 from agentctl.upstream import protocol as P
 from agentctl.upstream.frames_io import STREAM_LIMIT, read_frame_line

@@ -15,7 +15,7 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from agentctl.cli import main
-from agentctl.evidence.contract import encode
+from agentctl.evidence.contract.base import encode
 from agentctl.hub.hub_store import HubStore
 from agentctl.upstream.publisher import Publisher
 from tests.upstream.procs import control, start_daemon, start_hub, write_spec

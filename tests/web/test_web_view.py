@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agentctl.present.rows import display_label, row_explanation
-from agentctl.evidence.contract import Attempt, EndpointTestResult, ServerRow, TerminalView
+from agentctl.evidence.contract.control import TerminalView
+from agentctl.evidence.contract.report import Attempt, EndpointTestResult, ServerRow
 from agentctl.hub.web_view import attempt_view, server_view, terminal_notes
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from agentctl.evidence.contract import EvidenceEvent
+from agentctl.evidence.contract.report import EvidenceEvent
 from agentctl.evidence.ledger import Ledger
 
 ACCEPTING_KINDS = frozenset({"initialize_observed", "tools_list_observed", "tool_call_observed", "agent_reported"})

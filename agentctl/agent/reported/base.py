@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import re
 
 from agentctl.agent.reported.lines import LineScanner
-from agentctl.evidence.contract import MAX_EXPOSED_TOOLS, ReportedState
+from agentctl.evidence.contract.report import MAX_EXPOSED_TOOLS, ReportedState
 
 if TYPE_CHECKING:
     from agentctl.evidence.ledger import Ledger

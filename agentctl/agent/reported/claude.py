@@ -33,7 +33,7 @@ from typing import Any
 import msgspec
 
 from agentctl.agent.reported.base import ReportReader, ServerReport, exposed_names
-from agentctl.evidence.contract import ReportedState
+from agentctl.evidence.contract.report import ReportedState
 
 SOURCE = "claude:stream-json-init"
 ACP_NOTICE_SOURCE = "claude-agent-acp:notice"

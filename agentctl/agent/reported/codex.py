@@ -32,7 +32,7 @@ from urllib.parse import unquote
 import msgspec
 
 from agentctl.agent.reported.base import ReportReader, ServerReport, exposed_names
-from agentctl.evidence.contract import ReportedState
+from agentctl.evidence.contract.report import ReportedState
 from agentctl.evidence.sanitize import summarize
 from agentctl.evidence.secret_registry import SecretRegistry
 

@@ -22,7 +22,7 @@ from collections.abc import Collection, Iterable
 from typing import Any
 
 from agentctl.agent.reported.base import ServerReport, exposed_names
-from agentctl.evidence.contract import ReportedState
+from agentctl.evidence.contract.report import ReportedState
 from agentctl.evidence.sanitize import summarize
 from agentctl.evidence.secret_registry import SecretRegistry
 

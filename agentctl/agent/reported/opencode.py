@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from agentctl.agent.reported.base import ServerReport
-from agentctl.evidence.contract import ReportedState
+from agentctl.evidence.contract.report import ReportedState
 from agentctl.evidence.sanitize import summarize
 from agentctl.evidence.secret_registry import SecretRegistry
 
