@@ -21,6 +21,7 @@ import os
 import signal
 import socket
 import sys
+from pathlib import Path
 from typing import Any
 
 from agentctl.cli_support import EXIT_FAILED, EXIT_NO_DAEMON, EXIT_OK, UsageError, command, fail, locate_socket
@@ -67,7 +68,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     path = locate_socket(args)
     # A signal to agentctl (SIGINT from outside: in raw mode Ctrl-C is a key for the agent) is 128+N, never 0:
     # keys read and not yet confirmed may be lost.
-    return asyncio.run(_attach(str(path), key, args.take, args.detach_keys))
+    return asyncio.run(_attach(path, key, args.take, args.detach_keys))
 
 
 def _note(text: str) -> None:
@@ -107,13 +108,18 @@ class _Input:
         return f"{lost} of the {self.read} bytes of your input did not reach the agent: {'; '.join(whys)}"
 
 
+def _wake(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)
+
+
 async def _read_stdin(loop: asyncio.AbstractEventLoop) -> bytes:
     """The next chunk of stdin (b"" at its end): a terminal, a pipe or a socket waited on, a regular file or
     /dev/null (which cannot be polled, and never block) read at once."""
     while True:
-        ready = loop.create_future()
+        ready: asyncio.Future[None] = loop.create_future()
         try:
-            loop.add_reader(0, lambda: ready.done() or ready.set_result(None))
+            loop.add_reader(0, _wake, ready)
         except PermissionError:
             pass  # not pollable: a file, read at once
         except (OSError, ValueError):
@@ -196,7 +202,7 @@ async def _send_input(ws: Any, loop: asyncio.AbstractEventLoop, key: bytes | Non
         sender.cancel()
 
 
-async def _attach(path: str, key: bytes, take: bool, key_name: str) -> int:
+async def _attach(path: Path, key: bytes, take: bool, key_name: str) -> int:
     import aiohttp
 
     from agentctl.agent.pty_host import get_window_size
@@ -223,7 +229,7 @@ async def _attach(path: str, key: bytes, take: bool, key_name: str) -> int:
     modes = ScreenModes()
     interactive = os.isatty(0)
     typed = _Input()
-    async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=path)) as session:
+    async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=str(path))) as session:
         try:
             ws = await session.ws_connect(f"http://localhost{TERMINAL_ROUTE}", params=query, max_msg_size=0,
                                           autoping=True)

@@ -41,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         # Hidden: the built-in server as a stdio server, for an agent that speaks only stdio MCP
         # (agentctl.agent.mcp_bridge). Its URL and token come from its environment, never from argv.
         return int(resolve(TARGETS["mcp-bridge"])(argv[1:]))
+    if argv[:1] == ["mcp-witness"]:
+        # Hidden: a third-party stdio server wrapped in agentctl's witness (agentctl.agent.mcp_witness): it
+        # relays the server's pipes byte for byte and reports what it sees. Where to report comes from its env.
+        return int(resolve(TARGETS["mcp-witness"])(argv[1:]))
     if argv[:1] == ["estimate-tokens"]:
         # Hidden: the short-lived token-estimate helper a daemon starts (agentctl.evidence.estimates), here
         # so a zipapp or frozen build has it too.
@@ -143,7 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _daemon_arguments(parser: argparse.ArgumentParser, *, log_level: str) -> None:
     """SPEC, --socket and --log-level: what `serve` and `run` share."""
-    parser.add_argument("spec", metavar="SPEC", help="execution spec (TOML or JSON)").complete = FILE_COMPLETION
+    # shtab reads its completion hint from an attribute argparse does not declare.
+    setattr(parser.add_argument("spec", metavar="SPEC", help="execution spec (TOML or JSON)"), "complete",
+            FILE_COMPLETION)
     parser.add_argument("--socket", metavar="PATH", help="control socket path (default: $AGENTCTL_SOCKET, else "
                         "<runtime dir>/<execution_id>/control.sock)")
     parser.add_argument("--log-level", default=log_level, choices=["debug", "info", "warning", "error"],

@@ -14,9 +14,9 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from agentctl.exit_codes import (
     EXIT_FAILED,
@@ -28,6 +28,9 @@ from agentctl.exit_codes import (
     EXIT_UNHEALTHY,
     EXIT_USAGE,
 )
+
+if TYPE_CHECKING:  # pragma: no cover - every CLI call imports this module; the client only when it connects
+    from agentctl.control.client import ControlClient
 
 __all__ = [
     "EXIT_FAILED", "EXIT_NO_DAEMON", "EXIT_OK", "EXIT_SIGNAL_BASE", "EXIT_STILL_RUNNING", "EXIT_TEST_FAILED",
@@ -45,7 +48,14 @@ FILE_COMPLETION = {"bash": "_shtab_compgen_files", "zsh": "_files", "tcsh": "f"}
 # ---- parsing ----------------------------------------------------------------------------------------------
 
 
-class _DescribedSubParsers(argparse._SubParsersAction):  # type: ignore[type-arg]
+# Generic in typeshed only: subscripted at run time it is a TypeError.
+if TYPE_CHECKING:  # pragma: no cover
+    _SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]
+else:
+    _SubParsers = argparse._SubParsersAction
+
+
+class _DescribedSubParsers(_SubParsers):
     """Subcommands whose `--help` always says what they do: one given only a `help=` line gets it as its
     description too."""
 
@@ -77,12 +87,12 @@ class CommandParser(argparse.ArgumentParser):
                 raise argparse.ArgumentError(action, f"invalid choice: {value!r} (did you mean {near[0]}?)")
         super()._check_value(action, value)
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         command = self.prog.removeprefix("agentctl").strip()
         self.exit(EXIT_USAGE, f"agentctl: {command + ': ' if command else ''}{message}\n")
 
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+    def parse_known_args(self, args: Iterable[str] | None = None, namespace: Any = None) -> tuple[Any, list[str]]:
         # A subcommand is parsed with parse_known_args; unknown extras would otherwise reach the parent parser.
         namespace, extras = super().parse_known_args(args, namespace)
         if extras:
@@ -146,16 +156,19 @@ def wrapped(*paragraphs: str, width: int = 79) -> str:
     return "\n\n".join(textwrap.fill(p, width=width, break_on_hyphens=False) for p in paragraphs)
 
 
-def add_main_command(subparsers: Any, name: str, *, help: str, description: tuple[str, ...],
+# Any: typeshed gives a parser's `parents` the subparsers' own parser class, while argparse takes any ArgumentParser
+# as a parent (the shared option parsers below are plain ones).
+def add_main_command(subparsers: argparse._SubParsersAction[Any], name: str, *, help: str, description: tuple[str, ...],
                      parents: tuple[argparse.ArgumentParser, ...] = (), aliases: tuple[str, ...] = ()
                      ) -> argparse.ArgumentParser:
     """A main command's parser: its description (a one-line summary first, which shell completion shows), then
     its examples and the variables it reads (agentctl.cli_help) as the epilog, laid out as written."""
     from agentctl.cli_help import command_epilog
 
-    return subparsers.add_parser(name, aliases=list(aliases), parents=list(parents), help=help,
-                                 description=wrapped(*description), epilog=command_epilog(name),
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name, aliases=list(aliases), parents=list(parents), help=help, description=wrapped(*description),
+        epilog=command_epilog(name), formatter_class=argparse.RawDescriptionHelpFormatter)
+    return parser
 
 
 def daemon_options(*, timeout: bool = True) -> argparse.ArgumentParser:
@@ -247,13 +260,8 @@ def locate_socket(args: argparse.Namespace) -> Path:
 
     Sockets that nobody listens on any more (daemons killed without removing theirs) are removed, said so
     on stderr, and never count as a daemon. No daemon found stops the command with EXIT_NO_DAEMON."""
-    from agentctl.control.socket import (
-        ControlSocketError,
-        discover,
-        named_socket,
-        remove_stale,
-        socket_base_dir,
-    )
+    from agentctl.control.socket import discover, named_socket, remove_stale, socket_base_dir
+    from agentctl.unix_socket import ControlSocketError
 
     try:
         path = named_socket(getattr(args, "socket", None), getattr(args, "execution", None))
@@ -293,7 +301,7 @@ def client_exit(exc: Exception) -> int:
     return EXIT_FAILED
 
 
-def connect(args: argparse.Namespace, timeout: float | None = None) -> Any:
+def connect(args: argparse.Namespace, timeout: float | None = None) -> ControlClient:
     """A ControlClient for the daemon the arguments name; a daemon that cannot be found stops the command."""
     from agentctl.control.client import ControlClient
 

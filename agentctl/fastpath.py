@@ -36,7 +36,8 @@ def run(argv: list[str]) -> int | None:
     if options is None:
         return None
     command, flags, values = options
-    from agentctl.control.socket import ControlSocketError, named_socket
+    from agentctl.control.socket import named_socket
+    from agentctl.unix_socket import ControlSocketError
 
     try:
         path = named_socket(values.get("--socket"), values.get("--execution"))
@@ -48,7 +49,7 @@ def run(argv: list[str]) -> int | None:
     answer = _get(path, route)
     if answer is None:
         return None
-    if answer == "timeout":
+    if isinstance(answer, str):  # "timeout"
         # The full client would wait as long again: say what it says, with its exit code.
         from agentctl.safetext import neutralize
 

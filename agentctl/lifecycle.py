@@ -242,7 +242,7 @@ async def serve_until_signalled(
             else:
                 info = starting.result()  # a start-up failure raises here
                 outcome.started = True
-                running = asyncio.ensure_future(main(info) if main is not None else asyncio.Event().wait())
+                running = asyncio.ensure_future(_main_or_forever(main, info))
                 await asyncio.wait({running, signalled}, return_when=asyncio.FIRST_COMPLETED)
                 if running.done():
                     try:
@@ -304,6 +304,14 @@ async def _drain(
             await asyncio.wait_for(abort(), ABORT_TIMEOUT)
         except (TimeoutError, Exception) as exc:  # noqa: BLE001 - the exit goes ahead regardless
             log.warning("the fast exit's clean-up did not finish: %s", type(exc).__name__)
+
+
+async def _main_or_forever(main: Callable[[Any], Awaitable[T]] | None, info: Any) -> T | None:
+    """`main(info)`'s result, or (no main) nothing until cancelled by a signal."""
+    if main is None:
+        await asyncio.Event().wait()
+        return None
+    return await main(info)
 
 
 def run(main: Coroutine[Any, Any, int], *, threads_timeout: float = THREADS_TIMEOUT) -> int:

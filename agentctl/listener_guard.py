@@ -46,6 +46,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 log = logging.getLogger("agentctl.listener")
 
@@ -213,11 +214,12 @@ class GuardedProtocol(asyncio.Protocol):
     # ---- asyncio.Protocol ---------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        assert isinstance(transport, asyncio.Transport), "a listening socket's connections are stream transports"
+        self.transport = transport
         if not self._guard._admit(self):
             self.closed = True
             if self._guard.refusal:
-                transport.write(self._guard.refusal)  # type: ignore[attr-defined]
+                transport.write(self._guard.refusal)
             transport.close()
             return
         sock = transport.get_extra_info("socket")
@@ -446,7 +448,7 @@ def trust(transport: asyncio.BaseTransport | None) -> None:
 
 
 @web.middleware
-async def track_requests(request: web.Request, handler: Any) -> web.StreamResponse:
+async def track_requests(request: web.Request, handler: Handler) -> web.StreamResponse:
     """aiohttp middleware (the outermost): a request's connection is busy until its response is written.
     The handler runs in the task aiohttp made for this request, which ends once the response is written (an
     ASGI app's may run on: `answered`); its done-callback marks the connection idle again."""
@@ -537,13 +539,13 @@ _ACCEPT_MESSAGE: Final = "socket.accept() out of system resource"
 _listener_names: dict[int, str] = {}
 
 
-def name_listener(server: asyncio.AbstractServer, name: str) -> None:
+def name_listener(server: asyncio.Server, name: str) -> None:
     """Name a server's listening sockets in the accept-error line."""
     for sock in server.sockets or ():
         _listener_names[sock.fileno()] = name
 
 
-def forget_listener(server: asyncio.AbstractServer) -> None:
+def forget_listener(server: asyncio.Server) -> None:
     for sock in server.sockets or ():
         _listener_names.pop(sock.fileno(), None)
 

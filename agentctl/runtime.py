@@ -1,5 +1,6 @@
 """Process-wide facts for agentctl's long-lived servers (the daemon, the hub): the start-up heap kept out of
-the garbage collector, and which environment variables belong to the service manager that started them."""
+the garbage collector, and which environment variables belong to the service manager that started them or to
+the daemon itself."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import gc
 # Variables that belong to the daemon's service manager, never to anything the daemon spawns (an agent
 # holding NOTIFY_SOCKET could tell systemd the daemon is ready or stopping).
 SERVICE_MANAGER_ENV_PREFIXES = ("NOTIFY_SOCKET", "WATCHDOG_", "LISTEN_")
+# Environment of the daemon that is the daemon's own business, never the agent's.
+DAEMON_SECRET_ENV_PREFIXES = ("AGENTCTL_", "CREDENTIALS_DIRECTORY")
 
 
 def freeze_startup_heap() -> None:

@@ -70,6 +70,9 @@ class AgentSpec(_S):
     auth_method: str | None = None
 
 
+Observe = Literal["direct", "witness"]
+
+
 class ServerSpec(_S):
     """[[mcp.servers]]: a third-party MCP server of the profile, delivered to the agent."""
 
@@ -83,12 +86,21 @@ class ServerSpec(_S):
     args: list[str] = []
     env: dict[str, str] = {}
     # The prompt waits until this server is attached (agentctl/evidence/required.py decides); a third-party
-    # server must have a channel that can prove it (the agent's own report), or the spec is refused.
+    # server must have a channel that can prove it (the agent's own report, or the witness), or the spec is refused.
     required: bool = False
+    # stdio only: "witness" delivers the command wrapped in agentctl's stdio witness (agentctl/agent/mcp_witness.py),
+    # which relays the server's pipes byte for byte and reports what it sees; unset follows [mcp] observe_stdio.
+    observe: Observe | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.command, list) and self.command:
             self.command, self.args = self.command[0], [*self.command[1:], *self.args]
+
+    @property
+    def program(self) -> str | None:
+        """`command` as the rest of agentctl reads it: a string once decoded (only an empty list stays a list, and
+        validation refuses it)."""
+        return self.command if isinstance(self.command, str) else None
 
 
 class McpSpec(_S):
@@ -102,6 +114,9 @@ class McpSpec(_S):
     builtin_required: bool = False
     # How long a required server may take to attach before the gate says it is not there.
     required_timeout: float = 30.0
+    # How every stdio server without its own `observe` reaches the agent: "direct" (the agent spawns it) or
+    # "witness" (the agent spawns agentctl's witness, which spawns it).
+    observe_stdio: Observe = "direct"
     servers: list[ServerSpec] = []
 
 
@@ -219,13 +234,15 @@ def _check(spec: Spec, source: str) -> None:
             if server.command is not None or server.args:
                 raise spec_error(source, f"{where}.command", f"not allowed for type = \"{server.type}\"")
             _check_url(server.url, f"{where}.url", source)
+            if server.observe is not None:
+                raise spec_error(source, f"{where}.observe", "only stdio servers can be observed by the witness")
         else:
             if not server.command:
                 raise spec_error(source, f"{where}.command", "required for type = \"stdio\": a program (\"npx\") or an "
                             "argv list ([\"npx\", \"-y\", \"server\"])")
             if server.url is not None or server.headers:
                 raise spec_error(source, f"{where}.url", "not allowed for type = \"stdio\"")
-        if server.required and (why := no_attachment_channel(spec)) is not None:
+        if server.required and (why := no_attachment_channel(spec, witnessed=witnessed(server, mcp))) is not None:
             raise spec_error(source, f"{where}.required", f"cannot be required: {why}")
     if not 0 < mcp.required_timeout <= 3600:
         raise spec_error(source, "mcp.required_timeout", "must be > 0 and <= 3600 seconds")
@@ -244,15 +261,23 @@ def _check(spec: Spec, source: str) -> None:
         raise spec_error(source, "upstream.socket", f"path longer than {AF_UNIX_PATH_MAX} bytes (AF_UNIX limit)")
 
 
-def no_attachment_channel(spec: Spec) -> str | None:
+def witnessed(server: ServerSpec, mcp: McpSpec) -> bool:
+    """Whether this server is delivered wrapped in agentctl's stdio witness (stdio servers only)."""
+    return server.type == "stdio" and (server.observe or mcp.observe_stdio) == "witness"
+
+
+def no_attachment_channel(spec: Spec, *, witnessed: bool = False) -> str | None:
     """Why nothing could ever prove a third-party server attached under this spec, or None.
 
     agentctl does not observe third-party servers (the agent connects to them directly): only the agent's own
     report can say one is connected. An ACP agent may report (claude-agent-acp, codex-acp and Kiro do, which
     one runs is known only after initialize); a passthrough CLI only under a strategy with a known status
-    output (agentctl/agent/reported/feed.py). Whether its arguments ask for that output is known at its start
-    (`report_note` says so); a run that gives none leaves the server unverified until the deadline."""
+    output (agentctl/agent/clis/). Whether its arguments ask for that output is known at its start
+    (`report_note` says so); a run that gives none leaves the server unverified until the deadline. A server
+    delivered through the witness is observed by agentctl itself whenever it is delivered at all."""
     agent = spec.agent
+    if agent is not None and witnessed and not (agent.protocol != "acp" and agent.strategy in (None, NO_STRATEGY)):
+        return None
     if agent is None:
         return ("no [agent] runs under this daemon, and agentctl does not observe third-party servers, so "
                 "nothing could report it attached")
@@ -262,14 +287,15 @@ def no_attachment_channel(spec: Spec) -> str | None:
         return "agent.report = \"off\": the CLI's own report is the only channel that could prove it attached"
     if agent.strategy in (None, NO_STRATEGY):
         return "the CLI runs without MCP configuration (strategy = \"none\"): no server is delivered to it"
-    if agent.strategy not in _REPORTING_STRATEGIES:
+    if agent.strategy not in REPORTING_STRATEGIES:
         return (f"the {agent.strategy} strategy has no known MCP status output, so nothing could report it "
                 "attached")
     return None
 
 
-# Passthrough strategies with a reader of the CLI's own MCP status (agentctl/agent/reported/feed.py).
-_REPORTING_STRATEGIES = ("claude", "codex", "opencode")
+# Passthrough strategies whose CLI reports its own MCP status (an agent module's `plan_report`, agentctl/agent/clis/):
+# the spec is pure and below the agent layer, so it keeps this copy; tests/agent/test_agent_modules.py holds it equal.
+REPORTING_STRATEGIES = ("claude", "codex", "opencode")
 
 
 def spec_schema() -> dict[str, object]:
@@ -377,8 +403,8 @@ def secret_registry(spec: Spec) -> SecretRegistry:
         if server.url:
             registry.add_parts(server.url)
             registry.add_public(target_for_url(server.url).partition("://")[2])
-        if server.command:
-            registry.add_public(target_for_command(server.command))
+        if server.program:
+            registry.add_public(target_for_command(server.program))
     if spec.agent is not None and spec.agent.command:
         registry.add_public(target_for_command(spec.agent.command[0]))
     return registry

@@ -34,6 +34,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "mcp_throughput": ([], ["--seconds", "1", "--rounds", "1"]),
     "upstream_stall": (["--rounds", "3"], ["--calls", "300"]),
     "stderr_flood": ([], ["--mb", "100", "--rounds", "2"]),
+    "witness_overhead": ([], ["--calls", "100", "--rounds", "2", "--stream-mb", "50", "--idle", "3"]),
     "hub_db_size": ([], ["--sessions", "300"]),
     "hub_restart": ([], ["--sessions", "2000"]),
     "fleet": ([], ["--daemons", "10", "--seconds", "10"]),

@@ -146,8 +146,8 @@ def test_zsh_loads_the_script_from_fpath_and_it_lists_every_command(scripts: dic
 # environment, test switches, the prefix itself.
 NOT_USER_SETTINGS = {"AGENTCTL_", "AGENTCTL_MCP_BEARER_TOKEN", "AGENTCTL_MCP_HEADER_", "AGENTCTL_PROBE_CREDENTIAL",
                      "AGENTCTL_ENDPOINT_TEST", "AGENTCTL_TEST_PAUSE_AT", "AGENTCTL_TEST_PAUSE_FILE",
-                     # set by agentctl's delivery for the stdio bridge it hands an agent, never by a user
-                     "AGENTCTL_BRIDGE_URL", "AGENTCTL_BRIDGE_TOKEN"}
+                     # set by agentctl's delivery for the stdio bridge and witness it hands an agent, never by a user
+                     "AGENTCTL_BRIDGE_URL", "AGENTCTL_BRIDGE_TOKEN", "AGENTCTL_WITNESS_URL", "AGENTCTL_WITNESS_TOKEN"}
 
 
 def variables_read_by_the_code() -> set[str]:

@@ -16,7 +16,7 @@ PACKAGE = REPO / "agentctl"
 HOMES = [*sorted((PACKAGE / "present").glob("*.py")), PACKAGE / "evidence" / "display.py"]
 MIN_LABEL = 12  # shorter strings ("failed", "grey") are words every module may spell
 # The same words with another job: what an agent prints, parsed (not shown).
-NOT_LABELS = {("agentctl/agent/reported/claude.py", "needs authentication")}
+NOT_LABELS = {("agentctl/agent/clis/claude.py", "needs authentication")}
 
 
 def _strings(path: Path) -> set[str]:

@@ -4,8 +4,9 @@ Each session operation creates the new attempt *before* delivery, records config
 delivered, then the agent's answer: session_accepted, or an explicit error that is server-specific only
 when it names a server. Prompts stream the agent's updates to the caller and are never recorded. A session
 notice the agent sends (agentctl/agent/acp_notices.py) is kept on its session's attempt as a report-level
-line, and an adapter's own report of its MCP servers is read by agentctl/agent/reported/acp_tap.py; Gemini CLI
-in a folder it does not trust gets no server (agentctl/agent/gemini_acp.py).
+line, and an adapter's own report of its MCP servers is read by agentctl/agent/reported/acp_tap.py; an agent
+whose module gates delivery (`acp_gate`: Gemini CLI in a folder it does not trust gets no server,
+agentctl/agent/clis/gemini.py) has each session's plan filtered by it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,15 +25,17 @@ from acp.schema import (
     DeniedOutcome,
     HttpMcpServer,
     Implementation,
+    LoadSessionResponse,
     McpServerStdio,
+    NewSessionResponse,
     RequestPermissionResponse,
     SseMcpServer,
 )
 
 from agentctl import __version__, tracing
-from agentctl.agent import acp_auth, acp_notices, gemini_acp
+from agentctl.agent import acp_auth, acp_notices, clis
 from agentctl.agent.attribution import attribute, error_text
-from agentctl.agent.delivery import Planned, plan_delivery
+from agentctl.agent.delivery import DeliveryPlan, Planned, plan_delivery
 from agentctl.agent.outcome import AgentError, SessionOutcome
 from agentctl.agent.reported.acp_tap import AcpReportTap, ReportSink
 from agentctl.agent.transports import AgentStdioTransport
@@ -156,8 +159,9 @@ class AcpRuntime:
         # Notices naming an id not yet known while session/new is in flight: decided when its answer comes.
         self._held: list[tuple[str, dict[str, Any]]] = []
         self.agent_name: str | None = None  # as the agent declared it in initialize (raw: for matching only)
-        # Gemini CLI's folder trust, decided once when it has started: it reads its trusted-folders file once.
-        self._gemini_trust: Any = None
+        # The agent module's filter of each session's plan (Gemini CLI's folder trust), decided once when the
+        # agent has answered initialize: Gemini reads its trusted-folders file once per process.
+        self._gates: list[Callable[[DeliveryPlan], None]] = []
         install_sdk_log_scrubber()
 
     # -- connection ------------------------------------------------------------------------------
@@ -166,13 +170,16 @@ class AcpRuntime:
         """ACP initialize over the agent's pipes; records what the agent declared about itself."""
         notices = acp_notices.NoticeTap(self._on_notice).take
         reports = AcpReportTap(self._report_target, ReportSink(self.ledger), self._known(),
-                               builtin=self.spec.mcp.builtin_name).take
+                               builtin=self.spec.mcp.builtin_name, agents=clis.agents()).take
         self._transport = AgentStdioTransport(
             stdout, stdin, on_sent=self._on_sent, on_eof=self._on_eof,
             outgoing=acp_notices.advertise,
             intercept=lambda message: self._note_new_session(message) or reports(message) or notices(message),
         )
-        self._conn = acp.connect_to_agent(_DaemonClient(self), self._transport, use_unstable_protocol=True)
+        # The SDK dispatches to whichever client methods exist (a missing one answers -32601), while its Client
+        # Protocol lists every method: _DaemonClient has only the two the daemon serves (its docstring says why).
+        self._conn = acp.connect_to_agent(_DaemonClient(self), self._transport,  # type: ignore[arg-type]
+                                          use_unstable_protocol=True)
         try:
             resp = await asyncio.wait_for(
                 self._conn.initialize(
@@ -202,8 +209,9 @@ class AcpRuntime:
         self.close_supported = bool(session_caps is not None and getattr(session_caps, "close", None))
         info = resp.agent_info
         self.agent_name = info.name if info is not None and isinstance(info.name, str) else None
-        if gemini_acp.is_gemini(self.agent_name, self.agent_spec.command):
-            self._gemini_trust = gemini_acp.trust_for(self._cwd(), self.agent_spec.env, self.agent_spec.command)
+        command, env = self.agent_spec.command, self.agent_spec.env
+        self._gates = [gate for agent in clis.agents() if agent.acp_gate is not None
+                       and (gate := agent.acp_gate(self.agent_name, command, self._cwd(), env)) is not None]
         await self._authenticate(resp.auth_methods)
         self.ledger.update_agent(
             state="running",
@@ -224,6 +232,12 @@ class AcpRuntime:
     def connected(self) -> bool:
         t = self._transport
         return self._conn is not None and t is not None and not t.closed and not t.eof
+
+    @property
+    def _open_conn(self) -> ClientSideConnection:
+        """The ACP connection, for a step taken only while `connected`."""
+        assert self._conn is not None, "checked `connected` first"
+        return self._conn
 
     @property
     def skipped_stdout_lines(self) -> int:
@@ -268,7 +282,7 @@ class AcpRuntime:
             attempt_id, token = self.ledger.begin_attempt("reset", self._seeds())
             if old is not None and self.close_supported and self.connected:
                 try:
-                    await asyncio.wait_for(self._conn.close_session(session_id=old), timeout=5.0)
+                    await asyncio.wait_for(self._open_conn.close_session(session_id=old), timeout=5.0)
                 except Exception:  # closing is a courtesy; the old session is abandoned either way
                     log.debug("closing the previous ACP session failed")
             self.acp_session_id = None
@@ -288,10 +302,10 @@ class AcpRuntime:
             ledger.record("explicit_error", attempt_id, reason_code="agent_not_running", summary=summary)
             return SessionOutcome(attempt_id, False, reason_code="agent_not_running", summary=summary)
         plan = plan_delivery(self.spec, self.caps, builtin_base=self._builtin_base(), token=token,
-                             bridge=(*self_command(), "mcp-bridge"))
+                             bridge=(*self_command(), "mcp-bridge"), witness=(*self_command(), "mcp-witness"))
         cwd = self._cwd()
-        if self._gemini_trust is not None:
-            gemini_acp.filter_untrusted(plan, self._gemini_trust)
+        for gate in self._gates:
+            gate(plan)
         for omitted in plan.filtered:
             ledger.record("filtered", attempt_id, omitted.name, reason_code=omitted.reason_code, summary=omitted.summary)
         sent: list[Planned] = []
@@ -300,11 +314,15 @@ class AcpRuntime:
         try:
             servers = [_to_model(p) for p in plan.delivered]
             # The attempt's trace context as `_meta.traceparent` (empty when tracing is off).
-            meta = tracing.session_meta(ledger, attempt_id, "session/new" if load_id is None else "session/load")
+            # Any: the SDK takes extra keywords as the request's `_meta` (typed str, they would be checked
+            # against its named parameters too).
+            meta: dict[str, Any] = tracing.session_meta(ledger, attempt_id,
+                                                        "session/new" if load_id is None else "session/load")
+            call: Coroutine[Any, Any, NewSessionResponse | LoadSessionResponse]
             if load_id is None:
-                call = self._conn.new_session(cwd=cwd, mcp_servers=servers, **meta)
+                call = self._open_conn.new_session(cwd=cwd, mcp_servers=servers, **meta)
             else:
-                call = self._conn.load_session(cwd=cwd, session_id=load_id, mcp_servers=servers, **meta)
+                call = self._open_conn.load_session(cwd=cwd, session_id=load_id, mcp_servers=servers, **meta)
             resp = await asyncio.wait_for(call, timeout=self.agent_spec.session_timeout)
         except TimeoutError:
             return self._session_failed(attempt_id, sent, "session_timeout", "the agent did not answer in time")
@@ -451,9 +469,12 @@ class AcpRuntime:
         """Send a prompt to the current ACP session; updates go to `sink` only (never logged or stored)."""
         self.check_prompt()
         async with self._prompt_lock:
+            session_id = self.acp_session_id
+            if session_id is None:  # the session was reset while this prompt waited for the lock
+                raise AgentError("no_session", "no accepted ACP session: run `agentctl session new` first")
             self._sink = sink
             try:
-                resp = await self._conn.prompt(session_id=self.acp_session_id, prompt=[acp.text_block(text)])
+                resp = await self._open_conn.prompt(session_id=session_id, prompt=[acp.text_block(text)])
             except acp.RequestError as exc:
                 # Goes to the prompt's caller only (never recorded): the agent's reason helps them.
                 raise AgentError("prompt_rejected", self._summary(str(exc))) from None
@@ -467,7 +488,7 @@ class AcpRuntime:
         """Send session/cancel. An agent that stopped reading its stdin cannot hold the caller forever."""
         if self.connected and self.acp_session_id is not None:
             try:
-                await asyncio.wait_for(self._conn.cancel(session_id=self.acp_session_id), CANCEL_TIMEOUT)
+                await asyncio.wait_for(self._open_conn.cancel(session_id=self.acp_session_id), CANCEL_TIMEOUT)
             except TimeoutError:
                 raise AgentError("cancel_timeout", "the agent did not take the cancel in time") from None
             except (ConnectionError, OSError):

@@ -61,7 +61,9 @@ def notice_update(message: dict[str, Any]) -> tuple[str | None, dict[str, Any]] 
     if message.get("method") != "session/update" or "id" in message:
         return None
     params = message.get("params")
-    update = params.get("update") if isinstance(params, dict) else None
+    if not isinstance(params, dict):
+        return None
+    update = params.get("update")
     if not isinstance(update, dict) or update.get("sessionUpdate") != NOTICE_KIND:
         return None
     session_id = params.get("sessionId")

@@ -54,5 +54,9 @@ class PassthroughAgent(AgentComponent, Protocol):
         """Stop the CLI and start it again; the new attempt's id, None when the daemon is stopping."""
         ...
 
+    async def output_drained(self, timeout: float = 2.0) -> None:
+        """Return once the CLI's stdout reached its end (at most `timeout`), so what it printed last can be said."""
+        ...
+
 
 Agent = AcpAgent | PassthroughAgent

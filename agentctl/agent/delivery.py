@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, Protocol
 from agentctl.evidence.contract.report import McpCapabilities, Transport
 from agentctl.evidence.sanitize import target_for_command, target_for_url
 from agentctl.spec import Spec
+from agentctl.spec import witnessed as witnessed_spec
 
 # Stable reason codes for `filtered` evidence.
 HTTP_UNSUPPORTED = "http_unsupported"
@@ -31,6 +32,11 @@ BUILTIN_TRANSPORTS: tuple[Transport, ...] = ("http", "sse")
 # The bridge's environment: where the endpoint is and the attempt's bearer token (agentctl/agent/mcp_bridge.py).
 BRIDGE_ENV_URL = "AGENTCTL_BRIDGE_URL"
 BRIDGE_ENV_TOKEN = "AGENTCTL_BRIDGE_TOKEN"
+# The witness's environment: where it reports (the endpoint's witness route) and the attempt's bearer token
+# (agentctl/agent/mcp_witness.py). It takes both out before it starts the server, which gets exactly its own.
+WITNESS_ENV_URL = "AGENTCTL_WITNESS_URL"
+WITNESS_ENV_TOKEN = "AGENTCTL_WITNESS_TOKEN"
+WITNESS_PATH = "/witness"
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,8 @@ class BuiltinEndpoint:
     # argv of agentctl's stdio bridge (agentctl/agent/mcp_bridge.py), or empty: without it, an agent that takes
     # no remote transport policy allows gets no built-in server.
     bridge: tuple[str, ...] = ()
+    # argv of agentctl's stdio witness (`mcp-witness`), or empty: without it every stdio server goes direct.
+    witness: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -167,10 +175,12 @@ def plan_servers(spec: Spec, builtin: BuiltinEndpoint, receiver: Receiver) -> Se
             plan.filtered.append(Omitted(server.name, refusal.reason_code, refusal.summary))
             continue
         if server.type == "stdio":
-            plan.delivered.append(ServerEntry(
-                server.name, "profile", "stdio", target_for_command(server.command or ""),
-                command=server.command or "", args=list(server.args), env=dict(server.env),
-            ))
+            entry = ServerEntry(
+                server.name, "profile", "stdio", target_for_command(server.program or ""),
+                command=server.program or "", args=list(server.args), env=dict(server.env),
+            )
+            plan.delivered.append(witnessed(entry, builtin) if builtin.witness and witnessed_spec(
+                server, spec.mcp) else entry)
         else:
             plan.delivered.append(ServerEntry(
                 server.name, "profile", server.type, target_for_url(server.url or ""),
@@ -180,9 +190,9 @@ def plan_servers(spec: Spec, builtin: BuiltinEndpoint, receiver: Receiver) -> Se
     # Last, over every server still planned (the built-in one included), so a name is never the reason
     # for a server that policy or the transport already left out.
     for entry in list(plan.delivered):
-        refusal = receiver.name_refused(entry.name)
-        if refusal is not None:
-            drop(plan, entry, refusal.reason_code, refusal.summary)
+        named = receiver.name_refused(entry.name)
+        if named is not None:
+            drop(plan, entry, named.reason_code, named.summary)
     return plan
 
 
@@ -192,6 +202,18 @@ def bridged(builtin: BuiltinEndpoint) -> ServerEntry:
     return ServerEntry(builtin.name, "builtin", "stdio", target_for_url(builtin.url),
                        command=builtin.bridge[0], args=list(builtin.bridge[1:]),
                        env={BRIDGE_ENV_URL: builtin.url, BRIDGE_ENV_TOKEN: builtin.token})
+
+
+def witnessed(entry: ServerEntry, builtin: BuiltinEndpoint) -> ServerEntry:
+    """A stdio server wrapped in agentctl's witness: the agent spawns the witness with the server's own
+    environment plus where to report and the attempt's token (never in argv); the witness spawns the server
+    with exactly its command, arguments, environment and working directory. The row's target stays the
+    server's own command. Every passthrough strategy and ACP delivery plan through here, so all wrap alike."""
+    base = builtin.url.removesuffix("/mcp")
+    return ServerEntry(entry.name, entry.source, "stdio", entry.target,
+                       command=builtin.witness[0],
+                       args=[*builtin.witness[1:], entry.name, "--", entry.command, *entry.args],
+                       env={**entry.env, WITNESS_ENV_URL: f"{base}{WITNESS_PATH}", WITNESS_ENV_TOKEN: builtin.token})
 
 
 def drop(plan: ServerPlan, entry: ServerEntry, reason_code: str, summary: str) -> None:
@@ -220,12 +242,14 @@ class DeliveryPlan:
 
 
 def plan_delivery(
-    spec: Spec, caps: McpCapabilities, *, builtin_base: str, token: str, bridge: tuple[str, ...] = ()
+    spec: Spec, caps: McpCapabilities, *, builtin_base: str, token: str, bridge: tuple[str, ...] = (),
+    witness: tuple[str, ...] = (),
 ) -> DeliveryPlan:
     """The plan for an ACP agent with these capabilities, its entries in the ACP wire shape. With `bridge`
     (agentctl's own argv for `mcp-bridge`), an agent that advertises no remote transport gets the built-in
     server over stdio through it."""
-    builtin = BuiltinEndpoint(spec.mcp.builtin_name, f"{builtin_base}/mcp", f"{builtin_base}/sse", token, bridge)
+    builtin = BuiltinEndpoint(spec.mcp.builtin_name, f"{builtin_base}/mcp", f"{builtin_base}/sse", token, bridge,
+                              witness)
     plan = plan_servers(spec, builtin, AcpReceiver(caps))
     delivered = [Planned(e.name, e.transport, e.target, _acp_entry(e)) for e in plan.delivered]
     return DeliveryPlan(delivered, plan.filtered)

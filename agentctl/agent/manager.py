@@ -5,24 +5,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
 from agentctl.agent.outcome import AgentError
+from agentctl.agent.spawn import resolve_command
 from agentctl.agent.supervisor import AgentStartError, ExitInfo, Supervisor, build_agent_env
-from agentctl.bundled import bundled_command
 from agentctl.context import DaemonContext
 from agentctl.evidence.seeds import ServerSeed
+from agentctl.runtime import DAEMON_SECRET_ENV_PREFIXES
 
 if TYPE_CHECKING:
     from agentctl.agent.acp import AcpRuntime
 
 log = logging.getLogger(__name__)
 
-# Environment of the daemon that is the daemon's own business, never the agent's.
-DAEMON_SECRET_ENV_PREFIXES = ("AGENTCTL_", "CREDENTIALS_DIRECTORY")
 # The agent's stdout is read in chunks of at most this much: AgentStdioTransport joins a frame from
 # chunks (up to its own frame cap), so a bigger reader buffer would only add memory, never capacity.
 STDOUT_CHUNK_LIMIT = 1024 * 1024
@@ -30,22 +27,6 @@ EXIT_AFTER_EOF_WAIT = 2.0
 # A session request that arrives while the agent starts waits for its initialize answer: at most the
 # initialize timeout plus this, for the spawn and the ACP SDK's import before initialize is sent.
 START_ALLOWANCE = 5.0
-
-
-def resolve_command(argv: list[str]) -> list[str]:
-    """Resolve a bare executable on PATH, then beside our own interpreter (the venv's bin directory).
-
-    That lets a spec name `agentctl-reference-agent` without the venv on PATH.
-    """
-    first = argv[0]
-    if os.sep in first:
-        return list(argv)
-    search = os.pathsep.join(filter(None, [os.environ.get("PATH", ""), os.path.dirname(sys.executable)]))
-    found = shutil.which(first, path=search)
-    if found is None and (bundled := bundled_command(first)) is not None:
-        # A zipapp or frozen build has no console script for the reference agent: it is a subcommand.
-        return [*bundled, *argv[1:]]
-    return [found or first, *argv[1:]]
 
 
 class AgentManager:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -73,9 +74,12 @@ class Bridge:
             task.add_done_callback(self._tasks.discard)
             mid = message["id"]
             self._inflight[mid] = task
-            task.add_done_callback(lambda _t, mid=mid: self._inflight.pop(mid, None))
+            task.add_done_callback(functools.partial(self._settled, mid))
         if self._stdio.skipped_lines:
             _say(f"{self._stdio.skipped_lines} unreadable or oversized line(s) from the agent skipped")
+
+    def _settled(self, mid: Any, _task: asyncio.Task[None]) -> None:
+        self._inflight.pop(mid, None)
 
     def _cancel_modern(self, message: dict[str, Any]) -> bool:
         """The modern HTTP wire has no client notifications: a cancellation aborts the request's own POST."""

@@ -29,6 +29,7 @@ import struct
 import termios
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass
 
 from agentctl.agent.stderr_ring import StderrRing
@@ -111,7 +112,7 @@ class PtyHost:
         self._seen = 0
         self._pending_input = bytearray()
         # Whose keys `_pending_input` holds, in order: [viewer, bytes of it still pending].
-        self._input_owners: deque[list] = deque()
+        self._input_owners: deque[list[Any]] = deque()
         self._delivered: dict[Viewer, int] = {}
         self._input_waiters: list[asyncio.Future[None]] = []
         self._input_moved = 0.0  # when the agent last took keys (or keys came to wait for it)
@@ -397,7 +398,7 @@ class PtyHost:
         if not any(owner is viewer for owner, _ in self._input_owners):
             return
         kept = bytearray()
-        owners: deque[list] = deque()
+        owners: deque[list[Any]] = deque()
         offset = 0
         for owner, n in self._input_owners:
             if owner is not viewer:

@@ -3,7 +3,9 @@ hint for `agentctl run` from the agent's error and its last lines of output. Pur
 
 The patterns are the texts real agents print (Claude Code, Codex, Gemini CLI, fast-agent, the ACP SDK),
 matched case-insensitively as plain substrings. The first entry of the table that matches wins, so the
-specific causes come before the generic ones (Claude Code's root refusal before "the process closed").
+specific causes come before the generic ones: an agent's own causes (Claude Code's root refusal, Gemini CLI's
+untrusted folder) live in its module (agentctl/agent/clis/, `refusal_hints`) and the registry puts them
+before this generic table (`refusal_table`).
 A hint is advice for a person at a terminal: it quotes nothing of what it matched.
 """
 
@@ -23,12 +25,6 @@ class RefusalHint(NamedTuple):
 
 
 HINTS: tuple[RefusalHint, ...] = (
-    RefusalHint(
-        "root_refused",
-        ("cannot be used with root/sudo privileges", "--dangerously-skip-permissions cannot be used"),
-        "Claude Code refuses to skip permission prompts as root: set IS_SANDBOX=1 in [agent] env if this "
-        "is a sandbox, or run agentctl as an ordinary user.",
-    ),
     RefusalHint(
         "mcp_server_failed",
         ("mcp server", "mcp client for", "mcpserver"),
@@ -50,12 +46,6 @@ HINTS: tuple[RefusalHint, ...] = (
         "The agent wants to be authenticated first: set its API key variable in [agent] env (agentctl then "
         "sends ACP authenticate with the matching advertised method), name the method in [agent] auth_method, "
         "or log its CLI in as the user agentctl runs as.",
-    ),
-    RefusalHint(
-        "untrusted_folder",
-        ("folder is not trusted", "untrusted folder"),
-        "Gemini CLI ignores project settings in an untrusted folder: trust the agent's workdir "
-        "(~/.gemini/trustedFolders.json) for the user agentctl runs as.",
     ),
     RefusalHint(
         "program_not_found",

@@ -37,11 +37,18 @@ import select
 import sys
 import time
 
-try:
-    # The C module itself: `signal` wraps it in enums, about a quarter of this process's start-up time.
-    import _signal as _sig
-except ImportError:  # pragma: no cover - not CPython
-    import signal as _sig
+# Not typing.TYPE_CHECKING: importing typing would cost this process's start-up; a type checker takes any
+# variable of that name as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    import signal as _sig  # the C module's names, as typeshed (which has no stub for _signal) types them
+else:
+    try:
+        # The C module itself: `signal` wraps it in enums, about a quarter of this process's start-up time.
+        import _signal as _sig
+    except ImportError:  # pragma: no cover - not CPython
+        import signal as _sig
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -57,7 +64,7 @@ KILL_DEADLINE = 10.0
 EXEC_FAILED = 127
 
 
-def load_prctl():
+def load_prctl() -> "Callable[..., int] | None":
     """libc's prctl through ctypes, or None (not Linux, or no ctypes). The daemon uses it too."""
     try:
         import ctypes
@@ -115,7 +122,7 @@ class Shim:
             _sig.signal(signum, self._noop)
 
     @staticmethod
-    def _noop(signum, frame) -> None:
+    def _noop(signum: int, frame: object) -> None:
         pass
 
     # -- start ---------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Spawning an agent: its environment, the shim that starts it, the stderr ring feed, and how its exit is described.
+"""Spawning an agent: its command resolved, its environment, the shim that starts it, the stderr ring feed, and how its exit is described.
 
 The daemon never forks the agent itself. It starts the shim (agentctl/agent/shim.py) in a session of its
 own with the agent's stdio pipes, environment and working directory, and one end of a socketpair; the
@@ -13,6 +13,7 @@ import asyncio
 import errno
 import fcntl
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -24,7 +25,7 @@ import msgspec
 from agentctl.agent import shim as shim_module
 from agentctl.agent.stderr_ring import StderrRing
 from agentctl.agent.tree import register_own_child, unregister_own_child
-from agentctl.bundled import self_command
+from agentctl.bundled import bundled_command, self_command
 
 # The daemon's service-manager variables are stripped from every agent environment.
 from agentctl.runtime import SERVICE_MANAGER_ENV_PREFIXES
@@ -135,14 +136,15 @@ class AgentProtocol(asyncio.subprocess.SubprocessStreamProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self._subprocess_transport = transport  # type: ignore[assignment]
+        assert isinstance(transport, asyncio.SubprocessTransport), "a subprocess protocol gets a subprocess transport"
+        self._subprocess_transport = transport
         # fd 2 stays in the base class's open-pipe bookkeeping, so the transport still closes only
         # after stderr reaches EOF; only the reader is dropped.
         self.stderr = None
-        _grow_pipe(transport.get_pipe_transport(2))  # type: ignore[attr-defined]
+        _grow_pipe(transport.get_pipe_transport(2))
 
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        if fd == 2:
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        if fd == 2 and isinstance(data, bytes):  # a subprocess pipe's data is always bytes
             self._ring.feed(data)
             return
         super().pipe_data_received(fd, data)
@@ -176,6 +178,23 @@ def shim_command(ctl_fd: int, argv: list[str]) -> list[str]:
     if not getattr(sys, "frozen", False) and path and os.path.isfile(path) and path.endswith(".py"):
         return [sys.executable, "-I", "-S", "-c", _SHIM_BOOT.format(dir=os.path.dirname(path)), *tail]
     return [*self_command(), SHIM_SUBCOMMAND, *tail]
+
+
+
+def resolve_command(argv: list[str]) -> list[str]:
+    """Resolve a bare executable on PATH, then beside our own interpreter (the venv's bin directory).
+
+    That lets a spec name `agentctl-reference-agent` without the venv on PATH.
+    """
+    first = argv[0]
+    if os.sep in first:
+        return list(argv)
+    search = os.pathsep.join(filter(None, [os.environ.get("PATH", ""), os.path.dirname(sys.executable)]))
+    found = shutil.which(first, path=search)
+    if found is None and (bundled := bundled_command(first)) is not None:
+        # A zipapp or frozen build has no console script for the reference agent: it is a subcommand.
+        return [*bundled, *argv[1:]]
+    return [found or first, *argv[1:]]
 
 
 @dataclass
@@ -243,7 +262,7 @@ async def spawn_agent(
             line = b"T"
         kind, _, value = line.decode("ascii", "replace").strip().partition(" ")
         if kind == "P" and value.isdigit():
-            return Spawned(transport, protocol, int(value), shim_pid, control)  # type: ignore[arg-type]
+            return Spawned(transport, protocol, int(value), shim_pid, control)
         if kind == "E":
             raise _exec_error(int(value) if value.isdigit() else 0)
         if kind == "T":

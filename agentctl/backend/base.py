@@ -30,7 +30,7 @@ Every task.* and plan.* op acts on the identity's task (the "current task") unle
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from typing_extensions import NotRequired, TypedDict
 
@@ -54,7 +54,7 @@ OPS: tuple[str, ...] = (
 )
 
 TaskStatus = Literal["todo", "in_progress", "blocked", "review", "done", "cancelled"]
-TASK_STATUSES: tuple[str, ...] = TaskStatus.__args__  # type: ignore[attr-defined]
+TASK_STATUSES: tuple[str, ...] = get_args(TaskStatus)
 
 # Default seconds a tool waits for the backend. Short enough that an agent never hangs on a dead
 # orchestrator, long enough for a busy SQLite file or a slow upstream.

@@ -32,7 +32,7 @@ class ExecutionInfo:
         self._execution = json_copy(execution_info)
 
     def agents(self) -> dict[str, Any]:
-        info = json_copy(self._agents)
+        info: dict[str, Any] = json_copy(self._agents)
         info.setdefault("agents", [])
         return info
 

@@ -42,7 +42,7 @@ def text_arg(args: dict[str, Any], key: str, *, limit: int, required: bool = Fal
 
 
 def status_arg(args: dict[str, Any]) -> str | None:
-    value = args.get("status")
+    value: str | None = args.get("status")
     if value is None:
         return None
     if value not in TASK_STATUSES:

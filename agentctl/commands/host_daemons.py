@@ -29,9 +29,9 @@ from agentctl.cli_support import (
 from agentctl.evidence.contract.control import DaemonEntry, DaemonListing, StatusResponse, StopResult
 
 from agentctl.control.client import ControlClient, ControlClientError, ControlRefused, ControlUnavailable
-from agentctl.control.socket import SOCKET_NAME, STALE_AFTER, ControlSocketError, env_socket, socket_base_dir
+from agentctl.control.socket import SOCKET_NAME, STALE_AFTER, env_socket, socket_base_dir
 from agentctl.safetext import neutralize
-from agentctl.unix_socket import socket_state
+from agentctl.unix_socket import ControlSocketError, socket_state
 
 MAX_PARALLEL = 64
 _STATE_TEXT = {"not_ready": "not ready", "not_yours": "not yours"}
@@ -160,7 +160,7 @@ def render_listing(listing: DaemonListing) -> str:
     if not listing.daemons:
         return f"no agentctl daemon under {listing.runtime_dir}\n"
     header = ("EXECUTION", "TASK", "SESSION", "AGENT", "STATE", "PID", "SOCKET")
-    rows = [header]
+    rows: list[tuple[str, ...]] = [header]
     for d in listing.daemons:
         agent = d.agent or d.agent_id or ""
         if d.agent_state:
@@ -225,7 +225,7 @@ def wait_gone(path: Path, pid: int | None, seconds: float) -> bool:
             finally:
                 os.close(fd)
     while True:
-        process_gone = not started or _start_time(pid) != started
+        process_gone = pid is None or not started or _start_time(pid) != started
         # A socket file bound since (another daemon on the same path) is not this daemon's.
         socket_gone = _inode(path) != bound or socket_state(path) in ("gone", "dead")
         if process_gone and socket_gone:

@@ -19,6 +19,7 @@ TARGETS: dict[str, str] = {
     "reference-agent": "agentctl.testing.reference_agent:main",
     "agent-shim": "agentctl.agent.shim:main",
     "mcp-bridge": "agentctl.agent.mcp_bridge:main",
+    "mcp-witness": "agentctl.agent.mcp_witness:main",
     "estimate-tokens": "agentctl.evidence.estimate_helper:run",
     "serve": "agentctl.daemon.entry:cmd_serve",
     "run": "agentctl.daemon.entry:cmd_run",

@@ -170,6 +170,7 @@ def render_status(status: StatusResponse | AttachmentHistory | Attempt, color: b
     """A status (GET /v1/status), a whole report, or one attempt, for a person at an 80-column terminal. With
     `agent_line`, a gone agent is said once, in an `Agent:` line on top, instead of under every row."""
     status = neutralize_data(status)
+    attempt: Attempt | None
     if isinstance(status, Attempt):
         attempt, identity, agent = status, None, None
     else:

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from agentctl.unix_socket import peer_allowed, peer_cred
 from agentctl.evidence.contract.control import (
@@ -54,7 +55,7 @@ def control_guard(ctx_key: web.AppKey[DaemonContext]) -> Any:
     warned_uids: set[int | None] = set()
 
     @web.middleware
-    async def control_guard_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    async def control_guard_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not _is_control_path(request.path):
             return await handler(request)
         transport = request.transport
@@ -78,7 +79,7 @@ def control_guard(ctx_key: web.AppKey[DaemonContext]) -> Any:
     return control_guard_middleware
 
 
-async def _handle(request: web.Request, handler: Any) -> web.StreamResponse:
+async def _handle(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Run an allowed control request; HTTP errors and failures become one-line JSON errors."""
     try:
         return await handler(request)
@@ -157,8 +158,9 @@ def build_gate(ctx: DaemonContext, now: datetime | None = None) -> AttachedGate 
     exited = agent is not None and agent.state == "exited"
     # A passthrough CLI run whose arguments ask for no report of its servers (its start says so, and why).
     silent = agent is not None and agent.protocol == "passthrough" and agent.report_source is None
+    no_report = agent.report_note if agent is not None and silent else None
     return judge(ctx.ledger.history.current, required, builtin_name=mcp.builtin_name, timeout=mcp.required_timeout,
-                 now=now or ctx.ledger.now(), agent_exited=exited, no_report=agent.report_note if silent else None)
+                 now=now or ctx.ledger.now(), agent_exited=exited, no_report=no_report)
 
 
 def install_control_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext]) -> None:

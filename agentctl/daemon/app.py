@@ -26,7 +26,6 @@ from agentctl.control.attach_routes import install_attach_routes
 from agentctl.control.server import install_control_routes
 from agentctl.control.socket import (
     CONTROL_CONNECTIONS,
-    ControlSocketError,
     cleanup_socket_path,
     prepare_socket_path,
     resolve_socket_path,
@@ -71,6 +70,7 @@ from agentctl.logs import http_server_logging
 from agentctl.mcp_endpoint.server import McpEndpoint
 from agentctl.runtime import freeze_startup_heap
 from agentctl.spec import Spec, listen_address, secret_registry, secret_values
+from agentctl.unix_socket import ControlSocketError
 
 if TYPE_CHECKING:  # pragma: no cover
     from agentctl.agent.component import Agent
@@ -438,9 +438,10 @@ class Daemon:
             return
         agent: Agent
         if self.spec.agent.protocol == "passthrough":
+            from agentctl.agent import clis
             from agentctl.agent.passthrough.manager import PassthroughManager
 
-            agent = PassthroughManager(self.ctx, self.server_seeds)
+            agent = PassthroughManager(self.ctx, self.server_seeds, clis.get(self.spec.agent.strategy))
         else:
             from agentctl.agent.manager import AgentManager
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
 from prometheus_client import PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -31,10 +31,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from agentctl.context import DaemonContext
     from agentctl.daemon.metrics import DaemonCounts
 
-STATES: tuple[str, ...] = Status.__args__  # type: ignore[attr-defined]
+STATES: tuple[str, ...] = get_args(Status)
 UPSTREAM_STATES = ("connected", "buffering", "superseded")
-GATE_STATES: tuple[str, ...] = GateState.__args__  # type: ignore[attr-defined]
-REQUIRED_STATES: tuple[str, ...] = RequiredState.__args__  # type: ignore[attr-defined]
+GATE_STATES: tuple[str, ...] = get_args(GateState)
+REQUIRED_STATES: tuple[str, ...] = get_args(RequiredState)
 # Routes the daemon counts refusals under (the MCP endpoint's and the control socket's); anything else
 # would be a bug, and is shown as "other" rather than trusted as a label.
 REFUSAL_ROUTES = frozenset({MCP_PATH, SSE_PATH, MESSAGES_PATH, "control"})
@@ -56,7 +56,8 @@ class DaemonCollector(Collector):
                                   value=self.counts.attempts)
         yield gauge("agentctl_attempts_kept", "Attempts the report keeps (current and previous)",
                     (1 if history.current else 0) + len(history.previous))
-        by_state = Counter(row.status for row in history.current.servers) if history.current else Counter()
+        by_state: Counter[str] = (Counter(row.status for row in history.current.servers) if history.current
+                                  else Counter())
         yield by_label(GaugeMetricFamily("agentctl_servers", "Server rows of the current attempt by display state",
                                          labels=["state"]), STATES, by_state)
         yield by_label(CounterMetricFamily("agentctl_evidence_events", "Evidence events recorded, by kind",

@@ -1,6 +1,7 @@
 """Owns how `agentctl run` explains an agent's refusal, or a passthrough CLI's failed exit, on its own stderr:
 the agent's (sanitized) error, the last lines of the agent's recent-output window under the usual warning, and
-a hint for a known cause (for a passthrough CLI, its strategy's own first: agentctl/agent/passthrough/explain.py).
+a hint for a known cause (the agents' own first, agentctl/agent/clis/; for a passthrough CLI, its own failure hints
+before those: agentctl/agent/passthrough/explain.py).
 
 The lines are the agent's own output and may hold anything it printed: they go to this terminal only,
 never into the report, the diagnostics, the upstream or a log.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, TextIO
 
+from agentctl.agent import clis
 from agentctl.agent.passthrough.explain import explain_failure
 from agentctl.agent.refusal_hints import RefusalHint, match_hint
 from agentctl.present.output import STDERR_WARNING
@@ -32,16 +34,17 @@ def explain_refusal(agent: Agent | None, what: str, error: str | None, *, err: T
         window = agent.supervisor.stderr_snapshot()
         lines = [_cut(neutralize(line, spaces=True)) for line in window.lines[-last:]]
     head = f"agentctl: the agent {what}: {neutralize(error or 'no reason given', spaces=True)}"
-    _write(err or sys.stderr, head, lines, match_hint(error, lines), "(the agent wrote nothing to stderr)")
+    _write(err or sys.stderr, head, lines, match_hint(error, lines, clis.refusal_table()),
+           "(the agent wrote nothing to stderr)")
 
 
 def explain_exit(agent: Agent, reason: str, *, err: TextIO | None = None, last: int = LAST_LINES) -> None:
     """A passthrough CLI ended on its own with an error (`reason`: "exited with code 1"). Its stdout and stderr
-    share the window; its strategy reads its output (Claude Code's stream-json events) and knows its causes."""
-    strategy = getattr(agent, "strategy", None)
+    share the window; its agent module reads its output (Claude Code's stream-json events) and knows its causes."""
+    cli = getattr(agent, "cli", None)
     told = explain_failure(
-        reason, agent.supervisor.stderr_snapshot().lines, last=last,
-        hints=getattr(strategy, "failure_hints", ()), readable=getattr(strategy, "readable_lines", None),
+        reason, agent.supervisor.stderr_snapshot().lines, last=last, fallback=clis.refusal_table(),
+        hints=cli.failure_hints if cli is not None else (), readable=cli.readable_lines if cli is not None else None,
     )
     lines = [_cut(neutralize(line, spaces=True)) for line in told.lines]
     _write(err or sys.stderr, f"agentctl: the agent {neutralize(reason, spaces=True)}", lines, told.hint,

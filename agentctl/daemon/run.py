@@ -12,6 +12,7 @@ import logging
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -54,6 +55,12 @@ def progress_line(event: EvidenceEvent, passthrough: bool = False) -> str | None
             # A passthrough CLI has no handshake: this is the first sign its session runs (never its start).
             return "  session     the CLI's session began (its first contact with the built-in server, or its own report)"
         return "  accepted    the agent accepted the session"
+    if kind == "initialize_observed" and event.observed_by == "witness":
+        name = f" ({event.server_info.name})" if event.server_info else ""
+        version = f" [MCP {event.protocol_version}]" if event.protocol_version else ""
+        return f"  connected   {server}: the server answered the agent's initialize{name} · agentctl's witness{version}"
+    if kind == "server_exited":
+        return f"  exited      {server}: the server exited with code {event.exit_code} · agentctl's witness"
     if kind == "initialize_observed":
         client = event.client.name if event.client else "an unnamed client"
         # The protocol's era and version are detail, in brackets like a reason code: the news is who connected.
@@ -208,7 +215,7 @@ async def _run_main_job(
     return EXIT_SIGNAL_BASE + (outcome.forced_by or outcome.signum)
 
 
-async def _job(daemon: Daemon, prompt: str | None, show) -> int:
+async def _job(daemon: Daemon, prompt: str | None, show: Callable[[str], object]) -> int:
     from agentctl.daemon.refusal import explain_exit, explain_refusal
 
     code = EXIT_OK
@@ -239,11 +246,12 @@ async def _job(daemon: Daemon, prompt: str | None, show) -> int:
             # The person ran the agent itself: its own status is theirs, as `ssh -t` or `docker run -it` do.
             return attached_exit_status(info)
     else:
-        history = daemon.ledger.history
-        show(f"agent {history.agent.name or '?'} {history.agent.version or ''} started".replace("  ", " "))
+        started = daemon.ledger.history.agent
+        name, version = (started.name, started.version) if started is not None else (None, None)
+        show(f"agent {name or '?'} {version or ''} started".replace("  ", " "))
         acp = agent.runtime_now()  # started without an error: its runtime is there
         outcome = await acp.new_session()
-        refused: tuple[str, str] | None = None  # what, and the agent's error: explained once its output is in
+        refused: tuple[str, str | None] | None = None  # what, and the agent's error: explained once its output is in
         if not outcome.accepted:
             code = EXIT_AGENT_FAILED
             refused = ("refused the session", f"{outcome.reason_code}: {outcome.summary}" if outcome.summary else outcome.reason_code)
@@ -270,7 +278,7 @@ async def _job(daemon: Daemon, prompt: str | None, show) -> int:
     return code
 
 
-async def hold_for_required(daemon: Daemon, show) -> bool:
+async def hold_for_required(daemon: Daemon, show: Callable[[str], object]) -> bool:
     """Wait until every required server is attached (True) or the gate blocks (False), saying each server's
     evidence and the gate's reading of it. Nothing is required: True at once."""
     from agentctl.control.server import build_gate
@@ -315,7 +323,7 @@ def _exited_with_error(agent: Agent) -> bool:
 class _AnswerPrinter:
     """Shows the agent's answer on the terminal only (it is never recorded), a line at a time."""
 
-    def __init__(self, show) -> None:
+    def __init__(self, show: Callable[[str], object]) -> None:
         self._show = show
         self._parts: list[str] = []
 

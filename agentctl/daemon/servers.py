@@ -15,6 +15,6 @@ def configured_servers(spec: Spec, builtin_base: str | None) -> list[ServerSeed]
     seeds = [ServerSeed(name=spec.mcp.builtin_name, source="builtin", transport="http",
                         target=target_for_url(builtin_base) if builtin_base else None)]
     for server in spec.mcp.servers:
-        target = target_for_url(server.url) if server.url else target_for_command(server.command or "")
+        target = target_for_url(server.url) if server.url else target_for_command(server.program or "")
         seeds.append(ServerSeed(name=server.name, source="profile", transport=server.type, target=target))
     return seeds

@@ -12,7 +12,6 @@ from typing import Any
 from agentctl.backend.embedded import TaskStoreError
 from agentctl.cli_support import EXIT_NO_DAEMON, fail
 from agentctl.commands.targets import TARGETS, resolve
-from agentctl.control.socket import ControlSocketError
 from agentctl.daemon.app import Daemon, StartupError, describe_error
 from agentctl.daemon.metrics_listener import parse_metrics_listen
 from agentctl.evidence.contract.base import encode
@@ -22,6 +21,7 @@ from agentctl.lifecycle import Signals, run
 from agentctl.logs import configure_logging
 from agentctl.spec import SpecError
 from agentctl.spec_loader import load_spec
+from agentctl.unix_socket import ControlSocketError
 
 
 def run_daemon(args: argparse.Namespace, command: str, signals: Signals) -> int:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import socket
+from collections.abc import Mapping
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class Notifier:
             await asyncio.sleep(self.watchdog_interval / 2)
 
 
-def _watchdog_interval(env) -> float | None:
+def _watchdog_interval(env: Mapping[str, str]) -> float | None:
     usec = env.get("WATCHDOG_USEC")
     if not usec:
         return None

@@ -163,7 +163,7 @@ class EndpointTester:
                     transport=server.type,
                     url=server.url,
                     headers=dict(server.headers),
-                    command=server.command,
+                    command=server.program,
                     args=tuple(server.args),
                     env=dict(server.env),
                 )
@@ -273,7 +273,7 @@ class EndpointTester:
         import anyio
         from mcp.client.stdio import get_default_environment
 
-        from agentctl.agent.manager import resolve_command
+        from agentctl.agent.spawn import resolve_command
         from agentctl.agent.supervisor import register_own_child, unregister_own_child
 
         argv = resolve_command([target.command or "", *target.args])

@@ -263,8 +263,9 @@ def _type_of(schema: Any) -> str:
     for key in ("anyOf", "oneOf"):
         if isinstance(schema.get(key), list):
             return " | ".join(_type_of(s) for s in schema[key])
-    if isinstance(schema.get("$ref"), str):
-        return schema["$ref"].rsplit("/", 1)[-1]
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        return ref.rsplit("/", 1)[-1]
     if "enum" in schema:
         return "enum"
     return "any"

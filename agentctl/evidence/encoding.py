@@ -79,7 +79,8 @@ def _run_o200k_constructor(load_ranks: Callable[..., dict[bytes, int]]) -> dict[
     clone = types.FunctionType(
         original.__code__, scoped, original.__name__, original.__defaults__, original.__closure__
     )
-    return clone()
+    ranks: dict[str, Any] = clone()
+    return ranks
 
 
 def _o200k_recipe() -> _Recipe:

@@ -89,6 +89,7 @@ def normalize(text: str) -> tuple[str, list[int], list[int]]:
         if kind == "pct":
             _percent(match.group(), begin, out, starts, ends)
             continue
+        assert kind is not None, "every alternative of the pattern is a named group"
         value = match.group(kind)
         if kind == "wide":
             piece = _fold(value)
@@ -247,7 +248,8 @@ class FragmentMatcher:
         spans = self.spans(text)
         if not spans:
             return text
-        out, last = [], 0
+        out: list[str] = []
+        last = 0
         for start, end in spans:
             out += (text[last:start], marker)
             last = end

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -89,7 +89,7 @@ class Ledger:
         if listener in self._listeners:
             self._listeners.remove(listener)
 
-    def begin_attempt(self, origin: AttemptOrigin, seeds: list[ServerSeed] = ()) -> tuple[str, str]:
+    def begin_attempt(self, origin: AttemptOrigin, seeds: Sequence[ServerSeed] = ()) -> tuple[str, str]:
         """Create the new current attempt and its bearer token, then record `configured` for each seed."""
         attempt_id = new_attempt_id()
         old = self.current_attempt_id

@@ -293,6 +293,12 @@ def _apply_row(attempt: Attempt, row: ServerRow, event: EvidenceEvent) -> None:
         _apply_contact(attempt, row, event)
     elif kind == "agent_reported":
         _apply_report(row, event)
+    elif kind == "server_exited":
+        if _newer(t, row.exited_at):
+            row.exited_at = t
+            row.exit_code = event.exit_code
+    if event.observed_by is not None and row.source == "profile":
+        row.observed_by = event.observed_by
 
 
 def _apply_report(row: ServerRow, event: EvidenceEvent) -> None:
@@ -318,7 +324,7 @@ def _apply_report(row: ServerRow, event: EvidenceEvent) -> None:
         row.reported = report
 
 
-def _report_key(report: AgentReport) -> tuple:
+def _report_key(report: AgentReport) -> tuple[datetime, bool, str, str, int, str, str, str, tuple[str, ...]]:
     return (
         report.reported_at,
         report.state in REPORTED_FAILURES,
@@ -401,6 +407,7 @@ def _apply_contact(attempt: Attempt, row: ServerRow, event: EvidenceEvent) -> No
             row.era = event.era or row.era
             row.protocol_version = event.protocol_version or row.protocol_version
             row.requested_protocol_version = event.requested_protocol_version or row.requested_protocol_version
+            row.server_info = event.server_info or row.server_info
     elif kind == "tools_list_observed":
         if _newer(t, row.tools_list_observed_at):
             row.tools_list_observed_at = t

@@ -3,7 +3,7 @@
 
 Attached means the strongest evidence that can exist for the server: the built-in one observed `active` on
 agentctl's own endpoint (it listed its tools), a third-party one `connected` or `active` (the agent's own
-report, or an observation). A row that failed, or can never be delivered (filtered, unavailable), blocks at
+report, or agentctl's stdio witness's observation). A witnessed server seen to exit before that blocks at once. A row that failed, or can never be delivered (filtered, unavailable), blocks at
 once; one with neither after `timeout` seconds of the attempt blocks then. The result is a policy reading
 shown beside the evidence: it never changes a row, and a row not yet attached is still not a failure.
 """
@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from agentctl.evidence.contract.control import AttachedGate, RequiredServer
+from agentctl.evidence.contract.control import AttachedGate, GateState, RequiredServer, RequiredState
 from agentctl.evidence.contract.report import Attempt, ServerRow, Source
-from agentctl.evidence.display import DELIVERED_LABEL, reporter_name
+from agentctl.evidence.display import DELIVERED_LABEL, exited_words, reporter_name, row_label
 
 _NEVER_DELIVERED = ("filtered", "unavailable")
 
@@ -44,6 +44,7 @@ def judge(attempt: Attempt | None, required: Sequence[str], *, builtin_name: str
     servers = [_judge_row(name, rows.get(name), _source(name, builtin_name), late, timeout, no_report)
                for name in required]
     states = {server.state for server in servers}
+    state: GateState
     if states & {"failed", "not_attached"}:
         state = "blocked"
     elif states == {"attached"}:
@@ -58,9 +59,8 @@ def _source(name: str, builtin_name: str) -> Source:
     return "builtin" if name == builtin_name else "profile"
 
 
-def _server(name: str, source: Source, state: str, evidence: str, policy: str) -> RequiredServer:
-    return RequiredServer(name=name, source=source, state=state,  # type: ignore[arg-type]
-                          evidence=evidence, policy=policy)
+def _server(name: str, source: Source, state: RequiredState, evidence: str, policy: str) -> RequiredServer:
+    return RequiredServer(name=name, source=source, state=state, evidence=evidence, policy=policy)
 
 
 def _judge_row(name: str, row: ServerRow | None, source: Source, late: str | None, timeout: float,
@@ -70,6 +70,9 @@ def _judge_row(name: str, row: ServerRow | None, source: Source, late: str | Non
         return _server(name, source, "failed", "not in this attempt", "required, not delivered")
     if row.status == "failed" or row.status in _NEVER_DELIVERED:
         return _server(name, source, "failed", _evidence(row), f"required, {row.status}")
+    if exited_words(row) is not None and not _attached(row, source):
+        # The witness saw the server end before it was attached: nothing can attach it any more.
+        return _server(name, source, "failed", _evidence(row), "required, exited")
     if _attached(row, source):
         return _server(name, source, "attached", _evidence(row), "required, attached")
     if source == "profile" and no_report is not None:
@@ -88,6 +91,9 @@ def _attached(row: ServerRow, source: Source) -> bool:
     if source == "builtin":
         # Agentctl's own endpoint sees it: only an observation counts, and only once the tools were listed.
         return row.status == "active" and row.status_source == "observed"
+    if row.observed_by == "witness" and row.status_source == "observed":
+        # The witness sees the server's own answers: attached once the agent has its tools, as on the built-in row.
+        return row.status == "active"
     if row.status in ("connected", "active"):
         return True
     return row.reported is not None and row.reported.state == "connected"
@@ -96,7 +102,9 @@ def _attached(row: ServerRow, source: Source) -> bool:
 def _evidence(row: ServerRow) -> str:
     """The row's evidence in words, with whose it is."""
     words = DELIVERED_LABEL if row.status == "delivered" else row.status
-    if row.status_source == "reported" and row.reported is not None:
+    if row.observed_by == "witness" and row.status_source == "observed":
+        words = row_label(row)
+    elif row.status_source == "reported" and row.reported is not None:
         words += f" · reported by {reporter_name(row.reported.source)}"
     elif row.status not in ("delivered", "configured"):
         words += " · observed by agentctl"

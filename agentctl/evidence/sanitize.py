@@ -317,7 +317,7 @@ def _secret_pattern(secrets: Iterable[str] | SecretRegistry | None) -> FragmentM
         cached = secrets.compiled
         if cached is None or cached[0] != secrets.version:
             cached = secrets.compiled = (secrets.version, _compile_secrets(secrets.values(), secrets.public()))
-        return cached[1]  # type: ignore[return-value]
+        return cached[1]
     if isinstance(secrets, str):
         # A bare string would iterate as characters, all below the minimum, silently redacting nothing.
         secrets = (secrets,)
@@ -409,7 +409,9 @@ def _head(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     head = text[:limit]
-    return head[: _LAST_WORD.search(head).start()] + ELLIPSIS  # type: ignore[union-attr]
+    last = _LAST_WORD.search(head)
+    assert last is not None, "\\S*\\Z matches at the end of any text"
+    return head[: last.start()] + ELLIPSIS
 
 
 def summarize(reason_code: str, text: str | None, secrets: Iterable[str] | SecretRegistry = ()) -> ErrorSummary:

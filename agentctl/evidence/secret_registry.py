@@ -28,7 +28,11 @@ import binascii
 import re
 from collections import deque
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, unquote_plus, urlsplit
+
+if TYPE_CHECKING:  # pragma: no cover - the sanitizer builds the matcher; the registry only keeps it
+    from agentctl.evidence.fragments import FragmentMatcher
 
 __all__ = [
     "MAX_TOKENS",
@@ -170,7 +174,7 @@ class SecretRegistry:
         self._tokens: deque[str] = deque(maxlen=MAX_TOKENS)
         self._public: set[str] = set()
         self.version = 0
-        self.compiled: tuple[int, object] | None = None  # (version, pattern): the sanitizer's cache
+        self.compiled: tuple[int, FragmentMatcher | None] | None = None  # (version, pattern): the sanitizer's cache
         self.extend(values)
 
     def add(self, value: str) -> None:

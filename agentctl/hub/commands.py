@@ -29,8 +29,16 @@ from agentctl.hub.locations import ENV_HUB_DB, ENV_HUB_RETENTION, ENV_HUB_SOCKET
 from agentctl.safetext import neutralize_data
 
 if TYPE_CHECKING:  # pragma: no cover
+    from datetime import datetime
+
     from agentctl.evidence.contract.hub import HubSession, HubSessionReport, HubStatus
+    from agentctl.hub.state import SessionState
     from agentctl.lifecycle import Signals
+
+    # The page's listener: host, port, token, whether the token was generated now, and its file.
+    WebArgs = tuple[str, int, str, bool, Path | None]
+    # Every session and the database's footprint (size, oldest contact), or a message and its exit code.
+    Loaded = tuple[dict[str, SessionState], tuple[int, datetime | None]] | tuple[str, int]
 
 def add_hub_commands(subparsers: Any) -> None:
     hub = subparsers.add_parser(
@@ -101,7 +109,7 @@ def cmd_hub_serve(args: argparse.Namespace) -> int:
 
 def _hub_serve(args: argparse.Namespace, signals: Signals) -> int:
     from agentctl.backend.embedded import TaskStoreError
-    from agentctl.control.socket import ControlSocketError
+    from agentctl.unix_socket import ControlSocketError
     from agentctl.logs import configure_logging
     from agentctl.hub.hub_store import HubStoreError
 
@@ -125,7 +133,7 @@ def _hub_serve(args: argparse.Namespace, signals: Signals) -> int:
         return fail(str(exc), EXIT_USAGE)
     from agentctl.hub.web import WebConfigError, load_token, parse_listen
 
-    web_args = None
+    web_args: WebArgs | None = None
     try:
         if args.http:
             token_file = Path(args.token_file).expanduser().absolute() if args.token_file else None
@@ -150,7 +158,7 @@ def _hub_serve(args: argparse.Namespace, signals: Signals) -> int:
 HUB_SHUTDOWN_TIMEOUT = 10.0
 
 
-async def _serve(socket_path: Path, db: Any, tasks_db: str | None, web_args: tuple | None = None,
+async def _serve(socket_path: Path, db: Any, tasks_db: str | None, web_args: WebArgs | None = None,
                  signals: Signals | None = None, retention: Any = None) -> int:
     """Serve until SIGTERM/SIGINT (agentctl.lifecycle): exit 0 after the drain, 128 + N when a second signal
     N cut it short."""
@@ -200,7 +208,7 @@ async def _serve(socket_path: Path, db: Any, tasks_db: str | None, web_args: tup
     return EXIT_SIGNAL_BASE + outcome.forced_by if outcome.forced_by is not None else EXIT_OK
 
 
-def _load(args: argparse.Namespace):
+def _load(args: argparse.Namespace) -> Loaded:
     """Every session in the database and its footprint (size, oldest contact), or (message, exit code)."""
     from agentctl.dsn import DsnError
     from agentctl.hub.hub_store import HubStoreError

@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from agentctl.backend.embedded import EmbeddedBackend
 from agentctl.control.socket import cleanup_socket_path, prepare_socket_path
@@ -59,6 +59,9 @@ log = logging.getLogger("agentctl.hub")
 FLUSH_INTERVAL = 0.1
 SWEEP_INTERVAL = 1.0
 _UNIDENTIFIED_LOG = RateLimitedLog(log)
+# The frame a request to a daemon is answered with (Hub._request).
+_Reply = TypeVar("_Reply")
+
 
 class Hub(StackedService):
     """The hub: its socket, its sessions in memory and in the database, its task store. `async with Hub(...)`
@@ -84,7 +87,8 @@ class Hub(StackedService):
         self.db_path: Path | PostgresDsn = db_path if isinstance(db_path, PostgresDsn) else Path(db_path)
         # The task store: a SQLite file when given or beside a SQLite database, else the shared PostgreSQL one.
         self.tasks_db: Path | PostgresDsn
-        default_tasks = self.dsn or Path(db_path).with_suffix(".tasks.sqlite3")
+        default_tasks = (self.db_path if isinstance(self.db_path, PostgresDsn)
+                         else self.db_path.with_suffix(".tasks.sqlite3"))
         self.tasks_db = Path(tasks_db) if tasks_db else default_tasks
         # Names this hub in a shared database (the `connected` flags it owns): stable across its restarts.
         self.hub_id = f"{socket.gethostname()}:{self.socket_path}"
@@ -98,7 +102,7 @@ class Hub(StackedService):
         self._reader: SessionStore | None = None  # read-only: cold sessions, never blocked by a flush
         self.store: SessionStore | None = None
         self.backend: EmbeddedBackend | None = None
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
         self.guard: ListenerGuard | None = None
         self._conns: set[HubConnection] = set()
         self._handlers: set[asyncio.Task[Any]] = set()
@@ -171,7 +175,7 @@ class Hub(StackedService):
         stops.push("hub socket", self._stop_serving)
         stops.push("accept error log", install_accept_error_log())
 
-    async def _serve(self, sock: socket.socket) -> asyncio.AbstractServer:
+    async def _serve(self, sock: socket.socket) -> asyncio.Server:
         """`asyncio.start_unix_server`, with every connection through the listener guard."""
         loop = asyncio.get_running_loop()
         caps = listener_caps()
@@ -292,7 +296,7 @@ class Hub(StackedService):
 
     async def read_stderr(self, session_id: str, *, timeout: float = 10.0) -> StderrView:
         """Recent agent output of the session's current daemon, on demand. Never stored or logged here."""
-        return (await self._request(session_id, P.StderrReadFrame, timeout)).view
+        return (await self._request(session_id, P.StderrReadFrame, P.StderrResultFrame, timeout)).view
 
     async def read_terminal(self, session_id: str, *, timeout: float = 10.0) -> TerminalView:
         """The session's agent terminal's recent screen, on demand (asked only of a daemon whose agent is on one:
@@ -300,17 +304,19 @@ class Hub(StackedService):
         conn = self._live_conn(session_id)
         if conn is not None and not conn.on_terminal:
             raise HubRequestError("not_supported", "the session's agent does not run on a terminal")
-        return (await self._request(session_id, P.TerminalReadFrame, timeout)).view
+        return (await self._request(session_id, P.TerminalReadFrame, P.TerminalResultFrame, timeout)).view
 
     async def test_endpoint(self, session_id: str, server: str, *, timeout: float = 65.0) -> EndpointTestResult:
         """Ask the session's current daemon to test one stored server by name."""
-        return (await self._request(session_id, P.EndpointTestFrame, timeout, server=server)).result
+        return (await self._request(session_id, P.EndpointTestFrame, P.EndpointTestResultFrame, timeout,
+                                    server=server)).result
 
-    async def _request(self, session_id: str, kind: type, timeout: float, **fields: Any) -> Any:
+    async def _request(self, session_id: str, kind: type[Any], reply: type[_Reply], timeout: float,
+                       **fields: Any) -> _Reply:
         conn = self._live_conn(session_id)
         if conn is None:
             raise HubRequestError("unavailable", "no daemon of that session's current execution is connected")
-        return await conn.ask(kind, timeout, **fields)
+        return await conn.ask(kind, reply, timeout, **fields)
 
     def _live_conn(self, session_id: str) -> HubConnection | None:
         session = self.sessions.get(session_id)
@@ -343,7 +349,7 @@ class Hub(StackedService):
                     conn.last_rx = time.monotonic()
                     self.frames_in += 1
                     received = P.decode_from_daemon(raw)
-                    self.frames_by_kind[received.__struct_config__.tag or "other"] += 1
+                    self.frames_by_kind[str(received.__struct_config__.tag or "other")] += 1
                     stored = None
                     if (self.shared is not None and isinstance(received, P.HelloFrame)
                             and rules.admit(conn.identity is not None, received) is None):

@@ -9,7 +9,7 @@ import logging
 import secrets
 import time
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from agentctl.backend.base import Backend, BackendError
 from agentctl.unix_socket import peer_cred
@@ -46,6 +46,10 @@ def notice_line(notice: rules.Notice) -> bytes:
     return P.encode_frame(P.frame(P.ErrorFrame, code=notice.code, message=notice.message, fatal=notice.fatal))
 
 
+# The frame a request is answered with (HubConnection.ask).
+_Reply = TypeVar("_Reply")
+
+
 class HubRequestError(Exception):
     """A request to a daemon (stderr, endpoint test) could not be answered. `code` is a protocol error code."""
 
@@ -73,7 +77,8 @@ class HubConnection:
         self.tool_slots = asyncio.Semaphore(TOOL_CONCURRENCY)
         self.tasks: set[asyncio.Task[Any]] = set()
         cred = peer_cred(writer.get_extra_info("socket"))
-        self.peer_pid, self.peer_uid = (cred[0], cred[1]) if cred is not None else (None, None)
+        self.peer_pid: int | None = cred[0] if cred is not None else None
+        self.peer_uid: int | None = cred[1] if cred is not None else None
 
     def heard_hello(self, heartbeat_ms: int) -> None:
         """Silence for three heartbeats closes the connection; the hub, not the peer, bounds the heartbeat."""
@@ -113,18 +118,22 @@ class HubConnection:
             return
         self.writer.write(line)
 
-    async def ask(self, kind: type, timeout: float, **fields: Any) -> Any:
-        """Send this daemon one request frame and wait (at most `timeout`) for the answer with its id."""
+    async def ask(self, kind: type[Any], reply: type[_Reply], timeout: float, **fields: Any) -> _Reply:
+        """Send this daemon one request frame and wait (at most `timeout`) for the answer with its id, which must
+        be a `reply` frame: a daemon answering with another kind of result is refused, not passed on."""
         request_id = "rq_" + secrets.token_hex(6)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.pending[request_id] = future
         try:
             self.send(P.encode_frame(P.frame(kind, id=request_id, **fields)))
-            return await asyncio.wait_for(future, timeout)
+            answer = await asyncio.wait_for(future, timeout)
         except TimeoutError:
             raise HubRequestError("unavailable", f"the daemon did not answer within {timeout:g} s") from None
         finally:
             self.pending.pop(request_id, None)
+        if not isinstance(answer, reply):
+            raise HubRequestError("unavailable", "the daemon answered with another kind of frame")
+        return answer
 
     async def run_tool_call(self, call: P.ToolCallFrame, backend: Backend | None, now: datetime) -> None:
         """Run one tool call on `backend` (received at `now`) and send its tool_result."""

@@ -33,7 +33,7 @@ METRICS_PATH = "/metrics"
 FRAME_KINDS: tuple[str, ...] = tuple(t.__struct_config__.tag for t in get_args(P.DaemonFrame))
 
 
-def build_info() -> GaugeMetricFamily:
+def build_info() -> InfoMetricFamily:
     """`agentctl_build_info{version, contract, python}` 1: which agentctl a scrape came from."""
     return InfoMetricFamily("agentctl_build", "agentctl's version, evidence contract version and Python",
                             value={"version": __version__, "contract": str(CONTRACT_VERSION),

@@ -29,7 +29,7 @@ import hashlib
 import threading
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -59,6 +59,8 @@ from agentctl.postgres import PostgresUnavailable, connect, describe_error, driv
 
 CHANNEL = "agentctl_hub"
 TAG_PREFIX = "agentctl-hub "
+# What one unit of work on the connection returns (PgHubStore._run).
+_T = TypeVar("_T")
 # The tag computed by the database from an execution's `hub` column, as hub_tag computes it from a hub's id.
 _TAG_OF_ROW = "'agentctl-hub ' || left(encode(sha256(convert_to(hub, 'UTF8')), 'hex'), 20)"
 
@@ -119,7 +121,7 @@ class PgHubStore:
 
     # -- connection ------------------------------------------------------------------------------------
 
-    def _run(self, what: str, work: Callable[[Any], Any]) -> Any:
+    def _run(self, what: str, work: Callable[[Any], _T]) -> _T:
         """`work(connection)`; a connection found dead on use (the server restarted since) is replaced and the
         work tried once more. Every op is safe to repeat: upserts, additive counts, a claim that finds its
         execution already taken."""
@@ -153,7 +155,7 @@ class PgHubStore:
         return self.load_split(None)[0]
 
     def load_split(self, hot: int | None) -> tuple[dict[str, SessionState], dict[str, HubSession]]:
-        def work(conn: Any) -> Any:
+        def work(conn: Any) -> tuple[dict[str, SessionState], dict[str, HubSession]]:
             with conn.transaction():  # one snapshot of both tables
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 sessions = conn.execute(f"SELECT {SESSION_COLS} FROM sessions").fetchall()

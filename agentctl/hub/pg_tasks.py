@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from agentctl.backend.base import BackendError
 from agentctl.backend.embedded import EmbeddedBackend, TaskStoreError
@@ -27,6 +27,8 @@ from agentctl.migrations import Family, Migration, MigrationError
 from agentctl.postgres import PostgresUnavailable, connect, driver, migrate_postgres
 
 log = logging.getLogger("agentctl.hub")
+# What one unit of work on a connection returns (PgTaskBackend._op).
+_T = TypeVar("_T")
 
 BACKOFF_INITIAL = 0.2  # seconds before the first reconnect attempt, doubled up to BACKOFF_MAX (the listener's)
 BACKOFF_MAX = 5.0
@@ -89,7 +91,7 @@ TASKS = Family(
     upgrade_hint="start the hub (`agentctl hub serve`) with this database",
 )
 
-class _Row(dict):
+class _Row(dict[str, Any]):
     """A row by column name (like sqlite3.Row) and by position."""
 
     def __getitem__(self, key: Any) -> Any:
@@ -209,7 +211,7 @@ class PgTaskBackend(EmbeddedBackend):
             log.warning("task store: %s; reconnecting with backoff", exc)  # the DSN's secrets are masked
         self._away = str(exc)
 
-    def _op(self, work: Callable[[Any], Any], abandoned: threading.Event | None = None) -> Any:
+    def _op(self, work: Callable[[Any], _T], abandoned: threading.Event | None = None) -> _T:
         """`work(connection)` in one transaction (the lock held), on a new connection once if the one held
         turns out dead before the COMMIT: the server rolled that transaction back, so running it again is safe.
         A call its caller gave up on (`abandoned`, while a connect took its time) is not run."""

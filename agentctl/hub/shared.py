@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 from agentctl.dsn import PostgresDsn
 from agentctl.hub import rules
 from agentctl.hub.hub_conn import HubConnection, notice_line
-from agentctl.hub.hub_store import HubStoreError
+from agentctl.hub.hub_store import HubStoreError, SessionStore
 from agentctl.hub.state import SessionState
 from agentctl.hub.views import session_listing
 from agentctl.upstream import protocol as P
-from agentctl.hub.pg_store import CHANNEL, PrunedExecution, hub_tag, parse_notice
+from agentctl.hub.pg_store import CHANNEL, PgHubStore, PrunedExecution, hub_tag, parse_notice
 from agentctl.postgres import PostgresUnavailable, connect_async, describe_error, driver
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -37,6 +37,12 @@ log = logging.getLogger("agentctl.hub")
 FENCE_INTERVAL = 1.0
 BACKOFF_INITIAL = 0.2
 BACKOFF_MAX = 5.0
+
+
+def _pg(store: SessionStore | None) -> PgHubStore | None:
+    """One of the hub's stores as what it is under a shared view: a PostgreSQL one (None once closed)."""
+    assert store is None or isinstance(store, PgHubStore), "a shared view runs over a PostgreSQL database only"
+    return store
 
 
 class SharedView:
@@ -88,10 +94,10 @@ class SharedView:
         """The database's decision on a hello (agentctl.hub.pg_store); a database that cannot answer refuses
         the connection as `unavailable`: the daemon keeps buffering and reconnects with backoff."""
         hub = self.hub
-        assert hub.store is not None
+        store = _pg(hub.store)
+        assert store is not None
         try:
-            return await asyncio.to_thread(hub.store.claim, hello.identity, hello.daemon_version,  # type: ignore[attr-defined]
-                                           hub._clock())
+            return await asyncio.to_thread(store.claim, hello.identity, hello.daemon_version, hub._clock())
         except PrunedExecution as exc:  # retention's tombstone: this execution may not be current again
             hub._fatal(conn, exc.refusal)
         except HubStoreError as exc:
@@ -167,10 +173,11 @@ class SharedView:
         hub = self.hub
         followed = {c.session.session_id: c.session.current_execution_id for c in hub._conns
                     if c.session is not None and c.standing == "current"}
-        if not followed or hub._reader is None:
+        reader = _pg(hub._reader)
+        if not followed or reader is None:
             return
         try:
-            currents = await asyncio.to_thread(hub._reader.currents, sorted(followed))  # type: ignore[attr-defined]
+            currents = await asyncio.to_thread(reader.currents, sorted(followed))
         except HubStoreError:
             return  # the listener's own reconnecting says the database is away
         for sid, current in currents.items():
@@ -180,10 +187,11 @@ class SharedView:
     async def check_departed(self) -> None:
         """Clear the flags of hubs gone from the database (seen before, missing at two checks in a row)."""
         hub = self.hub
-        if hub._reader is None or hub.store is None:
+        reader = _pg(hub._reader)
+        if reader is None or hub.store is None:
             return
         try:
-            live = await asyncio.to_thread(hub._reader.live_hubs)  # type: ignore[attr-defined]
+            live = await asyncio.to_thread(reader.live_hubs)
         except HubStoreError:
             return
         live.discard(hub_tag(hub.hub_id))
@@ -192,8 +200,11 @@ class SharedView:
         self._missing, self._seen = missing - departed, (self._seen - departed) | live
         if not departed:
             return
+        store = _pg(hub.store)  # read after the await: a stop may have closed it since
+        if store is None:
+            return
         try:
-            changed = await asyncio.to_thread(hub.store.clear_departed, sorted(departed))  # type: ignore[attr-defined]
+            changed = await asyncio.to_thread(store.clear_departed, sorted(departed))
         except HubStoreError as exc:
             log.warning("clearing the flags of a departed hub failed: %s", exc)
             return

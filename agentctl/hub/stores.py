@@ -5,6 +5,7 @@ task backend)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from agentctl.backend.embedded import EmbeddedBackend
@@ -31,7 +32,7 @@ def open_task_store(location: os.PathLike[str] | PostgresDsn) -> EmbeddedBackend
         from agentctl.hub.pg_tasks import PgTaskBackend
 
         return PgTaskBackend(location, **info)
-    return EmbeddedBackend(location, **info)  # type: ignore[arg-type]
+    return EmbeddedBackend(Path(location), **info)
 
 
 def label(location: os.PathLike[str] | PostgresDsn) -> str:

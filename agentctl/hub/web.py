@@ -50,7 +50,8 @@ from agentctl.listener_guard import (
 )
 from agentctl.logs import http_server_logging
 from agentctl.safe_files import UnsafePath, check_private_file, open_nofollow, open_private
-from agentctl.hub.hub import Hub, HubRequestError, listener_caps
+from agentctl.hub.hub import Hub
+from agentctl.hub.hub_conn import HubRequestError, listener_caps
 from agentctl.hub.web_assets import AssetCache
 from agentctl.hub.metrics import METRICS_PATH, hub_registry, metrics_handler
 from agentctl.hub.web_view import (

@@ -61,7 +61,8 @@ _DISCONNECT: Final = {"type": "http.disconnect"}
 def build_scope(request: web.BaseRequest, **extra: Any) -> dict[str, Any]:
     """The ASGI HTTP scope of an aiohttp request (path decoded, raw path and query string as bytes)."""
     transport = request.transport
-    client = server = None
+    client: tuple[str, int] | None = None
+    server: tuple[str, int | None] | None = None  # a Unix socket's server has no port
     if transport is not None:
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:

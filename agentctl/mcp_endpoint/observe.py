@@ -47,6 +47,7 @@ observation are logged and swallowed; the request never waits on, or fails becau
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import re
 import time
@@ -63,7 +64,7 @@ from agentctl.evidence import reasons
 from agentctl.evidence.catalog import build_catalog
 from agentctl.evidence.encoding import REASON_ESTIMATOR_LOADING
 from agentctl.evidence.estimates import CatalogEstimates
-from agentctl.evidence.contract.report import ClientInfo, ToolCatalog
+from agentctl.evidence.contract.report import ClientInfo, EvidenceKind, ToolCatalog
 from agentctl.evidence.ledger import Ledger
 from agentctl.evidence.sanitize import bounded_text
 from agentctl.identity import new_connection_id
@@ -168,10 +169,10 @@ class Observer:
         except Exception as exc:
             log_failure(log, "recording MCP evidence failed", exc)
 
-    def _record(self, kind: str, attempt_id: str, fields: dict[str, Any]) -> None:
-        self.ledger.record(kind, attempt_id, self.server_name, source="builtin", **fields)  # type: ignore[arg-type]
+    def _record(self, kind: EvidenceKind, attempt_id: str, fields: dict[str, Any]) -> None:
+        self.ledger.record(kind, attempt_id, self.server_name, source="builtin", **fields)
 
-    def record(self, kind: str, attempt_id: str, **fields: Any) -> None:
+    def record(self, kind: EvidenceKind, attempt_id: str, **fields: Any) -> None:
         """Stamp the time now, fold the event on the next loop iteration."""
         fields.setdefault("occurred_at", self.ledger.now())
         self.defer(self._record, kind, attempt_id, fields)
@@ -435,7 +436,7 @@ class Observer:
         key = (fingerprint, None if estimator is not None else (reason or "encoding_unavailable"))
         cached = self._catalogs.get(key)
         if cached is not None:
-            return cached[0], cached[1].__copy__(), estimate_key
+            return cached[0], copy.copy(cached[1]), estimate_key
         if reason is None and estimator is None:
             reason = "encoding_unavailable"
         if estimator is not None:
@@ -445,4 +446,4 @@ class Observer:
         if len(self._catalogs) >= MAX_CATALOG_CACHE:
             self._catalogs.clear()
         self._catalogs[key] = built
-        return built[0], built[1].__copy__(), estimate_key
+        return built[0], copy.copy(built[1]), estimate_key

@@ -71,7 +71,7 @@ class SdkLogRedactor(logging.Filter):
         record.exc_info = None
         record.exc_text = None
         record.stack_info = None
-        record._agentctl_redacted = True  # type: ignore[attr-defined]
+        record._agentctl_redacted = True
         return True
 
 

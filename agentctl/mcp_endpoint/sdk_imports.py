@@ -75,6 +75,7 @@ def _defer_package_init(name: str) -> None:
     spec = importlib.util.find_spec(name)
     if spec is None or spec.loader is None or spec.submodule_search_locations is None:
         return
+    loader = spec.loader
     package = importlib.util.module_from_spec(spec)
     for attribute in _SEEDS.get(name, ()):
         value = _declared(spec.origin, attribute)
@@ -96,7 +97,7 @@ def _defer_package_init(name: str) -> None:
             if not ran:
                 ran.append(True)
                 try:
-                    spec.loader.exec_module(package)  # type: ignore[union-attr]
+                    loader.exec_module(package)
                 except BaseException:
                     ran.clear()  # as a failed import: the next read tries again and sees the real error
                     raise
@@ -108,6 +109,7 @@ def _defer_package_init(name: str) -> None:
                 return own(attribute)
             raise AttributeError(f"module {name!r} has no attribute {attribute!r}") from None
 
+    # A module-level __getattr__ (PEP 562) is set on the module object; typeshed declares ModuleType's as a method.
     package.__getattr__ = __getattr__  # type: ignore[method-assign]
     sys.modules[name] = package
 

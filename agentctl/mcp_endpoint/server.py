@@ -56,7 +56,7 @@ from sse_starlette.sse import AppStatus
 from agentctl.evidence.estimates import CatalogEstimates
 from agentctl.evidence.ledger import Ledger
 from agentctl.listener_guard import trust
-from agentctl.mcp_endpoint import auth
+from agentctl.mcp_endpoint import auth, witness_route
 from agentctl.mcp_endpoint.asgi import ASGIApp, AsgiBridge, build_scope
 from agentctl.mcp_endpoint.capabilities import advertise_capabilities
 from agentctl.mcp_endpoint.observe import SCOPE_ATTEMPT, SCOPE_REACHED, Observer
@@ -149,10 +149,11 @@ class McpEndpoint:
     # ---- wiring --------------------------------------------------------------------------------
 
     def mount(self, app: web.Application) -> None:
-        """Add /mcp, /sse and /messages/ to the daemon's application (before the runner freezes it)."""
+        """Add /mcp, /sse, /messages/ and the stdio witness's /witness to the daemon's application (before the runner freezes it)."""
         app.router.add_route("*", MCP_PATH, self._handle_mcp)
         app.router.add_route("*", SSE_PATH, self._handle_sse)
         app.router.add_route("*", MESSAGES_PATH, self._handle_sse)
+        witness_route.mount(app, self.ledger, _on_tcp)
 
     def set_listen(self, host: str, port: int) -> None:
         """Record the bound loopback address: the base URL, and the exact Host/Origin allow-list."""

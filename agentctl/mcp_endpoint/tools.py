@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 from weakref import WeakKeyDictionary
 
 from mcp.server import MCPServer
@@ -118,6 +118,9 @@ _IDEMPOTENT_WRITE = ToolAnnotations(
 )
 _WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
 
+# A result shape a task tool answers with (a key of _RESULT_ADAPTERS).
+_Shape = TypeVar("_Shape")
+
 _RESULT_ADAPTERS: dict[type, TypeAdapter[Any]] = {
     t: TypeAdapter(t) for t in (TaskView, TaskList, TaskResult, MessageResult, QuestionResult, PlanResult)
 }
@@ -158,7 +161,7 @@ def register_tools(
     # Tool closures may hold the registration but never the server: the registry holds servers weakly.
     registration = _Registration(defs={})
 
-    async def call(op: str, args: dict[str, Any], shape: type | None = None) -> Any:
+    async def answer(op: str, args: dict[str, Any]) -> Any:
         try:
             backend = backend_getter()
         except Exception as exc:
@@ -179,13 +182,22 @@ def register_tools(
             # Type only: an exception's text may quote arguments or results.
             logger.error("task backend op %s failed unexpectedly: %s", op, type(exc).__name__)
             raise ToolError("the task backend failed unexpectedly; the daemon log has details") from None
-        if shape is not None:
-            try:
-                return _RESULT_ADAPTERS[shape].validate_python(result)
-            except ValidationError as exc:
-                fields = sorted({".".join(str(p) for p in err["loc"]) for err in exc.errors()})
-                logger.error("task backend op %s answered an unexpected shape (fields %s)", op, fields)
-                raise ToolError("the task backend gave an answer this tool does not understand") from None
+        return result
+
+    async def call_as(op: str, args: dict[str, Any], shape: type[_Shape]) -> _Shape:
+        """The op's answer validated as `shape` (one of _RESULT_ADAPTERS)."""
+        result = await answer(op, args)
+        try:
+            shaped: _Shape = _RESULT_ADAPTERS[shape].validate_python(result)
+        except ValidationError as exc:
+            fields = sorted({".".join(str(p) for p in err["loc"]) for err in exc.errors()})
+            logger.error("task backend op %s answered an unexpected shape (fields %s)", op, fields)
+            raise ToolError("the task backend gave an answer this tool does not understand") from None
+        return shaped
+
+    async def call(op: str, args: dict[str, Any]) -> Config:
+        """The op's answer, which must be a JSON object."""
+        result = await answer(op, args)
         if not isinstance(result, dict):
             logger.error("task backend op %s answered a %s, not an object", op, type(result).__name__)
             raise ToolError("the task backend gave an answer this tool does not understand")
@@ -199,57 +211,57 @@ def register_tools(
     async def get_task() -> TaskView:
         """Get the task you are working on: its title, description and status, the latest messages
         posted to it, and the questions asked to the user (with answers once given)."""
-        return await call("task.get", {}, TaskView)
+        return await call_as("task.get", {}, TaskView)
 
     async def list_tasks(status: StatusFilter = None, limit: ListLimit = limits.DEFAULT_LIST_LIMIT) -> TaskList:
         """List tasks, most recently updated first. The task you are working on is marked
         is_current. Optionally only tasks with one status."""
-        return await call("task.list", given(status=status, limit=limit), TaskList)
+        return await call_as("task.list", given(status=status, limit=limit), TaskList)
 
     async def create_task(title: TaskTitle, description: NewDescription = "") -> TaskResult:
         """Create a new task, for example follow-up work found along the way. It starts as 'todo',
         is linked to the task you are working on as its parent, and is not started automatically."""
-        return await call("task.create", given(title=title, description=description), TaskResult)
+        return await call_as("task.create", given(title=title, description=description), TaskResult)
 
     async def update_task(description: OptionalDescription = None, status: NewStatus = None) -> TaskResult:
         """Update the task you are working on: replace its description, change its status, or both.
         Give at least one. Statuses: todo, in_progress, blocked, review, done, cancelled."""
-        return await call("task.update", given(description=description, status=status), TaskResult)
+        return await call_as("task.update", given(description=description, status=status), TaskResult)
 
     async def set_task_title(title: TaskTitle) -> TaskResult:
         """Set the title of the task you are working on: a short summary of the work."""
-        return await call("task.set_title", {"title": title}, TaskResult)
+        return await call_as("task.set_title", {"title": title}, TaskResult)
 
     async def post_task_message(text: MessageText) -> MessageResult:
         """Post a message (a progress note or a comment) to the task you are working on. The user
         reads it in the task's history. It does not ask for a reply; use ask_user for that."""
-        return await call("task.message", {"text": text}, MessageResult)
+        return await call_as("task.message", {"text": text}, MessageResult)
 
     async def ask_user(question: QuestionText, options: AnswerOptions = None) -> QuestionResult:
         """Ask the user a question about the task you are working on. The question is recorded and
         the call returns at once with status 'pending'; it does not wait for the answer. The answer
         appears later in get_task; carry on with other work or a sensible default meanwhile."""
-        return await call("task.ask_user", given(question=question, options=options), QuestionResult)
+        return await call_as("task.ask_user", given(question=question, options=options), QuestionResult)
 
     async def create_task_plan(steps: PlanSteps, summary: PlanSummary = "") -> PlanResult:
         """Create the plan for the task you are working on: an ordered list of steps and an optional
         summary. A task has one plan; if it already has one, use update_task_plan instead."""
-        return await call("plan.create", given(steps=steps, summary=summary), PlanResult)
+        return await call_as("plan.create", given(steps=steps, summary=summary), PlanResult)
 
     async def get_task_plan() -> PlanResult:
         """Get the plan of the task you are working on: the summary and each step with its number
         and whether it is done. plan is null when the task has no plan yet."""
-        return await call("plan.get", {}, PlanResult)
+        return await call_as("plan.get", {}, PlanResult)
 
     async def update_task_plan(steps: OptionalPlanSteps = None, summary: OptionalPlanSummary = None) -> PlanResult:
         """Change the plan of the task you are working on. steps replaces the whole list (steps whose
         text is unchanged stay done); summary replaces the summary. Give at least one."""
-        return await call("plan.update", given(steps=steps, summary=summary), PlanResult)
+        return await call_as("plan.update", given(steps=steps, summary=summary), PlanResult)
 
     async def complete_plan_step(step: StepNumber) -> PlanResult:
         """Mark one step of your task's plan as done, by its number from get_task_plan (the first step
         is 1). Marking a step that is already done changes nothing. Returns the updated plan."""
-        return await call("plan.step_complete", {"step": step}, PlanResult)
+        return await call_as("plan.step_complete", {"step": step}, PlanResult)
 
     # ---- config (read-only) --------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ A no-op when tracing is off.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -31,10 +32,10 @@ class TraceMiddleware:
         tracer = tracing.tracer_for(self.ledger)
         scope = scope_of(ctx) if tracer is not None else None
         attempt_id = scope.get(SCOPE_ATTEMPT) if scope is not None else None
-        if tracer is None or not isinstance(attempt_id, str) or ctx.request_id is None:
+        if tracer is None or scope is None or not isinstance(attempt_id, str) or ctx.request_id is None:
             return await call_next(ctx)
         name = ctx.params.get("name") if isinstance(ctx.params, dict) else None
-        carriers = [ctx.meta] if isinstance(ctx.meta, dict) else []
+        carriers: list[Mapping[str, Any]] = [ctx.meta] if isinstance(ctx.meta, dict) else []
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", ()) if k in _HEADERS}
         if headers:
             carriers.append(headers)

@@ -15,7 +15,7 @@ import msgspec
 
 from agentctl.evidence.contract.diagnostics import RowView, ServerDiagnostics
 from agentctl.evidence.contract.report import AgentReport, AgentState, ServerRow
-from agentctl.evidence.display import DELIVERED_LABEL, reporter_name
+from agentctl.evidence.display import DELIVERED_LABEL, reporter_name, row_label
 from agentctl.evidence.reasons import meaning
 from agentctl.evidence.reducer import REPORTED_FAILURES, observed_status
 from agentctl.present.session import agent_gone
@@ -34,12 +34,12 @@ def row_view(row: ServerRow | Mapping[str, Any]) -> RowView:
     observed = observed_status(row)
     report = row.reported
     if report is None:
-        return RowView(state=row.status, label=status_label(row.status), observed=observed, sources=[OBSERVER])
+        return RowView(state=row.status, label=row_label(row), observed=observed, sources=[OBSERVER])
     reporter = reporter_name(report.source)
     if row.status_source == "reported":
         label, sources = f"{row.status} · reported by {reporter}", [report.source, OBSERVER]
     else:
-        label, sources = status_label(row.status), [OBSERVER, report.source]
+        label, sources = row_label(row), [OBSERVER, report.source]
     return RowView(
         state=row.status,
         label=label,

@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from typing import Any
 
 import msgspec
 
-from agentctl.agent.reported.codex import is_app_server
+from agentctl.agent.clis.codex import is_app_server
 
 __all__ = ["is_app_server", "drive"]
 
@@ -35,7 +36,7 @@ async def drive(stdin: asyncio.StreamWriter, stdout: asyncio.StreamReader, cwd: 
                 on_line: Callable[[bytes], None]) -> None:
     """Speak to app-server until its stdout ends (the caller bounds the time and stops the process)."""
 
-    def send(message: dict) -> None:
+    def send(message: dict[str, Any]) -> None:
         stdin.write(json.dumps(message).encode() + b"\n")
 
     send({"id": METHOD_INITIALIZE, "method": "initialize",
@@ -54,7 +55,7 @@ async def drive(stdin: asyncio.StreamWriter, stdout: asyncio.StreamReader, cwd: 
     on_line(bytes(buffer))
 
 
-def _answer(line: bytes, send: Callable[[dict], None], cwd: str) -> None:
+def _answer(line: bytes, send: Callable[[dict[str, Any]], None], cwd: str) -> None:
     try:
         message = _decode(line)
     except (msgspec.DecodeError, msgspec.ValidationError):

@@ -24,16 +24,17 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agentctl.agent.delivery import BuiltinEndpoint
-from agentctl.agent.manager import DAEMON_SECRET_ENV_PREFIXES, resolve_command
-from agentctl.agent.passthrough import get_strategy
+from agentctl.agent.spawn import resolve_command
+from agentctl.runtime import DAEMON_SECRET_ENV_PREFIXES
+from agentctl.agent.clis import get_strategy, open_reader, plan_report
 from agentctl.agent.passthrough.base import Materialization, MaterializeError, MaterializeRequest, insert_args
 from agentctl.agent.passthrough.recovery import PrivateDir
 from agentctl.agent.passthrough.workspace import cleanup
 from agentctl.agent.reported.base import ReportReader, ServerReport
-from agentctl.agent.reported.codex import SOURCE as CODEX_SOURCE, CodexAppServerReader
-from agentctl.agent.reported.feed import ReportPlan, open_reader, plan_report
+from agentctl.agent.clis.codex import SOURCE as CODEX_SOURCE, CodexAppServerReader
 from agentctl.agent.supervisor import AgentStartError, Supervisor
 from agentctl.evidence.contract.probe import (
     ProbeAgentReport,
@@ -48,7 +49,10 @@ from agentctl.identity import new_token
 from agentctl.logs import log_failure
 from agentctl.probe import codex_app, sentinel as S
 from agentctl.probe.run import Recorder
-from agentctl.spec import AgentSpec, IdentitySpec, McpSpec, Spec
+from agentctl.spec import AgentSpec, IdentitySpec, McpSpec, Spec, StrategyName
+
+if TYPE_CHECKING:  # pragma: no cover
+    from datetime import datetime
 
 log = logging.getLogger(__name__)
 EXIT_COULD_NOT_RUN = EXIT_NO_DAEMON  # 2, as for `probe mcp`
@@ -56,7 +60,7 @@ EXIT_COULD_NOT_RUN = EXIT_NO_DAEMON  # 2, as for `probe mcp`
 
 @dataclass
 class PassthroughOptions:
-    strategy: str
+    strategy: StrategyName
     command: list[str]
     timeout: float
     workdir: str | None = None
@@ -102,7 +106,7 @@ class PassthroughProbe:
         return self._result(error), EXIT_OK if error is None else EXIT_COULD_NOT_RUN
 
     def _spec(self) -> Spec:
-        agent = AgentSpec(command=self.opts.command, protocol="passthrough", strategy=self.opts.strategy,  # type: ignore[arg-type]
+        agent = AgentSpec(command=self.opts.command, protocol="passthrough", strategy=self.opts.strategy,
                           workdir=str(self.workdir), env=self.opts.env)
         identity = IdentitySpec(task_id="probe", session_id="probe", agent_id="probe", agent_profile_id="probe")
         return Spec(identity=identity, agent=agent, mcp=McpSpec(builtin_name=S.SERVER_NAME, profile="task"))
@@ -124,13 +128,13 @@ class PassthroughProbe:
                 raise
 
         try:
-            self._private, self._mat = await asyncio.to_thread(write)
+            self._private, mat = await asyncio.to_thread(write)
         except MaterializeError as exc:
             raise _CouldNotRun(summarize(exc.reason_code, exc.summary, self.secrets)) from None
         except OSError as exc:
             raise _CouldNotRun(ErrorSummary(reason_code="materialize_failed",
                                             summary=f"cannot create a private directory: {exc.strerror}")) from None
-        mat, config = self._mat, self.config
+        self._mat, config = mat, self.config
         config.written_at, config.written_elapsed_s = self.rec.stamp()
         entry = next((e for e in mat.delivered if e.name == S.SERVER_NAME), None)
         config.delivered, config.transport = entry is not None, entry.transport if entry else None
@@ -144,12 +148,11 @@ class PassthroughProbe:
         assert self._mat is not None
         argv = insert_args(resolve_command(self.opts.command), self._mat.argv)
         delivered = [S.SERVER_NAME] if self.config.delivered else []
-        self._app_server = self.opts.strategy == "codex" and codex_app.is_app_server(argv)
+        plan = plan_report(self.opts.strategy, argv)
+        self._app_server = plan.source == CODEX_SOURCE  # the probe drives `codex app-server` as its client
         if self._app_server:
-            plan = ReportPlan(source=CODEX_SOURCE)
             self._reader = CodexAppServerReader(delivered, self.secrets) if delivered else None
         else:
-            plan = plan_report(self.opts.strategy, argv)
             self._reader = open_reader(plan, delivered)
         self.report.source, self.report.note = plan.source, plan.note
         self.agent.started_at = self.rec.stamp()[0]
@@ -227,7 +230,7 @@ class PassthroughProbe:
         )
 
 
-def _utc_now():
+def _utc_now() -> datetime:
     from datetime import datetime, timezone
 
     return datetime.now(timezone.utc)

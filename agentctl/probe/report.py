@@ -7,6 +7,8 @@ all reads "unobserved: the agent did not contact the sentinel within N s". Pure:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from agentctl.control.render import paint as paint_tone
 from agentctl.present.session import auth_text
 from agentctl.evidence.contract.probe import ProbeContact, ProbePassthroughReport, ProbeReport
@@ -147,7 +149,11 @@ def render_report(report: ProbeReport, *, color: bool = False, jsonl_path: str |
     return "\n".join(lines) + "\n"
 
 
-def _painter(color: bool):
+# Paints a text in a tone (ANSI on a colour terminal), or leaves it plain.
+Painter = Callable[[str, Tone], str]
+
+
+def _painter(color: bool) -> Painter:
     return lambda text, tone: paint_tone(text, tone, color)
 
 
@@ -197,7 +203,8 @@ def render_passthrough(report: ProbePassthroughReport, *, color: bool = False) -
     return "\n".join(lines) + "\n"
 
 
-def _reported_lines(report: ProbePassthroughReport, paint, row) -> list[str]:
+def _reported_lines(report: ProbePassthroughReport, paint: Painter,
+                    row: Callable[[float | None, str, str], None]) -> list[str]:
     told = report.agent_report
     if told is None:
         return []

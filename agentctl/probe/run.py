@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import acp
 import msgspec
@@ -47,7 +47,8 @@ from acp.schema import (
 
 from agentctl import __version__
 from agentctl.agent.acp import authenticate, install_sdk_log_scrubber
-from agentctl.agent.manager import DAEMON_SECRET_ENV_PREFIXES, resolve_command
+from agentctl.agent.spawn import resolve_command
+from agentctl.runtime import DAEMON_SECRET_ENV_PREFIXES
 from agentctl.agent.supervisor import AgentStartError, Supervisor, build_agent_env
 from agentctl.agent.transports import AgentStdioTransport
 from agentctl.bundled import self_command
@@ -64,6 +65,7 @@ from agentctl.evidence.contract.report import (
     AgentState,
     ErrorSummary,
     McpCapabilities,
+    Transport,
 )
 from agentctl.evidence.sanitize import bounded_text, opaque_id, summarize, target_for_command, target_for_url
 from agentctl.evidence.secret_registry import SecretRegistry
@@ -151,7 +153,7 @@ class Recorder:
     def frame(self, event: Any) -> None:
         """ACP SDK stream observer: the raw frame, both ways (only ever registered with --jsonl)."""
         at, elapsed = self.stamp()
-        direction = "to_agent" if getattr(event.direction, "value", event.direction) == "outgoing" else "from_agent"
+        direction: Literal["to_agent", "from_agent"] = "to_agent" if getattr(event.direction, "value", event.direction) == "outgoing" else "from_agent"
         self._write(ProbeJsonlLine(type="acp", at=at, elapsed_s=elapsed, direction=direction, frame=event.message))
 
     def step(self, name: str, **detail: Any) -> tuple[datetime, float]:
@@ -238,6 +240,12 @@ class Probe:
     def _summary(self, reason_code: str, text: str) -> ErrorSummary:
         return summarize(reason_code, text, self.secrets)
 
+    @property
+    def _open_conn(self) -> ClientSideConnection:
+        """The ACP connection: open from the agent's start on (the steps after it run only once it is)."""
+        assert self._conn is not None, "the agent's connection is opened before any session step"
+        return self._conn
+
     # ---- the flow ------------------------------------------------------------------------------
 
     async def run(self) -> tuple[ProbeReport, int]:
@@ -263,7 +271,10 @@ class Probe:
         self._transport = AgentStdioTransport(self.supervisor.stdout, self.supervisor.stdin)
         observers = [self.rec.frame] if opts.jsonl else []
         install_sdk_log_scrubber()  # the SDK's own log lines may quote agent output
-        self._conn = acp.connect_to_agent(self.client, self._transport, use_unstable_protocol=True, observers=observers)
+        # The SDK dispatches to whichever client methods exist (a missing one answers -32601), while its Client
+        # Protocol lists every method: the probe's client has only the two it serves.
+        self._conn = acp.connect_to_agent(self.client, self._transport,  # type: ignore[arg-type]
+                                          use_unstable_protocol=True, observers=observers)
         try:
             resp = await asyncio.wait_for(
                 self._conn.initialize(
@@ -303,16 +314,18 @@ class Probe:
             return info.reason
         return "closed its stdout"
 
-    async def _start_sentinel(self, transport: str) -> tuple[Any, str]:
+    async def _start_sentinel(self, transport: Transport) -> tuple[Any, str]:
         """Start the sentinel for `transport`; returns the ACP mcpServers entry and its release-safe target."""
         if transport in ("http", "sse"):
             http = S.HttpSentinel(self.rec.contact, self.credential)
             self._sentinel = http
             await http.start()
             headers = [HttpHeader(name="Authorization", value=f"Bearer {self.credential}")]
-            model = HttpMcpServer if transport == "http" else SseMcpServer
-            url = http.url if transport == "http" else http.sse_url
-            return model(type=transport, name=S.SERVER_NAME, url=url, headers=headers), target_for_url(url)
+            if transport == "http":
+                return (HttpMcpServer(type="http", name=S.SERVER_NAME, url=http.url, headers=headers),
+                        target_for_url(http.url))
+            return (SseMcpServer(type="sse", name=S.SERVER_NAME, url=http.sse_url, headers=headers),
+                    target_for_url(http.sse_url))
         stdio = S.StdioReportServer(self.rec.contact)
         self._sentinel = stdio
         await stdio.start()
@@ -327,7 +340,7 @@ class Probe:
     async def _deliver_and_watch(self) -> None:
         opts = self.opts
         caps = self.agent.mcp_capabilities or McpCapabilities()
-        transport = "http" if caps.http else "sse" if caps.sse else "stdio"
+        transport: Transport = "http" if caps.http else "sse" if caps.sse else "stdio"
         entry, target = await self._start_sentinel(transport)
         loop = asyncio.get_running_loop()
         delivered_mono = loop.time()
@@ -344,7 +357,7 @@ class Probe:
             self._window = (opts.timeout if reached else loop.time() - delivered_mono, reached)
 
         try:
-            resp = await asyncio.wait_for(self._conn.new_session(cwd=self.workdir, mcp_servers=[entry]), left())
+            resp = await asyncio.wait_for(self._open_conn.new_session(cwd=self.workdir, mcp_servers=[entry]), left())
         except asyncio.TimeoutError:
             session.error = ErrorSummary(
                 reason_code="session_timeout",
@@ -381,7 +394,7 @@ class Probe:
         prompt = self.prompt = ProbePrompt(sent_at=at, sent_elapsed_s=elapsed, default_text=opts.prompt == DEFAULT_PROMPT)
         try:
             resp = await asyncio.wait_for(
-                self._conn.prompt(session_id=session_id, prompt=[acp.text_block(opts.prompt or DEFAULT_PROMPT)]), left()
+                self._open_conn.prompt(session_id=session_id, prompt=[acp.text_block(opts.prompt or DEFAULT_PROMPT)]), left()
             )
             prompt.stop_reason = bounded_text(str(getattr(resp, "stop_reason", "") or ""), secrets=self.secrets)
         except asyncio.TimeoutError:
@@ -389,7 +402,7 @@ class Probe:
                 reason_code="prompt_timeout", summary=f"the prompt did not finish within {_seconds(opts.timeout)} s"
             )
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._conn.cancel(session_id=session_id), 1.0)
+                await asyncio.wait_for(self._open_conn.cancel(session_id=session_id), 1.0)
         except acp.RequestError as exc:
             prompt.error = self._summary("prompt_rejected", str(exc))
         except (ConnectionError, OSError):

@@ -32,7 +32,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from mcp.server import MCPServer
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -41,6 +41,9 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from agentctl.evidence.sanitize import bounded_text
 from agentctl.identity import new_connection_id
 from agentctl.logs import http_server_logging
+
+if TYPE_CHECKING:  # pragma: no cover - aiohttp is imported when the sentinel starts serving
+    from aiohttp import web
 
 log = logging.getLogger(__name__)
 
@@ -404,7 +407,7 @@ class StdioReportServer:
     def __init__(self, sink: Callable[[str, dict[str, Any]], None]) -> None:
         self._sink = sink
         self._dir: str | None = None
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.path: str | None = None
 

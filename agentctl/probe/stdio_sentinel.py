@@ -53,7 +53,7 @@ class Reporter:
                     self._reader, self._writer = await asyncio.wait_for(
                         asyncio.open_unix_connection(self._path), ACK_TIMEOUT
                     )
-                assert self._reader is not None
+                assert self._reader is not None and self._writer is not None
                 self._writer.write(line)
                 await self._writer.drain()
                 await asyncio.wait_for(self._reader.readline(), ACK_TIMEOUT)

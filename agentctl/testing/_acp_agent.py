@@ -284,7 +284,7 @@ class ReferenceAgent:
             ],
         )
         outcome = response.outcome
-        return getattr(outcome, "option_id", None) or getattr(outcome, "outcome", "unknown")
+        return str(getattr(outcome, "option_id", None) or getattr(outcome, "outcome", "unknown"))
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         session = self._sessions.get(session_id)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import json
 import logging
 import os
@@ -40,7 +41,7 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, cast
 
 from agentctl import __version__
 
@@ -150,9 +151,9 @@ def parse_options(argv: list[str], environ: dict[str, str] | None = None) -> Opt
         else:
             setattr(opts, attr, True)
     for f in fields(Options):
-        value = getattr(ns, f.name, None)
-        if value not in (None, False):
-            setattr(opts, f.name, value)
+        given = getattr(ns, f.name, None)
+        if given not in (None, False):
+            setattr(opts, f.name, given)
     if opts.passthrough not in (None, "claude", "codex"):
         parser.error("passthrough must be claude or codex")
     return opts
@@ -312,7 +313,9 @@ async def _run_acp(opts: Options) -> int:
             loop.add_signal_handler(sig, on_signal, sig)
     ticker = asyncio.create_task(agent.garbage_ticker()) if opts.garbage_stdout else None
     try:
-        await acp.run_agent(agent, writer, reader, use_unstable_protocol=True)
+        # The SDK dispatches to whichever agent methods exist (a missing one answers -32601), while its Agent
+        # Protocol lists every method: the reference agent leaves some out on purpose.
+        await acp.run_agent(agent, writer, reader, use_unstable_protocol=True)  # type: ignore[arg-type]
         if not stopping:
             log.info("stdin closed")
         if opts.hang_on_shutdown:
@@ -379,8 +382,10 @@ async def _wait_stdin_eof_or_term(hang: bool) -> None:
     done = asyncio.Event()
 
     def read_stdin() -> None:
+        # A BufferedReader at run time (typeshed says BinaryIO, which has no read1).
+        stdin = cast(io.BufferedReader, sys.stdin.buffer)
         with contextlib.suppress(Exception):
-            while sys.stdin.buffer.read1(65536):
+            while stdin.read1(65536):
                 pass
         loop.call_soon_threadsafe(done.set)
 

@@ -14,7 +14,7 @@ from the frame (a garbage frame may carry anything, secrets included).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Union
+from typing import Any, TypeVar, Union
 
 import msgspec
 
@@ -227,8 +227,11 @@ UpstreamFrame = Union[  # noqa: UP007
 ]
 
 _encoder = msgspec.json.Encoder()
-_from_daemon = msgspec.json.Decoder(DaemonFrame)
-_from_upstream = msgspec.json.Decoder(UpstreamFrame)
+# What _decode returns: the decoder's own frame union (every member a _Frame, so it carries `v`).
+_F = TypeVar("_F", bound=_Frame)
+
+_from_daemon: msgspec.json.Decoder[DaemonFrame] = msgspec.json.Decoder(DaemonFrame)
+_from_upstream: msgspec.json.Decoder[UpstreamFrame] = msgspec.json.Decoder(UpstreamFrame)
 
 
 class _Envelope(msgspec.Struct):
@@ -256,7 +259,7 @@ def _tag(obj: Any) -> str:
     return type(obj).__struct_config__.tag if hasattr(type(obj), "__struct_config__") else type(obj).__name__
 
 
-def _decode(decoder: msgspec.json.Decoder, line: bytes, direction: str) -> Any:
+def _decode(decoder: msgspec.json.Decoder[_F], line: bytes, direction: str) -> _F:
     if len(line) > MAX_FRAME_BYTES:
         raise ProtocolError("frame_too_large", f"frame of {len(line)} bytes is over {MAX_FRAME_BYTES}")
     try:

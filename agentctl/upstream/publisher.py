@@ -34,7 +34,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
@@ -158,14 +158,14 @@ class Publisher:
         return len(self._evidence)
 
     @property
-    def state(self) -> str:
+    def state(self) -> Literal["connected", "buffering", "superseded"]:
         if not self._connected:
             return "buffering"
         return "superseded" if self.superseded_reason else "connected"
 
     def status(self) -> UpstreamStatus:
         return UpstreamStatus(
-            state=self.state,  # type: ignore[arg-type]
+            state=self.state,
             connects=self.connects,
             dropped_events=self.dropped_events,
             resyncs=self.resyncs,

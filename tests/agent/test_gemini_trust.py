@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agentctl.agent.gemini_trust import TrustDecision, _secure_system_file, TrustInputs, decide, decide_for, parse_jsonc, skip_trust_in
+from agentctl.agent.clis.gemini import TrustDecision, _secure_system_file, TrustInputs, decide, decide_for, parse_jsonc, skip_trust_in
 from agentctl.evidence.reasons import REASONS
 
 WS = "/w/ws/proj"
@@ -210,7 +210,7 @@ def test_the_untrusted_folder_reason_is_registered_and_says_how_to_trust_the_fol
 
 
 def test_gemini_over_acp_is_recognized_by_its_declared_name_before_its_program_name() -> None:
-    from agentctl.agent.gemini_acp import is_gemini
+    from agentctl.agent.clis.gemini import is_gemini
 
     assert is_gemini("gemini-cli", ["npx", "@google/gemini-cli", "--acp"])
     assert not is_gemini("agentctl-reference-agent", ["/usr/bin/gemini", "--acp"]), "the declared name decides"
@@ -219,8 +219,8 @@ def test_gemini_over_acp_is_recognized_by_its_declared_name_before_its_program_n
 
 def test_over_acp_an_untrusted_decision_filters_every_planned_server_and_any_other_leaves_the_plan() -> None:
     from agentctl.agent.delivery import DeliveryPlan, Planned
-    from agentctl.agent.gemini_acp import filter_untrusted
-    from agentctl.agent.gemini_trust import TrustDecision
+    from agentctl.agent.clis.gemini import filter_untrusted
+    from agentctl.agent.clis.gemini import TrustDecision
 
     def plan() -> DeliveryPlan:
         return DeliveryPlan([Planned("kandev", "http", "http://h", {}), Planned("docs", "stdio", "docs", {})])

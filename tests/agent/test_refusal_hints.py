@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentctl.agent.refusal_hints import HINTS, RefusalHint, match_hint
+from agentctl.agent.clis import refusal_table
+from agentctl.agent.refusal_hints import RefusalHint, match_hint
 
 
 # (the agent's error as evidence records it, its last lines of output, the expected cause). The texts are
@@ -33,18 +34,18 @@ CASES = [
 
 @pytest.mark.parametrize("error, lines, cause", CASES)
 def test_a_known_refusal_gets_the_hint_for_its_cause(error, lines, cause):
-    hint = match_hint(error, lines)
+    hint = match_hint(error, lines, refusal_table())
     assert hint is not None and hint.cause == cause
 
 
 def test_an_unknown_refusal_gets_no_hint():
-    assert match_hint("session_rejected: Internal error", ["starting up", "listening"]) is None
-    assert match_hint(None, []) is None
+    assert match_hint("session_rejected: Internal error", ["starting up", "listening"], refusal_table()) is None
+    assert match_hint(None, [], refusal_table()) is None
 
 
 def test_words_of_an_mcp_failure_in_the_output_alone_do_not_blame_a_server():
     # Agents log MCP chatter freely; only the agent's own error may say a server made it refuse.
-    assert match_hint("session_rejected: Internal error", ["MCP server 'docs' connected"]) is None
+    assert match_hint("session_rejected: Internal error", ["MCP server 'docs' connected"], refusal_table()) is None
 
 
 def test_matching_ignores_case_and_the_first_entry_that_matches_wins():
@@ -54,7 +55,8 @@ def test_matching_ignores_case_and_the_first_entry_that_matches_wins():
 
 
 def test_every_hint_is_one_line_with_a_unique_cause_and_lower_case_patterns():
-    assert len({h.cause for h in HINTS}) == len(HINTS)
-    for hint in HINTS:
+    table = refusal_table()
+    assert len({h.cause for h in table}) == len(table)
+    for hint in table:
         assert hint.text and "\n" not in hint.text
         assert hint.patterns and all(p == p.lower() for p in hint.patterns)

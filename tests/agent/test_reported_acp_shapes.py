@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentctl.agent.reported import claude, codex, kiro, opencode
-from agentctl.agent.reported.feed import plan_report
+from agentctl.agent.clis import claude, codex, kiro, opencode
+from agentctl.agent.clis import plan_report
 
 DELIVERED = ["docs", "kandev"]
 

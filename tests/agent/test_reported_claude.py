@@ -8,7 +8,7 @@ import tracemalloc
 import pytest
 
 from agentctl.agent.reported import record
-from agentctl.agent.reported.claude import MAX_LINE, SOURCE, ClaudeInitReader, normalized_name, parse_init
+from agentctl.agent.clis.claude import MAX_LINE, SOURCE, ClaudeInitReader, normalized_name, parse_init
 from agentctl.present.rows import row_view
 from agentctl.evidence.ledger import Ledger
 from agentctl.evidence.seeds import ServerSeed

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from agentctl.agent.reported import record
-from agentctl.agent.reported.codex import SOURCE, CodexAppServerReader, parse_message
+from agentctl.agent.clis.codex import SOURCE, CodexAppServerReader, parse_message
 from agentctl.present.rows import row_view
 from agentctl.evidence.ledger import Ledger
 from agentctl.evidence.seeds import ServerSeed

@@ -5,14 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from agentctl.agent.reported.feed import (
-    NULL_FEED,
-    LedgerFeed,
-    claude_request_args,
-    open_feed,
-    plan_report,
-)
-from agentctl.agent.reported.claude import SOURCE, ClaudeInitReader
+from agentctl.agent.clis import open_feed, plan_report
+from agentctl.agent.clis.claude import SOURCE, ClaudeInitReader, claude_request_args
+from agentctl.agent.reported.feed import NULL_FEED, LedgerFeed
 from agentctl.control.render import render_report, render_status
 from agentctl.diagnostics.diagnostics import attempt_diagnostics
 from agentctl.diagnostics.render import agent_lines, _server_block

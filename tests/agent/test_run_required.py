@@ -14,27 +14,15 @@ from pathlib import Path
 
 from agentctl.daemon.app import Daemon
 from agentctl.daemon.run import run_main_job
-from agentctl.evidence.contract.report import decode_history
 from agentctl.exit_codes import EXIT_FAILED as EXIT_AGENT_FAILED, EXIT_NOT_ATTACHED, EXIT_OK
 from agentctl.spec_loader import load_spec
 from tests.agent.serve_support import agent_spec, canary_http_server, closed_port
+from tests.agent.witness_support import persisted as _persisted
+from tests.agent.witness_support import run_prompt as _run
 from tests.conftest import write_spec
 
 REPLAY_AGENT = Path(__file__).parent / "fixtures" / "replay_agent.py"
 REPLAY = json.loads((Path(__file__).parent / "data" / "reported" / "acp-replay.json").read_text())["cases"]
-
-
-async def _run(spec: Path, sock: Path, prompt: str = "hello") -> tuple[Daemon, int, str, float]:
-    daemon = Daemon(load_spec(spec), socket_path=sock)
-    out = io.StringIO()
-    began = time.monotonic()
-    code = await run_main_job(daemon, prompt=prompt, out=out)
-    return daemon, code, out.getvalue(), time.monotonic() - began
-
-
-def _persisted(text: str):
-    path = Path(text.rsplit("report persisted to ", 1)[1].strip())
-    return decode_history(path.read_bytes())
 
 
 def _required_builtin(timeout: float) -> str:

@@ -22,7 +22,9 @@ DIR_VAR = "AGENTCTL_CLIS_DIR"
 # The executable each package installs, by package name.
 BINS = {"@anthropic-ai/claude-code": "claude", "@openai/codex": "codex", "@google/gemini-cli": "gemini",
         "opencode-ai": "opencode", "@agentclientprotocol/claude-agent-acp": "claude-agent-acp",
-        "@agentclientprotocol/codex-acp": "codex-acp"}
+        "@agentclientprotocol/codex-acp": "codex-acp",
+        # Not an agent: a real third-party stdio MCP server, run behind agentctl's witness (tests/agent/test_witness_*).
+        "@modelcontextprotocol/server-filesystem": "mcp-server-filesystem"}
 PINNED: dict[str, str] = {BINS[name]: version
                           for name, version in json.loads((HERE / "package.json").read_text())["dependencies"].items()}
 
@@ -69,3 +71,28 @@ def gemini_home_and_workspace(base: Path) -> tuple[Path, Path, Path]:
 
 # The real built-in endpoint the smoke tests' CLIs reach (in-process: the MCP endpoint tests' harness).
 from tests.mcp_endpoint.conftest import make_harness  # noqa: E402,F401
+
+
+def claude_run(claude: Path, tmp_path: Path, sock: Path, servers: str, prompt: str) -> "subprocess.CompletedProcess[str]":
+    """`agentctl run` of a claude passthrough spec (`claude -p PROMPT`, stream-json) in `tmp_path/work` with `servers`,
+    under a throw-away HOME; the report lands in `tmp_path/state/exec-test`."""
+    import subprocess
+
+    from tests.conftest import agentctl_cmd, write_spec
+
+    workdir, home = tmp_path / "work", tmp_path / "home"
+    workdir.mkdir(exist_ok=True)
+    home.mkdir(exist_ok=True)
+    command = [str(claude), "-p", prompt, "--output-format", "stream-json", "--verbose"]
+    spec = write_spec(tmp_path, f"""
+[agent]
+command = {json.dumps(command)}
+protocol = "passthrough"
+strategy = "claude"
+workdir = "{workdir}"
+stop_grace = 0.5
+
+{servers}""")
+    env = clean_env(home, NO_COLOR="1", PYTHONPATH=os.environ.get("PYTHONPATH", ""))
+    return subprocess.run(agentctl_cmd("run", str(spec), "--socket", str(sock)), cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=240)

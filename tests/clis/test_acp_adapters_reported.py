@@ -25,6 +25,7 @@ import threading
 import time
 from pathlib import Path
 
+from agentctl.agent import clis
 from agentctl.agent.reported.acp_tap import AcpReportTap, ReportSink
 from agentctl.present.rows import row_view
 from agentctl.evidence.ledger import Ledger
@@ -80,7 +81,7 @@ def test_real_codex_acp_relays_the_unreachable_servers_startup_failure_and_the_r
         ledger.record("delivered", attempt_id, seed.name, transport=seed.transport)
     session: dict[str, str] = {}
     tap = AcpReportTap(lambda sid: (attempt_id, ["research", "closed"]) if sid and sid == session.get("id") else None,
-                       ReportSink(ledger))
+                       ReportSink(ledger), agents=clis.agents())
     servers = [{"name": "research", **_stdio_server()},
                {"type": "http", "name": "closed", "url": "http://127.0.0.1:1/mcp", "headers": []}]
     with subprocess.Popen([str(adapter)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,

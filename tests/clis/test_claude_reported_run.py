@@ -7,15 +7,13 @@ first model call (no key), after its init event: the run exits 1, the evidence s
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 from agentctl.evidence.contract.report import decode_history
-from tests.clis.conftest import clean_env
-from tests.conftest import agentctl_cmd, write_spec
+from tests.clis.conftest import claude_run, clean_env
+from tests.conftest import agentctl_cmd
 from tests.passthrough.support import reachable_and_closed_toml
 
 PROMPT_CANARY = "PROMPT-CANARY-claude-5e3a"
@@ -26,22 +24,7 @@ def test_agentctl_run_with_real_claude_code_shows_observed_and_reported_evidence
     real_cli, tmp_path: Path, short_tmp: Path
 ) -> None:
     claude = real_cli("claude")
-    workdir, home = tmp_path / "work", tmp_path / "home"
-    workdir.mkdir()
-    home.mkdir()
-    command = [str(claude), "-p", PROMPT_CANARY, "--output-format", "stream-json", "--verbose"]
-    spec = write_spec(tmp_path, f"""
-[agent]
-command = {json.dumps(command)}
-protocol = "passthrough"
-strategy = "claude"
-workdir = "{workdir}"
-stop_grace = 0.5
-
-{reachable_and_closed_toml()}""")
-    env = clean_env(home, NO_COLOR="1", PYTHONPATH=os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run(agentctl_cmd("run", str(spec), "--socket", str(short_tmp / "c.sock")), cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=240)
+    done = claude_run(claude, tmp_path, short_tmp / "c.sock", reachable_and_closed_toml(), PROMPT_CANARY)
     out = done.stdout
     if OUTPUT:
         Path(OUTPUT).write_text(out)

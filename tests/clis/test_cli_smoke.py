@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from agentctl.agent.passthrough import get_strategy
+from agentctl.agent.clis import get_strategy
 from agentctl.agent.passthrough.base import BuiltinEndpoint, MaterializeRequest
 from agentctl.agent.passthrough.workspace import cleanup
-from agentctl.agent.reported.claude import ClaudeInitReader
+from agentctl.agent.clis.claude import ClaudeInitReader
 from tests.clis.conftest import PINNED, clean_env
 from tests.conftest import eventually
 from tests.passthrough.support import spec_for

@@ -13,7 +13,7 @@ import json
 import re
 from pathlib import Path
 
-from agentctl.agent.gemini_trust import decide_for
+from agentctl.agent.clis.gemini import decide_for
 from tests.clis.conftest import clean_env, gemini_home_and_workspace
 
 UNTRUSTED_WARNING = "disabled because this folder is untrusted"
@@ -101,7 +101,7 @@ async def test_our_decision_equals_gemini_clis_for_every_layout(real_cli, tmp_pa
 async def test_where_the_gemini_strategy_filters_for_trust_the_real_cli_disables_what_it_would_have_been_given(
     real_cli, tmp_path: Path
 ) -> None:
-    from agentctl.agent.passthrough import get_strategy
+    from agentctl.agent.clis import get_strategy
     from agentctl.agent.passthrough.base import BuiltinEndpoint, MaterializeRequest
     from agentctl.agent.passthrough.workspace import cleanup
     from tests.passthrough.support import spec_for

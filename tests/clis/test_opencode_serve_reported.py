@@ -1,5 +1,5 @@
 """OpenCode's server mode, for real: `opencode serve` answers `GET /mcp` with each MCP server's status, and
-agentctl/agent/reported/opencode.py reads that answer (`opencode:serve`): a reachable stdio server connected,
+agentctl/agent/clis/opencode.py reads that answer (`opencode:serve`): a reachable stdio server connected,
 a refused one failed with OpenCode's error as a redacted summary, a disabled one disabled."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from agentctl.agent.reported.opencode import PATH, parse_status
+from agentctl.agent.clis.opencode import PATH, parse_status
 from agentctl.present.rows import row_view
 from tests.clis.conftest import clean_env
 from tests.conftest import eventually, poll, write_spec

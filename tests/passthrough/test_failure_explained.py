@@ -14,8 +14,9 @@ import sys
 
 import pytest
 
-from agentctl.agent.passthrough import STRATEGY_NAMES, get_strategy
-from agentctl.agent.passthrough.claude import readable_lines
+from agentctl.agent import clis
+from agentctl.agent.clis import refusal_table, strategy_names
+from agentctl.agent.clis.claude import readable_lines
 from agentctl.agent.passthrough.explain import explain_failure, strip_colour
 from agentctl.daemon.app import Daemon
 from agentctl.daemon.run import run_main_job
@@ -35,8 +36,9 @@ CLAUDE_RESULT = json.dumps({"type": "result", "subtype": "success", "is_error": 
 
 
 def hint_for(strategy: str, reason: str, lines: list[str]) -> str | None:
-    chosen = get_strategy(strategy)
-    told = explain_failure(reason, lines, hints=chosen.failure_hints, readable=getattr(chosen, "readable_lines", None))
+    chosen = clis.get(strategy)
+    told = explain_failure(reason, lines, hints=chosen.failure_hints, readable=chosen.readable_lines,
+                           fallback=refusal_table())
     return told.hint.cause if told.hint else None
 
 
@@ -97,8 +99,8 @@ def test_the_last_lines_are_shown_without_colour_codes_or_blank_lines():
 
 
 def test_every_strategys_hints_are_one_line_with_unique_causes_and_lower_case_patterns():
-    for name in STRATEGY_NAMES:
-        hints = getattr(get_strategy(name), "failure_hints", ())
+    for name in strategy_names():
+        hints = clis.get(name).failure_hints
         assert len({h.cause for h in hints}) == len(hints), name
         for hint in hints:
             assert hint.text and "\n" not in hint.text

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agentctl.agent.passthrough import get_strategy
+from agentctl.agent.clis import get_strategy
 from agentctl.agent.passthrough.base import MaterializeRequest
 from agentctl.agent.passthrough.workspace import cleanup
 from agentctl.evidence.reasons import meaning

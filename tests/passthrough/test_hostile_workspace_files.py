@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from agentctl.agent.passthrough import get_strategy
+from agentctl.agent.clis import get_strategy
 from agentctl.agent.passthrough.base import MAX_WORKSPACE_FILE_BYTES, Materialization, MaterializeError
 from agentctl.agent.passthrough.journal import JOURNAL_DIR, Journal, MergeRecord, entry_name
 from agentctl.agent.passthrough.recovery import recover
@@ -235,7 +235,7 @@ def test_hostile_workspace_files_at_every_step_never_stop_another_execution_nor_
 _MERGE_AND_WAIT = """
 import dataclasses, sys, time
 from pathlib import Path
-from agentctl.agent.passthrough import get_strategy
+from agentctl.agent.clis import get_strategy
 from agentctl.agent.passthrough.journal import Journal
 from tests.passthrough.support import request, spec_for
 state, workdir, strategy = sys.argv[1:]

@@ -10,7 +10,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from agentctl.agent.passthrough import get_strategy
+from agentctl.agent.clis import get_strategy
 from agentctl.agent.passthrough.base import MaterializeError
 from agentctl.agent.passthrough.journal import Journal, MergeRecord, entry_name
 from tests.passthrough.support import request, spec_for

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agentctl.agent.passthrough import get_strategy, workspace
+from agentctl.agent.clis import get_strategy
+from agentctl.agent.passthrough import workspace
 from agentctl.agent.passthrough.base import MaterializeError
 from tests.passthrough.support import CANARIES, TOKEN, request, spec_for, tree
 

@@ -126,7 +126,7 @@ async def test_config_is_written_and_removed_off_the_event_loop(
 ):
     # Wrappers around the real strategy and cleanup that note which thread they run on (fsync can take
     # seconds on a busy disk; the event loop must keep serving MCP meanwhile).
-    from agentctl.agent.passthrough import get_strategy
+    from agentctl.agent.clis import get_strategy
     from agentctl.agent.passthrough import manager as pt_manager
 
     threads: dict[str, int] = {}

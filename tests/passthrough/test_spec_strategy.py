@@ -10,8 +10,8 @@ from typing import get_args
 
 import pytest
 
-from agentctl.agent import passthrough
-from agentctl.agent.passthrough import STRATEGY_NAMES
+from agentctl.agent import clis
+from agentctl.agent.clis import strategy_names
 from agentctl.spec import SpecError, StrategyName, parse_spec
 from tests.passthrough.support import IDENTITY
 
@@ -20,7 +20,7 @@ def agent(body: str) -> bytes:
     return f"{IDENTITY}\n[agent]\ncommand = [\"cli\"]\n{body}\n".encode()
 
 
-@pytest.mark.parametrize("name", STRATEGY_NAMES)
+@pytest.mark.parametrize("name", strategy_names())
 def test_every_registered_strategy_is_accepted(name):
     assert parse_spec(agent(f'protocol = "passthrough"\nstrategy = "{name}"')).agent.strategy == name
 
@@ -43,14 +43,14 @@ def test_passthrough_without_a_strategy_is_refused_with_a_hint_to_say_none():
 
 def test_strategy_none_is_a_passthrough_without_mcp_configuration_reported_unavailable_at_run_time():
     assert parse_spec(agent('protocol = "passthrough"\nstrategy = "none"')).agent.strategy == "none"
-    assert passthrough.get_strategy("none") is None
+    assert clis.get_strategy("none") is None
 
 
 def test_the_specs_strategy_names_are_the_registrys_and_every_strategy_module_is_registered():
-    modules = {m.name for m in pkgutil.iter_modules(passthrough.__path__)
-               if hasattr(importlib.import_module(f"{passthrough.__name__}.{m.name}"), "STRATEGY")}
-    assert get_args(StrategyName) == STRATEGY_NAMES
-    assert set(STRATEGY_NAMES) == modules
+    modules = {m.name for m in pkgutil.iter_modules(clis.__path__)
+               if getattr(importlib.import_module(f"{clis.__name__}.{m.name}").AGENT, "strategy", None) is not None}
+    assert get_args(StrategyName) == strategy_names()
+    assert set(strategy_names()) == modules
 
 
 def test_a_strategy_of_the_wrong_type_is_named_without_its_value():

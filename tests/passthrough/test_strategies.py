@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from agentctl.agent.passthrough import STRATEGY_NAMES, get_strategy
+from agentctl.agent.clis import get_strategy, strategy_names
 from agentctl.agent.passthrough.base import insert_args
 from agentctl.agent.passthrough.workspace import cleanup
-from agentctl.agent.passthrough.codex import HEADER_ENV, TOKEN_ENV
+from agentctl.agent.clis.codex import HEADER_ENV, TOKEN_ENV
 from agentctl.testing._ref_passthrough import parse_claude_args, parse_codex_args
 from tests.passthrough.support import (
     ARG_CANARY, BASE, ENV_CANARY, HEADER_CANARY, SSE_CANARY, TOKEN, mode, request, spec_for, tree,
@@ -35,8 +35,8 @@ def reasons(mat) -> dict[str, str]:
 
 
 def test_registry_names_every_strategy_and_nothing_else():
-    assert STRATEGY_NAMES == ("claude", "codex", "cursor", "gemini", "opencode")
-    assert all(get_strategy(n).name == n for n in STRATEGY_NAMES)
+    assert strategy_names() == ("claude", "codex", "cursor", "gemini", "opencode")
+    assert all(get_strategy(n).name == n for n in strategy_names())
     assert get_strategy(None) is None and get_strategy("aider") is None
 
 

@@ -52,7 +52,7 @@ async def test_the_hub_reads_bounded_agent_output_and_tests_endpoints_through_th
             await hub.read_terminal("session-1")
         assert info.value.code == "not_supported"
         conn = hub._live_conn("session-1")
-        answer = await conn.ask(P.TerminalReadFrame, 10.0)
+        answer = await conn.ask(P.TerminalReadFrame, P.TerminalResultFrame, 10.0)
         assert isinstance(answer, P.TerminalResultFrame)
         assert not answer.view.terminal and not answer.view.open and answer.view.screen == b""
         assert "sensitive" in answer.view.warning

@@ -1,25 +1,11 @@
-"""The passthrough strategy registry: one module per CLI, looked up by the spec's `agent.strategy`.
+"""Running a CLI that speaks no agent protocol, its MCP servers written in the CLI's own configuration format.
 
-Names are listed here without importing the modules, so looking one up loads only that strategy. The
-spec declares the same names as its `StrategyName` literal, so validating a spec needs nothing from here;
-a test keeps the two lists equal.
+What this package shares: the Strategy protocol and the data a strategy produces (base.py), writing and
+restoring workspace files (workspace.py, journal.py, recovery.py), acceptance and failure explanation, and the
+daemon component (manager.py). Each CLI's own strategy lives in its agent module (agentctl/agent/clis/), looked
+up there by the spec's `agent.strategy`.
 """
-
-from __future__ import annotations
-
-import importlib
 
 from agentctl.agent.passthrough.base import Strategy
 
-STRATEGY_NAMES: tuple[str, ...] = ("claude", "codex", "cursor", "gemini", "opencode")
-
-
-def get_strategy(name: str | None) -> Strategy | None:
-    """The strategy registered under `name`, or None (no strategy configured, or an unknown name)."""
-    if name not in STRATEGY_NAMES:
-        return None
-    module = importlib.import_module(f"agentctl.agent.passthrough.{name}")
-    return module.STRATEGY
-
-
-__all__ = ["STRATEGY_NAMES", "Strategy", "get_strategy"]
+__all__ = ["Strategy"]

@@ -4,8 +4,9 @@ output as a person reads them, and a hint for a known cause. Pure: no I/O.
 The output is the CLI's stdout and stderr window (agentctl/agent/stderr_ring.py): colour codes are dropped
 (opencode paints its errors), blank lines skipped, and a strategy that knows its CLI's machine-readable
 output (Claude Code's stream-json) says what each event means instead of showing a cut JSON line. The hint
-comes from the strategy's own table first (`failure_hints`, next to its materialization: the texts and exit
-codes that CLI gives), then from the table ACP refusals use (agentctl/agent/refusal_hints.py). The exit
+comes from the CLI's own table first (`failure_hints`, in its module under agentctl/agent/clis/: the texts and
+exit codes that CLI gives), then from the table ACP refusals use (`fallback`: the registry's `refusal_table`,
+ending in agentctl/agent/refusal_hints.py's generic one). The exit
 reason ("exited with code 41") is matched as the error, so a table may name a CLI's exit code.
 What is returned may hold anything the CLI printed: the caller shows it on its terminal only.
 """
@@ -42,12 +43,14 @@ def explain_failure(
     hints: Sequence[RefusalHint] = (),
     readable: Callable[[list[str]], list[str]] | None = None,
     last: int = LAST_LINES,
+    fallback: Sequence[RefusalHint] = HINTS,
 ) -> FailureExplanation:
-    """`reason`: the exit as ExitInfo says it; `window`: the output window's lines; `hints`: the strategy's own
-    table; `readable`: the strategy's rewriting of its CLI's lines (machine-readable events into words)."""
+    """`reason`: the exit as ExitInfo says it; `window`: the output window's lines; `hints`: the CLI's own
+    table; `readable`: the CLI's rewriting of its lines (machine-readable events into words); `fallback`: the
+    table after it."""
     lines = [text for line in window if (text := strip_colour(line).strip())]
     if readable is not None:
         lines = [text for line in readable(lines) if (text := line.strip())]
     shown = lines[-last:] if last > 0 else []
-    hint = match_hint(reason, shown, (*hints, *HINTS))
+    hint = match_hint(reason, shown, (*hints, *fallback))
     return FailureExplanation(shown, hint)

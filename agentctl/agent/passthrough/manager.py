@@ -28,11 +28,11 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from agentctl.agent.outcome import AgentError
-from agentctl.agent.manager import DAEMON_SECRET_ENV_PREFIXES, resolve_command
-from agentctl.agent.passthrough import get_strategy
+from agentctl.agent.spawn import resolve_command
+from agentctl.runtime import DAEMON_SECRET_ENV_PREFIXES
 from agentctl.agent.delivery import BuiltinEndpoint, Omitted
 from agentctl.agent.passthrough.base import (
     MATERIALIZE_FAILED,
@@ -48,24 +48,30 @@ from agentctl.agent.passthrough.journal import Journal
 from agentctl.agent.passthrough.recovery import PrivateDir
 from agentctl.agent.passthrough.workspace import cleanup
 from agentctl.agent.pty_host import PtyHost, WindowSize
-from agentctl.agent.reported.feed import NULL_FEED, ReportFeed, open_feed, plan_report
+from agentctl.agent.reported.feed import NO_STRATEGY, NULL_FEED, REPORT_OFF, ReportFeed, ReportPlan
 from agentctl.agent.supervisor import AgentProcess, AgentStartError, ExitInfo, Supervisor
+from agentctl.bundled import self_command
 from agentctl.context import DaemonContext
 from agentctl.evidence.seeds import ServerSeed
 from agentctl.evidence.sanitize import summarize
+
+if TYPE_CHECKING:  # pragma: no cover
+    from agentctl.agent.agent_cli import AgentCli
 
 log = logging.getLogger(__name__)
 
 class PassthroughManager:
     kind: Literal["passthrough"] = "passthrough"
 
-    def __init__(self, ctx: DaemonContext, seeds: Callable[[], list[ServerSeed]]) -> None:
+    def __init__(self, ctx: DaemonContext, seeds: Callable[[], list[ServerSeed]], cli: AgentCli | None) -> None:
+        """`cli`: the agent the spec's `agent.strategy` names (agentctl/agent/clis/), None for no strategy."""
         spec = ctx.spec
         assert spec.agent is not None
         self.ctx = ctx
         self.agent_spec = spec.agent
         self.seeds = seeds
-        self.strategy = get_strategy(spec.agent.strategy)
+        self.cli = cli
+        self.strategy = cli.strategy if cli is not None else None
         secret_names = [name for name in os.environ if name.startswith(DAEMON_SECRET_ENV_PREFIXES)]
         self.supervisor = Supervisor(secret_env_names=secret_names, on_exit=self._on_exit)
         self.start_error: AgentError | None = None
@@ -133,7 +139,8 @@ class PassthroughManager:
                 )
         else:
             base = ctx.mcp_base or ""
-            builtin = BuiltinEndpoint(ctx.spec.mcp.builtin_name, f"{base}/mcp", f"{base}/sse", token)
+            builtin = BuiltinEndpoint(ctx.spec.mcp.builtin_name, f"{base}/mcp", f"{base}/sse", token,
+                                      witness=(*self_command(), "mcp-witness"))
             # The previous run's files (a merged workspace file above all) must be back before we write.
             await self._settle_cleanups()
             try:
@@ -148,7 +155,7 @@ class PassthroughManager:
             self._mat = mat
             self._record_filtered(attempt_id, mat.filtered)
         argv = insert_args(argv, mat.argv)
-        report = plan_report(self.agent_spec.strategy, argv, self.agent_spec.report)
+        report = self._report_plan(argv)
         ledger.update_agent(report_source=report.source, report_note=report.note)
         try:
             await self.supervisor.start(
@@ -167,8 +174,9 @@ class PassthroughManager:
             ledger.record("delivered", attempt_id, entry.name, transport=entry.transport, target=entry.target)
         self._stop_watch()
         self._unwatch = watch_acceptance(ledger, attempt_id)
-        self._feed = open_feed(ledger, attempt_id, report, [entry.name for entry in mat.delivered],
-                               builtin=ctx.spec.mcp.builtin_name)
+        delivered = [entry.name for entry in mat.delivered]
+        self._feed = NULL_FEED if self.cli is None else self.cli.feed(ledger, attempt_id, report, delivered,
+                                                                      builtin=ctx.spec.mcp.builtin_name)
         if process.terminal is not None:
             # On its terminal the CLI reads the keys of whoever is attached; its output reaches the window
             # through the terminal, and the report feed reads that same stream.
@@ -181,6 +189,12 @@ class PassthroughManager:
             ledger.update_agent(state="running")
             ctx.readiness.set("agent", True)
         log.info("passthrough agent started (%s, %d servers delivered)", self.agent_spec.strategy, len(mat.delivered))
+
+    def _report_plan(self, argv: list[str]) -> ReportPlan:
+        """Whether this run's output will carry the CLI's own report (its agent module's rule), or why not."""
+        if self.agent_spec.report == "off":
+            return REPORT_OFF
+        return NO_STRATEGY if self.cli is None else self.cli.report_for(argv)
 
     async def _materialize_off_loop(self, builtin: BuiltinEndpoint, workdir: Path) -> tuple[PrivateDir, Materialization]:
         """`_materialize` in a worker thread. A stop that cancels this (a signal during start-up) cannot stop

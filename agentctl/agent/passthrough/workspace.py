@@ -216,7 +216,8 @@ def _take_out(doc: dict[str, Any], original: dict[str, Any], paths: list[tuple[s
         section = doc.get(key)
         if not isinstance(section, dict):
             continue
-        old = original.get(key) if isinstance(original.get(key), dict) else {}
+        kept = original.get(key)
+        old = kept if isinstance(kept, dict) else {}
         if path[1] in old:
             section[path[1]] = old[path[1]]
         else:

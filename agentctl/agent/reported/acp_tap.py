@@ -1,13 +1,13 @@
 """Owns reading an ACP agent's own reports of its MCP servers off the wire, and coalescing them into evidence.
 
 `AcpReportTap.take` sees every frame the agent sends before the ACP SDK does (agentctl/agent/transports.py's
-intercept). It hands a `session/update` of a known adapter's shape to that adapter's reader
-(claude-agent-acp's notice and `_meta` relay: agentctl/agent/reported/claude.py; codex-acp's `mcp_startup`
-tool call: agentctl/agent/reported/codex.py) and passes the frame on untouched, except a notice that was a
-relay about a delivered server (its row says it; the notice line would only repeat it as free text); it takes every extension
-notification (a method starting with `_`, no id) off the wire: Kiro's MCP methods go to
-agentctl/agent/reported/kiro.py, any other is counted by nothing but its number (its method is agent-chosen
-text: never logged, never kept). Which attempt a frame is about is the owner's rule (`resolve`: the session
+intercept). It is given the known agents (agentctl/agent/clis/) and hands a `session/update` of a known
+adapter's shape to that adapter's reader (an agent's `acp_relay`: claude-agent-acp's notice and `_meta` relay,
+codex-acp's `mcp_startup` tool call) and passes the frame on untouched, except a notice that was a relay about
+a delivered server (its row says it; the notice line would only repeat it as free text); it takes every
+extension notification (a method starting with `_`, no id) off the wire: an agent's own MCP methods (its
+`acp_extension`: Kiro's) go to that agent's parser, any other is counted by nothing but its number (its method
+is agent-chosen text: never logged, never kept). Which attempt a frame is about is the owner's rule (`resolve`: the session
 id to an attempt and the servers it delivered); a frame that resolves to none is not kept.
 
 `ReportSink` records the newest report per attempt and server once the receive loop yields (asyncio's
@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any
 
-from agentctl.agent.reported import claude, codex, kiro
 from agentctl.agent.reported.base import ServerReport, record
 
 if TYPE_CHECKING:  # pragma: no cover
+    from agentctl.agent.agent_cli import AgentCli
     from agentctl.evidence.ledger import Ledger
     from agentctl.evidence.secret_registry import SecretRegistry
 
@@ -34,7 +34,6 @@ log = logging.getLogger(__name__)
 # session id (None when the frame has none) -> (attempt id, the servers that attempt delivered), or None.
 Resolver = Callable[[str | None], tuple[str, Collection[str]] | None]
 MAX_KEPT_KEYS = 1024  # last-recorded reports remembered (attempts x servers); past it, forgotten and re-recorded
-_UPDATE_KINDS = frozenset(("notice", "agent_message_chunk", "tool_call", "tool_call_update"))
 
 
 class ReportSink:
@@ -90,12 +89,17 @@ class ReportSink:
 
 
 class AcpReportTap:
-    """The transport intercept for agent reports: True only for an extension notification (consumed)."""
+    """The transport intercept for agent reports: True only for an extension notification (consumed).
+    `agents`: the registry's (agentctl/agent/clis/), whose relays and extension methods it reads."""
 
     def __init__(
         self, resolve: Resolver, sink: ReportSink, secrets: SecretRegistry | Collection[str] = (),
-        builtin: str | None = None,
+        builtin: str | None = None, *, agents: Iterable[AgentCli],
     ) -> None:
+        known = list(agents)
+        self._relays = [agent.acp_relay for agent in known if agent.acp_relay is not None]
+        self._extensions = {method: ext for agent in known if (ext := agent.acp_extension) is not None
+                            for method in ext.methods}
         self._resolve = resolve
         self._builtin = builtin  # the built-in server: its listed tools are kept for the exposure check
         self._sink = sink
@@ -112,11 +116,12 @@ class AcpReportTap:
             return self._update(params)
         if not method.startswith("_"):
             return False
-        if method in kiro.METHODS:
+        extension = self._extensions.get(method)
+        if extension is not None:
             target = self._target(params)
             if target is not None:
-                reports = kiro.parse_ext(method, params, target[1], self._secrets, self._builtin)
-                self._sink.add(target[0], kiro.SOURCE, reports or [])
+                reports = extension.parse(method, params, target[1], self._secrets, self._builtin)
+                self._sink.add(target[0], extension.source, reports or [])
         else:
             self._sink.count_unknown()
         return True
@@ -125,23 +130,22 @@ class AcpReportTap:
         """Reads a relay; True (taken off the wire) only for a notice that is one: its row shows it, and the
         weak notice line (agentctl/agent/acp_notices.py) would say that it changes no row."""
         update = params.get("update")
-        if not isinstance(update, dict) or update.get("sessionUpdate") not in _UPDATE_KINDS:
+        if not isinstance(update, dict):
             return False
-        kind = update["sessionUpdate"]
-        if kind == "agent_message_chunk" and "_meta" not in update:
-            return False  # the prompt's own output: not a relay (and the common case, so checked first)
-        if kind.startswith("tool_call") and not str(update.get("toolCallId", "")).startswith(
-                codex.ACP_TOOL_CALL_PREFIX):
+        # The cheap shape tests first: the prompt's own output (the common case) never costs a session lookup.
+        relays = [relay for relay in self._relays if relay.candidate(update)]
+        if not relays:
             return False
         target = self._target(params)
         if target is None:
             return False
         attempt_id, delivered = target
-        found = claude.parse_acp_update(update, delivered) or codex.parse_acp_update(update, delivered, self._secrets)
+        found = next((got for relay in relays if (got := relay.parse(update, delivered, self._secrets)) is not None),
+                     None)
         if found is None:
             return False
         self._sink.add(attempt_id, found[0], found[1])
-        return kind == "notice" and bool(found[1])
+        return update.get("sessionUpdate") == "notice" and bool(found[1])
 
     def _target(self, params: dict[str, Any]) -> tuple[str, Collection[str]] | None:
         session_id = params.get("sessionId")

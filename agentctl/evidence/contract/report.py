@@ -46,6 +46,7 @@ EvidenceKind = Literal[
     "connection_closed",
     "attempt_superseded",
     "agent_reported",
+    "server_exited",
 ]
 EVIDENCE_KINDS: tuple[str, ...] = EvidenceKind.__args__  # type: ignore[attr-defined]
 
@@ -53,6 +54,9 @@ Transport = Literal["http", "sse", "stdio"]
 Source = Literal["builtin", "profile"]
 Era = Literal["legacy", "modern"]
 AttemptOrigin = Literal["session_new", "session_load", "reset", "passthrough_start", "manual"]
+# Who observed a third-party server's contact: agentctl's stdio witness (agentctl/agent/mcp_witness.py), the
+# process the agent spawns in the server's place. Contact on the built-in row is always the endpoint's own.
+ObservedBy = Literal["witness"]
 ToolOutcome = Literal["ok", "error"]
 
 # A server's state as the agent itself reported it, normalized across providers. `unknown`: a state this
@@ -197,6 +201,11 @@ class EvidenceEvent(Base, kw_only=True):
     report_source: ReportSource | None = None
     # The built-in server's tools as the agent lists them for its model (MCP tool names; only that row).
     exposed_tools: list[ToolName] | None = None
+    # The witness's observations (a third-party stdio server): who saw it, the server's own name and version
+    # from its initialize answer, and for `server_exited` the server's exit code (128+N for signal N).
+    observed_by: ObservedBy | None = None
+    server_info: ClientInfo | None = None
+    exit_code: int | None = None
 
 
 class AgentReport(Base, kw_only=True):
@@ -287,6 +296,12 @@ class ServerRow(Base, kw_only=True):
     reported: AgentReport | None = None
     # The newest tools/list's ToolCatalog.hash, kept when a superseded attempt drops the catalog.
     catalog_hash: CatalogHash | None = None
+    # A third-party stdio server agentctl's witness observed: `observed_by`, the server's self-description,
+    # and once it exited (mid-session too) when and with which code (128+N for signal N).
+    observed_by: ObservedBy | None = None
+    server_info: ClientInfo | None = None
+    exited_at: datetime | None = None
+    exit_code: int | None = None
 
 
 class Attempt(Base, kw_only=True):

@@ -1,4 +1,7 @@
-"""Kiro CLI's ACP extension notifications about its MCP servers (`kiro:mcp-ext`), read as they arrive.
+"""Kiro CLI, everything agentctl knows of it (`AGENT`): an ACP agent with no passthrough strategy, whose own
+report of its MCP servers comes as ACP extension notifications.
+
+Kiro CLI's ACP extension notifications about its MCP servers (`kiro:mcp-ext`), read as they arrive.
 
 `kiro-cli acp` sends, besides standard ACP, notifications whose methods start with `_` (ACP's extension
 space). Those about MCP servers, as Kiro's ACP clients handle them (Kiro CLI is not on npm; not run here):
@@ -21,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from typing import Any
 
+from agentctl.agent.agent_cli import AcpExtension, AgentCli
 from agentctl.agent.reported.base import ServerReport, exposed_names
 from agentctl.evidence.contract.report import ReportedState
 from agentctl.evidence.sanitize import summarize
@@ -82,7 +86,8 @@ def _status(entry: Any, delivered: Collection[str], secrets: Any, builtin: str |
     tools = entry.get("tools")
     count = len(tools) if state == "connected" and isinstance(tools, list) else None
     exposed = None
-    if name == builtin and count is not None:  # agentctl's own tools, as Kiro lists them: the exposure check
+    # agentctl's own tools, as Kiro lists them: the exposure check.
+    if name == builtin and isinstance(tools, list) and count is not None:
         exposed = exposed_names(t.get("name") for t in tools if isinstance(t, dict))
     return ServerReport(name=name, state=state, raw_state=raw, tool_count=count, exposed_tools=exposed)
 
@@ -91,3 +96,11 @@ def _failed(name: str, state: ReportedState, raw: str, error: Any, secrets: Any)
     reason = REASON_NEEDS_AUTH if state == "needs_auth" else REASON_FAILED
     summary = summarize(reason, error, secrets).summary or None if isinstance(error, str) and error else None
     return ServerReport(name=name, state=state, raw_state=raw, reason_code=reason, summary=summary)
+
+
+AGENT = AgentCli(
+    name="kiro",
+    display_name="Kiro CLI",
+    reporters={"kiro": "Kiro CLI"},
+    acp_extension=AcpExtension(METHODS, SOURCE, parse_ext),
+)

@@ -1,4 +1,6 @@
-"""The `cursor` strategy: merge the servers into the project file `<workdir>/.cursor/mcp.json`.
+"""Cursor, everything agentctl knows of it (`AGENT`): its passthrough strategy and display name.
+
+The `cursor` strategy: merge the servers into the project file `<workdir>/.cursor/mcp.json`.
 
 Format (Cursor docs, https://cursor.com/docs/context/mcp — the project file `.cursor/mcp.json` and the
 global `~/.cursor/mcp.json` share it; the Cursor CLI reads the same files):
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentctl.agent.agent_cli import AgentCli
 from agentctl.agent.passthrough.base import (
     CliReceiver,
     Materialization,
@@ -53,3 +56,11 @@ class CursorStrategy:
 
 
 STRATEGY = CursorStrategy()
+
+AGENT = AgentCli(
+    name="cursor",
+    display_name="Cursor",
+    strategy=STRATEGY,
+    reporters={"cursor": "Cursor"},
+    no_report="Cursor's agent CLI was not measured here: no agent report is read for it",
+)

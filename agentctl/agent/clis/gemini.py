@@ -1,4 +1,33 @@
-"""Gemini CLI's folder trust, decided as the CLI decides it: a pure rule over file contents, and a thin reader.
+"""Gemini CLI, everything agentctl knows of it (`AGENT`): its passthrough strategy, its folder-trust rules (for
+the strategy and for `gemini --acp`), its display name and hints.
+
+The `gemini` strategy: merge the servers into the workspace settings `<workdir>/.gemini/settings.json`.
+
+Format (Gemini CLI docs, https://github.com/google-gemini/gemini-cli/blob/main/docs/tools/mcp-server.md
+and docs/get-started/configuration.md — the project settings file is `.gemini/settings.json` in the
+workspace, merged over the user's `~/.gemini/settings.json`):
+
+    {"mcpServers": {"<name>": {"httpUrl": "...", "headers": {...}},    streamable HTTP
+                    "<name>": {"url": "...", "headers": {...}},        legacy SSE
+                    "<name>": {"command": "...", "args": [...], "env": {...}}}}   stdio
+
+All three transports are expressible. The workspace file's own server filters are honoured: a server
+listed in `mcp.excluded` (or the older `excludeMCPServers`), or missing from a present `mcp.allowed`
+(`allowMCPServers`), would be skipped by the CLI, so it is `filtered` (`excluded_by_workspace_settings`)
+rather than claimed as delivered. Filters in the user's global settings are not read.
+
+Merging and restoring work as for cursor: the user's entries and every other setting are kept, ours
+replace same-named entries for the run, the file is written 0600 atomically and never through a symlink,
+and at stop the original is restored byte for byte (or removed with a `.gemini` directory we created).
+Gemini CLI starts no MCP server at all (the workspace's or the user's) in a folder it does not trust.
+Before writing anything the strategy decides trust as the CLI would (the trust rules below: its
+environment, `--skip-trust`, settings and trusted-folders file); in an untrusted folder every server is
+`filtered` (`untrusted_folder`, with how to trust the folder the CLI's own way) and no file is written:
+nothing would read it. agentctl never writes the user's Gemini settings to change the answer. A trust
+file Gemini would refuse stops the CLI before any server starts; the servers are then delivered as usual
+and the CLI's exit is the report-level error.
+
+Trust: Gemini CLI's folder trust, decided as the CLI decides it: a pure rule over file contents, and a thin reader.
 
 Gemini CLI disables every MCP server (the workspace's and the user's) in a folder it does not trust, so a
 server agentctl gives it there never reaches the agent. The rules, as Gemini CLI 0.61.0 applies them:
@@ -22,6 +51,24 @@ server agentctl gives it there never reaches the agent. The rules, as Gemini CLI
 Not modelled: an IDE companion's own trust answer (no IDE runs under agentctl), `$VAR` expansion inside
 settings values, and a file that fails Gemini's schema somewhere else (Gemini then keeps every value of that
 file uncoerced, so `"false"` there reads as on: agentctl decides trusted and delivers, and Gemini disables). Nothing here writes a file: agentctl never changes the user's Gemini settings.
+
+Over ACP: Gemini CLI as an ACP agent (`gemini --acp`): how it is recognized, and its servers `filtered` in a folder it
+does not trust.
+
+Gemini CLI 0.61.0's ACP session manager merges the servers of session/new (and session/load) into its
+settings and hands them to the same MCP client manager as its own servers, which starts none of them when
+the session's folder is untrusted (`if (!this.cliConfig.isTrustedFolder()) return;`, for every server: the
+workspace's, the user's and the client's). docs/agents.md has the measurement with the real CLI. So when the
+agent is Gemini CLI and the trust rules above decide (with the agent's environment and command, as
+Gemini would) that the session's working directory is untrusted, no server is sent and each is `filtered`
+(`untrusted_folder`) with how to trust the folder. A trust file Gemini would refuse (`trusted=None`) leaves the
+plan as it is: the agent's own error then says why. Nothing here writes a file. Gemini CLI reads its
+trusted-folders file once per process (and caches it), so agentctl decides once too, when the agent has
+answered initialize: a folder trusted while the agent runs takes effect at its next start, for both.
+
+Gemini CLI is recognized by the name it gives in ACP initialize (`agentInfo.name` = `gemini-cli`); only when
+an agent gives no name, by its command's program name (`gemini`). A wrapper script that starts Gemini CLI is
+recognized by the name; another agent started through a program called `gemini` is not.
 """
 
 from __future__ import annotations
@@ -36,6 +83,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agentctl.agent import bounded_json
+from agentctl.agent.agent_cli import AgentCli
+from agentctl.agent.delivery import DeliveryPlan, Omitted, drop
+from agentctl.agent.passthrough.base import (
+    CliReceiver,
+    Materialization,
+    MaterializeRequest,
+    json_section,
+    plan_materialization,
+)
+from agentctl.agent.passthrough.workspace import merge_workspace_json
+from agentctl.agent.refusal_hints import RefusalHint
 
 TRUST_LEVELS = ("TRUST_FOLDER", "TRUST_PARENT", "DO_NOT_TRUST")
 REASON_UNTRUSTED = "untrusted_folder"  # the reason the gemini strategy filters every server with
@@ -279,6 +337,143 @@ def decide_for(workdir: str | os.PathLike[str], env: Mapping[str, str], argv: Se
     try:
         inputs = read_inputs(workdir, env, argv)
     except (OSError, UnicodeDecodeError) as exc:
-        why = f"{exc.__class__.__name__}: {exc.strerror}" if getattr(exc, "strerror", None) else exc.__class__.__name__
+        strerror = exc.strerror if isinstance(exc, OSError) else None
+        why = f"{exc.__class__.__name__}: {strerror}" if strerror else exc.__class__.__name__
         return TrustDecision(None, "error", error=f"a trust file could not be read ({why})")
     return decide(inputs, _existing_realpath)
+
+
+# ---- Gemini CLI over ACP ------------------------------------------------------------------------------
+
+AGENT_NAME = "gemini-cli"  # agentInfo.name in Gemini CLI's initialize answer
+PROGRAM = "gemini"
+
+
+def is_gemini(agent_name: str | None, command: Sequence[str]) -> bool:
+    """Whether the ACP agent is Gemini CLI: by the name it declared, else by the program it was started as."""
+    if agent_name:
+        return agent_name == AGENT_NAME
+    return bool(command) and os.path.basename(command[0]) == PROGRAM
+
+
+def trust_for(cwd: str, agent_env: Mapping[str, str], command: Sequence[str],
+              environ: Mapping[str, str] | None = None) -> TrustDecision:
+    """Gemini's answer for a session in `cwd`: the inherited environment with the spec's env over it."""
+    return decide_for_agent(cwd, agent_env, list(command), environ)
+
+
+def filter_untrusted(plan: DeliveryPlan, decision: TrustDecision) -> None:
+    """In an untrusted folder, every planned server becomes `filtered` (`untrusted_folder`): none is sent."""
+    if decision.trusted is not False:
+        return
+    summary = untrusted_summary(decision)
+    plan.filtered.extend(Omitted(p.name, REASON_UNTRUSTED, summary) for p in plan.delivered)
+    plan.delivered.clear()
+
+
+# ---- the passthrough strategy ----------------------------------------------------------------------
+
+PARTS = (".gemini", "settings.json")
+EXCLUDED = "excluded_by_workspace_settings"
+UNTRUSTED = REASON_UNTRUSTED
+
+
+def trust_of(req: MaterializeRequest) -> TrustDecision:
+    """Gemini's own answer for this run: the inherited environment with the spec's env over it."""
+    agent = req.spec.agent
+    return decide_for_agent(req.workdir, agent.env if agent else {}, list(agent.command) if agent else [],
+                                         req.environ)
+
+
+def _names(value: Any) -> list[str] | None:
+    return [str(v) for v in value] if isinstance(value, list) else None
+
+
+# Why a headless run (`gemini -p`) fails, as Gemini CLI 0.61 says it: no credentials, "Please set an Auth
+# method ...", exit 41 (FatalAuthenticationError); an untrusted folder, "Gemini CLI is not running in a trusted
+# directory ...", exit 55.
+FAILURE_HINTS = (
+    RefusalHint(
+        "api_key_missing",
+        ("please set an auth method", "api key is missing", "exited with code 41"),
+        "Gemini CLI has no credentials: set GEMINI_API_KEY in [agent] env, or an auth method in the Gemini "
+        "settings of the user agentctl runs as.",
+    ),
+    RefusalHint(
+        "untrusted_folder",
+        ("not running in a trusted directory", "exited with code 55"),
+        "Gemini CLI does not trust the agent's workdir: set GEMINI_CLI_TRUST_WORKSPACE=true in [agent] env, add "
+        "--skip-trust to the command, or trust the folder in ~/.gemini/trustedFolders.json.",
+    ),
+)
+
+
+class GeminiStrategy:
+    name = "gemini"
+    receiver = CliReceiver(frozenset({"http", "sse", "stdio"}))
+
+    def materialize(self, req: MaterializeRequest) -> Materialization:
+        plan = plan_materialization(req, self.receiver)
+        decision = trust_of(req)
+        if decision.trusted is False:
+            summary = untrusted_summary(decision)
+            for entry in list(plan.delivered):
+                drop(plan, entry, UNTRUSTED, summary)
+            return plan
+
+        def mutate(doc: dict[str, Any]) -> None:
+            given = doc.get("mcp")
+            mcp = given if isinstance(given, dict) else {}
+            excluded = _names(mcp.get("excluded")) or _names(doc.get("excludeMCPServers")) or []
+            allowed = _names(mcp.get("allowed"))
+            if allowed is None:
+                allowed = _names(doc.get("allowMCPServers"))
+            for entry in list(plan.delivered):
+                if entry.name in excluded or (allowed is not None and entry.name not in allowed):
+                    drop(plan, entry, EXCLUDED, "the workspace settings exclude this server")
+            servers = json_section(doc, "mcpServers", "/".join(PARTS))
+            for entry in plan.delivered:
+                if entry.transport == "stdio":
+                    servers[entry.name] = {"command": entry.command, "args": entry.args, "env": entry.env}
+                elif entry.transport == "http":
+                    servers[entry.name] = {"httpUrl": entry.url, "headers": entry.headers}
+                else:
+                    servers[entry.name] = {"url": entry.url, "headers": entry.headers}
+
+        plan.restores.append(merge_workspace_json(req.workdir, PARTS, mutate, journal=req.journal))
+        return plan
+
+
+STRATEGY = GeminiStrategy()
+
+
+def acp_gate(agent_name: str | None, command: Sequence[str], cwd: str,
+             agent_env: Mapping[str, str]) -> Callable[[DeliveryPlan], None] | None:
+    """For Gemini CLI over ACP, the filter of each session's plan by the folder trust decided now (Gemini reads
+    its trusted-folders file once per process); None for any other agent."""
+    if not is_gemini(agent_name, command):
+        return None
+    decision = trust_for(cwd, agent_env, command)
+    return lambda plan: filter_untrusted(plan, decision)
+
+
+# Why Gemini CLI refuses a session over ACP: checked before the generic table.
+REFUSAL_HINTS = (
+    RefusalHint(
+        "untrusted_folder",
+        ("folder is not trusted", "untrusted folder"),
+        "Gemini CLI ignores project settings in an untrusted folder: trust the agent's workdir "
+        "(~/.gemini/trustedFolders.json) for the user agentctl runs as.",
+    ),
+)
+
+AGENT = AgentCli(
+    name="gemini",
+    display_name="Gemini CLI",
+    strategy=STRATEGY,
+    reporters={"gemini": "Gemini CLI"},
+    failure_hints=FAILURE_HINTS,
+    refusal_hints=REFUSAL_HINTS,
+    no_report="Gemini CLI prints no MCP server status in its output: no agent report is available for this CLI",
+    acp_gate=acp_gate,
+)

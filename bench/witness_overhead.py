@@ -1,0 +1,165 @@
+"""The stdio witness's overhead: a third-party stdio MCP server spawned through `agentctl mcp-witness` against the
+same server spawned directly, side by side in one run (interleaved rounds, medians).
+
+Run:  .venv/bin/python bench/witness_overhead.py [--calls 300] [--rounds 3] [--stream-mb 200] [--json PATH]
+
+- tools/call round trip: a real MCP server (tests/diagnostics/fixtures/stdio_server.py, the MCP SDK's MCPServer),
+  initialized, then `--calls` sequential `add` calls over its pipes, each timed from the write of the request to
+  the read of its answer; p50 and p99 of all calls of all rounds. The witness reports to a loopback HTTP listener
+  standing in for the daemon's /witness route, so its reporting is in the figure.
+- streaming throughput: `--stream-mb` MiB of 64 KiB newline-terminated lines through a server that echoes its
+  stdin (a server streaming large results is bytes on the same pipe), written and read concurrently.
+- spawn to tools listed: from the spawn to the answer of the first tools/list (the witness's own start added).
+- the witness idle: its RSS, and its CPU seconds over `--idle` seconds with an initialized server doing nothing.
+
+The issue's target: within 1.05x of direct at p50. Not a test: numbers depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import psutil
+
+import _common as c
+
+SERVER = str(c.REPO / "tests" / "diagnostics" / "fixtures" / "stdio_server.py")
+ECHO = "import os\nwhile True:\n    b = os.read(0, 65536)\n    if not b: break\n    os.write(1, b)\n"
+KINDS = ("witness", "direct")
+
+
+class _Sink(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _argv(kind: str, command: list[str]) -> list[str]:
+    return [c.PYTHON, "-m", "agentctl.cli", "mcp-witness", "bench", "--", *command] if kind == "witness" else command
+
+
+def _spawn(kind: str, command: list[str], url: str) -> subprocess.Popen:
+    env = {**os.environ, "AGENTCTL_WITNESS_URL": url, "AGENTCTL_WITNESS_TOKEN": "bench-token"}
+    return c.spawn(_argv(kind, command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                   env=env, bufsize=0)
+
+
+def _rpc(proc: subprocess.Popen, message: dict) -> dict:
+    proc.stdin.write(json.dumps(message).encode() + b"\n")
+    while True:
+        answer = json.loads(proc.stdout.readline())
+        if answer.get("id") == message.get("id"):
+            return answer
+
+
+def _initialize(proc: subprocess.Popen) -> None:
+    _rpc(proc, {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}})
+    proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+    _rpc(proc, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+
+
+def round_trips(kind: str, calls: int, url: str, starts: list[float]) -> list[float]:
+    began = time.perf_counter()
+    proc = _spawn(kind, [c.PYTHON, SERVER], url)
+    try:
+        _initialize(proc)
+        starts.append(time.perf_counter() - began)
+        times = []
+        for i in range(calls):
+            began = time.perf_counter()
+            _rpc(proc, {"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call",
+                        "params": {"name": "add", "arguments": {"a": i, "b": 1}}})
+            times.append(time.perf_counter() - began)
+        return times
+    finally:
+        c.end(proc)
+
+
+def stream(kind: str, mb: float, url: str) -> float:
+    proc = _spawn(kind, [c.PYTHON, "-c", ECHO], url)
+    line = b"s" * (64 * 1024 - 1) + b"\n"
+    count = int(mb * 16)
+
+    def write() -> None:
+        for _ in range(count):
+            proc.stdin.write(line)
+        proc.stdin.close()
+
+    began = time.perf_counter()
+    writer = threading.Thread(target=write)
+    writer.start()
+    got = 0
+    while chunk := proc.stdout.read(1 << 20):
+        got += len(chunk)
+    writer.join()
+    seconds = time.perf_counter() - began
+    proc.wait(timeout=60)
+    if got != count * len(line):
+        raise SystemExit(f"{kind}: {got} bytes back of {count * len(line)}")
+    return (got / c.MB) / seconds
+
+
+def idle(seconds: float, url: str) -> dict[str, float]:
+    proc = _spawn("witness", [c.PYTHON, SERVER], url)
+    try:
+        _initialize(proc)
+        witness = psutil.Process(proc.pid)
+        before = sum(witness.cpu_times()[:2])
+        time.sleep(seconds)
+        cpu = sum(witness.cpu_times()[:2]) - before
+        return {"rss": witness.memory_info().rss, "cpu": cpu}
+    finally:
+        c.end(proc)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--stream-mb", type=float, default=200.0)
+    parser.add_argument("--idle", type=float, default=10.0)
+    parser.add_argument("--json", metavar="PATH", help="also write the results here")
+    args = parser.parse_args()
+    c.install_cleanup()
+    sink = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
+    threading.Thread(target=sink.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{sink.server_address[1]}/witness"
+    trips: dict[str, list[float]] = {k: [] for k in KINDS}
+    rates: dict[str, list[float]] = {k: [] for k in KINDS}
+    starts: dict[str, list[float]] = {k: [] for k in KINDS}
+    for _, kind in c.interleaved(args.rounds, KINDS):
+        trips[kind] += round_trips(kind, args.calls, url, starts[kind])
+        rates[kind].append(stream(kind, args.stream_mb, url))
+    quiet = idle(args.idle, url)
+    ms = {k: [t * 1000 for t in v] for k, v in trips.items()}
+    figures = [
+        c.figure("witness: tools/call round trip p50", c.percentile(ms["witness"], 50), c.percentile(ms["direct"], 50),
+                 unit="ms", reference_name="direct spawn", target=("ratio", "<=", 1.05)),
+        c.figure("witness: tools/call round trip p99", c.percentile(ms["witness"], 99), c.percentile(ms["direct"], 99),
+                 unit="ms", reference_name="direct spawn"),
+        c.figure("witness: spawn to tools listed", c.median(starts["witness"]), c.median(starts["direct"]), unit="s",
+                 reference_name="direct spawn"),
+        c.figure(f"witness: streaming {args.stream_mb:g} MiB, MiB/s", c.median(rates["witness"]),
+                 c.median(rates["direct"]), unit="MiB/s", reference_name="direct spawn"),
+        c.figure("witness: RSS per idle server", quiet["rss"], unit="B"),
+        c.figure(f"witness: CPU while its server idles ({args.idle:g} s)", quiet["cpu"], unit="s"),
+    ]
+    print(f"# witness overhead: {args.calls} calls x {args.rounds} interleaved rounds, percentiles over all calls")
+    c.emit({"bench": "witness_overhead", "params": vars(args), "figures": figures}, args.json)
+    sink.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""What the stdio witness reads of what it relays (agentctl/agent/witness_scan.py): answers to the agent's own
+initialize, tools/list and tools/call, nothing else; lines over the bound are never parsed."""
+
+from __future__ import annotations
+
+import json
+
+from agentctl.agent.witness_scan import Envelopes, Lines
+
+
+def _line(message: dict) -> bytes:
+    return json.dumps(message).encode()
+
+
+def test_lines_split_across_chunks_come_out_whole_and_an_oversized_line_is_skipped_whole():
+    lines = Lines(max_line=10)
+    assert lines.feed(b"{a\n{c") == [b"{a"]
+    assert lines.feed(b"e\n{" + b"x" * 8) == [b"{ce"]
+    assert lines.feed(b"yyyy") == []  # over the bound: dropped, not cut
+    assert lines.feed(b"zz\n{k\n") == [b"{k"]
+    assert lines.skipped == 1
+    assert lines.feed(b"not json\n[1]\n {x}\n") == [b" {x}"], "only what may be an object is ever copied"
+
+
+def test_answers_are_paired_with_the_agents_requests_and_only_names_counts_and_outcomes_are_kept():
+    env = Envelopes()
+    env.from_agent(_line({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"secret": "CANARY"}}))
+    seen = env.from_server(_line({"jsonrpc": "2.0", "id": 1, "result": {
+        "protocolVersion": "2025-11-25", "serverInfo": {"name": "fs", "version": "1.0"}, "instructions": "CANARY"}}))
+    assert (seen.kind, seen.fields) == ("initialize_observed", {
+        "protocol_version": "2025-11-25", "server_name": "fs", "server_version": "1.0"})
+    env.from_agent(_line({"jsonrpc": "2.0", "id": "L", "method": "tools/list"}))
+    seen = env.from_server(_line({"jsonrpc": "2.0", "id": "L", "result": {"tools": [
+        {"name": "read", "description": "CANARY", "inputSchema": {"type": "object"}}, {"name": "bad name!"}]}}))
+    assert seen.kind == "tools_list_observed"
+    assert (seen.fields["tool_count"], seen.fields["tool_names"]) == (2, ["read"])
+    assert seen.fields["catalog_hash"].startswith("sha256:")
+    env.from_agent(_line({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                          "params": {"name": "read", "arguments": {"path": "CANARY"}}}))
+    env.from_agent(_line({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "read"}}))
+    assert env.from_server(_line({"jsonrpc": "2.0", "id": 3, "result": {"isError": True, "content": []}})).fields == {
+        "tool_name": "read", "outcome": "error"}
+    assert env.from_server(_line({"jsonrpc": "2.0", "id": 2, "result": {"content": [{"text": "CANARY"}]}})).fields == {
+        "tool_name": "read", "outcome": "ok"}
+    assert "CANARY" not in repr(env.__dict__)
+
+
+def test_non_json_notifications_unknown_ids_and_server_requests_are_never_observations():
+    env = Envelopes()
+    env.from_agent(_line({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+    for line in (b"not json at all", b"[1, 2]", _line({"jsonrpc": "2.0", "id": 1, "result": {}}),
+                 _line({"jsonrpc": "2.0", "id": 9, "result": {}}),
+                 _line({"jsonrpc": "2.0", "id": 5, "method": "sampling/createMessage"}),
+                 _line({"jsonrpc": "2.0", "method": "notifications/message"})):
+        assert env.from_server(line) is None
+
+
+def test_paged_tool_lists_are_counted_whole():
+    env = Envelopes()
+    env.from_agent(_line({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+    env.from_server(_line({"jsonrpc": "2.0", "id": 1, "result": {"tools": [{"name": "a"}], "nextCursor": "c"}}))
+    env.from_agent(_line({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"cursor": "c"}}))
+    seen = env.from_server(_line({"jsonrpc": "2.0", "id": 2, "result": {"tools": [{"name": "b"}]}}))
+    assert (seen.fields["tool_count"], seen.fields["tool_names"]) == (2, ["a", "b"])
