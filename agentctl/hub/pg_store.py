@@ -168,6 +168,23 @@ class PgHubStore:
     def load_session(self, session_id: str) -> SessionState | None:
         return self._run("read", lambda conn: self._session_of(conn, session_id))
 
+    def load_sessions(self, session_ids: Sequence[str]) -> dict[str, SessionState | None]:
+        """Several sessions in two queries (what another hub changed in one flush); None for each one gone."""
+        ids = list(session_ids)
+
+        def work(conn: Any) -> dict[str, SessionState | None]:
+            with conn.transaction():
+                sessions = {row[0]: session_of_row(row) for row in conn.execute(
+                    f"SELECT {SESSION_COLS} FROM sessions WHERE session_id = ANY(%s)", (ids,))}
+                for row in conn.execute(f"SELECT {EXECUTION_COLS} FROM executions WHERE session_id = ANY(%s)", (ids,)):
+                    if row[0] in sessions:
+                        execution = self._execution(row)
+                        sessions[row[0]].executions[execution.execution_id] = execution
+            whole = {sid: s for sid, s in sessions.items() if s.current_execution_id in s.executions}
+            return {sid: whole.get(sid) for sid in ids}
+
+        return self._run("read", work)
+
     def listing(self, session_id: str) -> HubSession | None:
         """The session's listing (for a hub that holds it cold), None when it has none."""
         from agentctl.hub.views import session_listing
@@ -225,8 +242,10 @@ class PgHubStore:
         return self._run("write", work)
 
     def _notify(self, conn: Any, session_ids: Sequence[str]) -> None:
-        for sid in session_ids:
-            conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, notice_payload(self.hub_id, sid)))
+        # One statement for the whole flush: a round trip per session made the flush of a busy hub its
+        # longest step (bench/hub_scale.py).
+        conn.execute("SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
+                     (CHANNEL, [notice_payload(self.hub_id, sid) for sid in session_ids]))
 
     def max_hello_order(self) -> int:
         return int(self._run("read", lambda conn: conn.execute(

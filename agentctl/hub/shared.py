@@ -24,6 +24,7 @@ from agentctl.hub import rules
 from agentctl.hub.hub_conn import HubConnection, notice_line
 from agentctl.hub.hub_store import HubStoreError, SessionStore
 from agentctl.hub.state import SessionState
+from agentctl.listener_guard import GuardedProtocol
 from agentctl.hub.views import session_listing
 from agentctl.upstream import protocol as P
 from agentctl.hub.pg_store import CHANNEL, PgHubStore, PrunedExecution, hub_tag, parse_notice
@@ -35,6 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("agentctl.hub")
 
 FENCE_INTERVAL = 1.0
+REFRESH_BATCH = 500  # sessions reread in one read: one thread hop and two queries, not two per session
 BACKOFF_INITIAL = 0.2
 BACKOFF_MAX = 5.0
 
@@ -96,6 +98,10 @@ class SharedView:
         hub = self.hub
         store = _pg(hub.store)
         assert store is not None
+        # Claims queue when a fleet reconnects: busy meanwhile, or the guard's hello deadline closes a daemon
+        # for the database's wait, and it reconnects into the same queue.
+        guarded = conn.writer.transport.get_protocol()
+        busy = isinstance(guarded, GuardedProtocol) and guarded.request_started()
         try:
             return await asyncio.to_thread(store.claim, hello.identity, hello.daemon_version, hub._clock())
         except PrunedExecution as exc:  # retention's tombstone: this execution may not be current again
@@ -103,6 +109,9 @@ class SharedView:
         except HubStoreError as exc:
             log.warning("hello from %s not taken: %s", hello.identity.session_id, exc)
             hub._fatal(conn, rules.Refusal("unavailable", "the hub's database is unavailable; reconnect later"))
+        finally:
+            if busy:
+                guarded.request_finished()
 
     def _local(self, session: SessionState) -> set[str]:
         """The session's executions this hub holds: a connection here, or changes not yet written."""
@@ -131,14 +140,24 @@ class SharedView:
 
     async def refresh(self, session_id: str) -> None:
         """Another hub changed this session: reread it (one session, indexed) and take the database's view."""
+        await self.refresh_many([session_id])
+
+    async def refresh_many(self, session_ids: list[str]) -> None:
+        """Reread these sessions in one read (indexed, no scan) and take the database's view of each."""
         hub = self.hub
-        if hub._reader is None:
+        reader = _pg(hub._reader)
+        if reader is None or not session_ids:
             return
         try:
-            stored = await asyncio.to_thread(hub._reader.load_session, session_id)
+            stored = await asyncio.to_thread(reader.load_sessions, session_ids)
         except HubStoreError as exc:
-            log.warning("rereading session %s failed: %s", session_id, exc)
+            log.warning("rereading %d sessions failed: %s", len(session_ids), exc)
             return
+        for session_id in session_ids:
+            self._take(session_id, stored[session_id])
+
+    def _take(self, session_id: str, stored: SessionState | None) -> None:
+        hub = self.hub
         if stored is None:  # pruned (by this hub or another): gone from memory too, unless held here
             hub.retention.forget(session_id)
             return
@@ -266,8 +285,9 @@ class SharedView:
             await self._wake.wait()
             self._wake.clear()
             pending, self._pending = self._pending, set()
-            for session_id in sorted(pending):
-                await self.refresh(session_id)
+            ordered = sorted(pending)
+            for start in range(0, len(ordered), REFRESH_BATCH):
+                await self.refresh_many(ordered[start:start + REFRESH_BATCH])
 
     async def _fence_loop(self) -> None:
         while True:

@@ -120,3 +120,42 @@ async def test_a_slow_read_of_a_cold_session_does_not_stall_the_hub_and_its_read
         release.cancel()
         locker.close()
         await publisher.stop()
+
+
+async def test_a_hello_whose_claim_waits_past_the_hello_deadline_keeps_its_connection(
+        pg_server: PgServer, pg_db: PgDatabase, short_dir: Path, tmp_path: Path, monkeypatch):
+    # A fleet reconnecting queues its claims; a daemon closed for the database's wait reconnects into the same
+    # queue (bench/hub_scale.py saw that storm at 2,000 publishers). The queue is made here by a real lock.
+    from agentctl.hub import hub as hub_module
+
+    monkeypatch.setattr(hub_module, "HELLO_TIMEOUT", 0.5)
+    hub = hub_module.Hub(short_dir / "c.sock", parse_location(pg_db.url), flush_interval=0.05)
+    await hub.start()
+    ctx = make_ctx(tmp_path / "one", identity(session="session-1", execution="exec-1"))
+    publisher = Publisher(ctx, hub.socket_path, backoff_initial=0.05, backoff_max=0.5)
+    locker = psycopg.connect(pg_db.url)  # not autocommit: the lock lasts until the rollback
+    release = threading.Timer(20, locker.rollback)  # a safety net only
+    try:
+        locker.execute("LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE")  # the hello's claim waits on it
+        release.start()
+        publisher.start()
+        waiting = ("SELECT count(*) FROM pg_stat_activity WHERE application_name=%s AND wait_event_type='Lock'",
+                   (hub_tag(hub.hub_id),))
+        await eventually(lambda: pg_server.admin().execute(*waiting).fetchone()[0] > 0, timeout=5,
+                         what="the hello's claim waiting on the lock")
+        deadline = time.monotonic() + 3 * 0.5  # three hello deadlines of waiting, polled
+        while time.monotonic() < deadline:
+            assert hub.guard.counts["timed_out"] == 0 and publisher.connects == 1, "closed while its claim waited"
+            await asyncio.sleep(0.05)
+        locker.rollback()
+        attempt, _ = ctx.ledger.begin_attempt("session_new", SEEDS)
+        await eventually(lambda: (s := hub.sessions.get("session-1")) is not None and s.current.history is not None
+                         and s.current.history.current is not None
+                         and s.current.history.current.attempt_id == attempt, timeout=10,
+                         what="the hub to take the daemon's snapshot once the claim went through")
+        assert publisher.connects == 1 and hub.guard.counts["timed_out"] == 0
+    finally:
+        release.cancel()
+        locker.close()
+        await publisher.stop()
+        await hub.stop()

@@ -189,3 +189,16 @@ def test_a_connection_left_dead_by_a_server_restart_is_replaced_without_failing_
     pg_server.restart()  # real pg_ctl: the store's connection is now dead, and nobody has noticed yet
     store.write([_session("s-1", "e-1", contact=T0 + timedelta(minutes=1))], [_execution("s-1", "e-1", 1)])
     assert store.load_session("s-1").last_contact_at == T0 + timedelta(minutes=1)
+
+
+def test_several_sessions_read_in_one_call_are_each_as_read_alone_and_a_missing_one_is_none(pg_open):
+    # What a hub rereads after another hub's flush: one read for the whole flush, not two queries per session.
+    store = pg_open(hub_id="a")
+    for n in range(3):
+        sid = f"s-{n}"
+        store.write([_session(sid, "e-2")], [_execution(sid, "e-1", 1), _execution(sid, "e-2", 2, history=_history(sid, "e-2"))])
+    reader = pg_open(readonly=True)
+    found = reader.load_sessions(["s-2", "gone", "s-0"])
+    assert list(found) == ["s-2", "gone", "s-0"] and found["gone"] is None
+    for sid in ("s-0", "s-2"):
+        assert _shape(found[sid]) == _shape(reader.load_session(sid))
