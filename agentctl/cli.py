@@ -1,12 +1,11 @@
-"""The `agentctl` entry point: argument parsing and one function per command."""
+"""The `agentctl` entry point: the hidden helpers dispatched before argparse, and the parser, whose commands
+run their targets (agentctl.commands.targets, imported only when the command runs)."""
 
 from __future__ import annotations
 
 import argparse
 import signal
 import sys
-from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
 
 from agentctl import __version__
 from agentctl.cli_support import (
@@ -18,55 +17,38 @@ from agentctl.cli_support import (
     FILE_COMPLETION,
     CommandParser,
     add_main_command,
-    fail,
     wrapped,
 )
 from agentctl.cli_help import environment_help, examples_help
+from agentctl.commands.targets import PARSERS, TARGETS, resolve, target
 from agentctl.exit_codes import EXIT_NOT_ATTACHED, exit_codes_help
-
-if TYPE_CHECKING:  # pragma: no cover - the daemon's modules are imported only by the commands that run one
-    from agentctl.daemon.app import Daemon
-    from agentctl.lifecycle import Signals
-    from agentctl.spec import Spec
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] in (["health"], ["status"]):
-        from agentctl import fastpath  # the exec probe, without the parser tree or http.client
-
-        code = fastpath.run(argv)
+        code = resolve(TARGETS["fast path"])(argv)  # the exec probe, without the parser tree or http.client
         if code is not None:
-            return code
+            return int(code)
     if argv[:1] == ["reference-agent"]:
         # Hidden: the shipped reference agent, so a zipapp or frozen build provides agentctl-reference-agent
         # too (agentctl.bundled). Dispatched before argparse: its flags belong to the agent, not to us.
-        from agentctl.testing.reference_agent import main as reference_agent
-
-        return int(reference_agent(argv[1:]) or 0)
+        return int(resolve(TARGETS["reference-agent"])(argv[1:]) or 0)
     if argv[:1] == ["agent-shim"]:
         # Hidden: the agent's shim (agentctl.agent.shim), for a frozen build that has no shim.py file to run.
-        from agentctl.agent.shim import main as shim
-
-        return shim(["agent-shim", *argv[1:]])
+        return int(resolve(TARGETS["agent-shim"])(["agent-shim", *argv[1:]]))
     if argv[:1] == ["mcp-bridge"]:
         # Hidden: the built-in server as a stdio server, for an agent that speaks only stdio MCP
         # (agentctl.agent.mcp_bridge). Its URL and token come from its environment, never from argv.
-        from agentctl.agent.mcp_bridge import main as mcp_bridge
-
-        return mcp_bridge(argv[1:])
+        return int(resolve(TARGETS["mcp-bridge"])(argv[1:]))
     if argv[:1] == ["mcp-witness"]:
         # Hidden: a third-party stdio server wrapped in agentctl's witness (agentctl.agent.mcp_witness): it
         # relays the server's pipes byte for byte and reports what it sees. Where to report comes from its env.
-        from agentctl.agent.mcp_witness import main as mcp_witness
-
-        return mcp_witness(argv[1:])
+        return int(resolve(TARGETS["mcp-witness"])(argv[1:]))
     if argv[:1] == ["estimate-tokens"]:
         # Hidden: the short-lived token-estimate helper a daemon starts (agentctl.evidence.estimates), here
         # so a zipapp or frozen build has it too.
-        from agentctl.evidence.estimate_helper import run as estimate_helper
-
-        estimate_helper()
+        resolve(TARGETS["estimate-tokens"])()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -102,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "or the daemon could not start."),
     )
     _daemon_arguments(serve, log_level="info")
-    serve.set_defaults(func=cmd_serve)
+    serve.set_defaults(func=target("serve"))
 
     run = add_main_command(
         sub, "run", help="the main job: start the daemon, open a session, show status, persist",
@@ -123,13 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--prompt", metavar="TEXT", help="send this prompt once the session is accepted and every "
                      "required server is attached")
     run.add_argument("--json", action="store_true", help="print the final report as JSON")
-    run.set_defaults(func=cmd_run)
+    run.set_defaults(func=target("run"))
 
     schema = sub.add_parser("schema", help="print the JSON Schema of one surface of the contract (the report)")
     schema.add_argument("surface", nargs="?", default="report", choices=SCHEMA_SURFACES,
                         help="report (persisted and sent upstream), control (the control API's answers), "
                         "diagnostics, probe or hub (its --json answers; `hub schema` prints the upstream frames)")
-    schema.set_defaults(func=cmd_schema)
+    schema.set_defaults(func=target("schema"))
 
     completion = sub.add_parser(
         "completion",
@@ -142,26 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     completion.add_argument("shell", metavar="SHELL", choices=["bash", "zsh"], help="bash or zsh")
-    completion.set_defaults(func=cmd_completion)
+    completion.set_defaults(func=target("completion"))
 
-    from agentctl.commands.daemon_commands import add_client_commands
-    from agentctl.commands.session_commands import add_session_commands
-    from agentctl.commands.spec_commands import add_spec_commands
-    from agentctl.diagnostics.commands import add_diagnostics_commands
-
-    add_spec_commands(sub)
-    add_client_commands(sub)
-    add_session_commands(sub)
-    add_diagnostics_commands(sub)
-    from agentctl.attach_command import add_attach_command
-
-    add_attach_command(sub)
-    from agentctl.probe.commands import add_probe_commands
-
-    add_probe_commands(sub)
-    from agentctl.hub.commands import add_hub_commands
-
-    add_hub_commands(sub)
+    for registrar in PARSERS:
+        resolve(registrar)(sub)
     recover = sub.add_parser(
         "recover",
         help="undo what killed daemons left: merged workspace files, private config directories",
@@ -175,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     recover.add_argument("--state-dir", metavar="DIR", help="the state directory (default: $STATE_DIRECTORY, else "
                          "the platform state dir; give the spec's [state] dir when it sets one)")
     recover.add_argument("--json", action="store_true", help="print what was done as JSON")
-    recover.set_defaults(func=cmd_recover)
+    recover.set_defaults(func=target("recover"))
     return parser
 
 
@@ -193,128 +159,6 @@ def _daemon_arguments(parser: argparse.ArgumentParser, *, log_level: str) -> Non
                         help="text lines, or one JSON object per line for log shippers (text)")
     parser.add_argument("--metrics-listen", metavar="HOST:PORT", help="also serve /metrics, and nothing else, "
                         "without a token on HOST:PORT (the pod's address, for a Prometheus scrape)")
-
-
-def cmd_schema(args: argparse.Namespace) -> int:
-    import importlib
-    import json
-
-    module = importlib.import_module(f"agentctl.evidence.contract.{args.surface}")
-    schema = module.history_schema() if args.surface == "report" else module.schema()
-    print(json.dumps(schema, indent=2, sort_keys=True))
-    return EXIT_OK
-
-
-def cmd_completion(args: argparse.Namespace) -> int:
-    import shtab
-
-    from agentctl.cli_support import out
-
-    script = shtab.complete(build_parser(), shell=args.shell)
-    out(script if script.endswith("\n") else script + "\n")
-    return EXIT_OK
-
-
-def cmd_recover(args: argparse.Namespace) -> int:
-    import json
-
-    from agentctl.agent.passthrough.recovery import recover
-    from agentctl.evidence.store import resolve_state_dir
-
-    from agentctl.safetext import neutralize
-
-    state_dir = resolve_state_dir(args.state_dir)
-    outcomes = recover(state_dir)  # raises nothing: a leftover it cannot deal with is one `left` line, kept
-    if args.json:
-        done = [vars(o) for o in outcomes if o.done]
-        left = [vars(o) for o in outcomes if not o.done]
-        print(json.dumps({"state_dir": str(state_dir), "recovered": done, "left": left}, indent=2))
-    elif not outcomes:
-        print(f"nothing to recover (state directory {neutralize(str(state_dir))})")
-    else:
-        for outcome in outcomes:  # one line each: a path or a detail never starts another line
-            print(f"{'recovered' if outcome.done else 'left'}  {neutralize(outcome.file)}: {neutralize(outcome.detail)}")
-    return EXIT_OK if all(o.done for o in outcomes) else EXIT_FAILED
-
-
-def _load(spec_path: str) -> Spec | str:
-    """The spec, or why it cannot be loaded."""
-    from agentctl.spec import SpecError, load_spec
-
-    try:
-        return load_spec(spec_path)
-    except SpecError as exc:
-        return str(exc)
-
-
-def _daemon_command(args: argparse.Namespace, body: Callable[[Daemon, Signals], Coroutine[Any, Any, int]]) -> int:
-    """`serve` and `run`: SIGTERM/SIGINT captured first, before the heavy imports (a stop during start-up is
-    a drain, not a kill), then logging, the spec, and `body(daemon, signals)` in a fresh loop."""
-    from agentctl.lifecycle import Signals
-
-    signals = Signals().install()
-    try:
-        from agentctl.logs import configure_logging
-
-        configure_logging(args.log_level, args.log_format)
-        spec = _load(args.spec)
-        if isinstance(spec, str):
-            return fail(spec, EXIT_NO_DAEMON)
-        return _run_daemon(spec, args.socket, lambda daemon: body(daemon, signals), args.metrics_listen)
-    finally:
-        signals.uninstall()
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    from agentctl.evidence.contract.base import encode
-    from agentctl.evidence.contract.control import DaemonReady
-
-    def on_ready(info: DaemonReady) -> None:
-        sys.stdout.write(encode(info).decode() + "\n")
-        sys.stdout.flush()
-
-    return _daemon_command(args, lambda daemon, signals: daemon.serve(on_ready, signals=signals))
-
-
-def _run_daemon(spec: Spec, socket_path: str | None, body: Callable[[Daemon], Coroutine[Any, Any, int]],
-                metrics_listen: str | None = None) -> int:
-    """Build the daemon and run `body(daemon)` in a fresh loop, turning start-up failures into one line."""
-    from agentctl.unix_socket import ControlSocketError
-    from agentctl.daemon.app import Daemon, StartupError
-    from agentctl.evidence.store import StateDirError
-
-    import logging
-
-    from agentctl.backend.embedded import TaskStoreError
-    from agentctl.daemon.app import describe_error
-
-    try:
-        from agentctl.daemon.metrics_listener import parse_metrics_listen
-
-        listen = parse_metrics_listen(metrics_listen) if metrics_listen else None
-        daemon = Daemon(spec, socket_path=socket_path, metrics_listen=listen)
-    except (ControlSocketError, StateDirError, ValueError) as exc:
-        return fail(str(exc), EXIT_NO_DAEMON)
-    from agentctl.lifecycle import run
-
-    try:
-        return run(body(daemon))
-    except (ControlSocketError, StateDirError, StartupError, TaskStoreError) as exc:
-        return fail(str(exc), EXIT_NO_DAEMON)
-    except Exception as exc:
-        # Never a traceback at default verbosity (it may quote a payload); --log-level debug shows it.
-        if logging.getLogger("agentctl").isEnabledFor(logging.DEBUG):
-            raise
-        return fail(describe_error(exc, spec), EXIT_NO_DAEMON)
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    def job(daemon: Daemon, signals: Signals) -> Coroutine[Any, Any, int]:
-        from agentctl.daemon.run import run_main_job
-
-        return run_main_job(daemon, prompt=args.prompt, as_json=args.json, signals=signals)
-
-    return _daemon_command(args, job)
 
 
 if __name__ == "__main__":

@@ -9,14 +9,14 @@ costs neither the MCP SDK nor the agent's machinery, and no component module imp
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from agentctl.evidence.contract.report import AttemptOrigin, EndpointTestResult, Identity
+from agentctl.evidence.contract.report import AttemptOrigin, Identity
 from agentctl.evidence.ledger import Ledger
 from agentctl.spec import Spec
 
@@ -70,12 +70,6 @@ class Readiness:
         return not self.stopping and bool(self.checks) and all(self.checks.values())
 
 
-class EndpointTestHook(Protocol):
-    """The endpoint test of one stored server, by name, for the upstream's `endpoint_test` request."""
-
-    def __call__(self, name: str, timeout: float | None = None) -> Awaitable[EndpointTestResult]: ...
-
-
 @dataclass
 class DaemonContext:
     spec: Spec
@@ -94,10 +88,9 @@ class DaemonContext:
     embedded_hub: bool = False  # `run` with no [upstream]: the upstream is its own in-process hub, said so
     # Opens a new attempt seeded with the configured servers (MCP-only mode and passthrough use it).
     open_attempt: Callable[[AttemptOrigin], tuple[str, str]] | None = None
-    # The one endpoint tester (its per-name lock is shared by every caller), made on first use.
+    # The one endpoint tester, made with the HTTP listener: the control route and the upstream's requests
+    # share it (and its per-name lock).
     endpoint_tester: EndpointTester | None = None
-    # The endpoint test by stored name, for upstream requests.
-    extra_endpoint_test: EndpointTestHook | None = None
 
     @property
     def identity(self) -> Identity:

@@ -1,20 +1,16 @@
-"""The execution spec: typed msgspec structs, TOML/JSON loading, and error messages that never echo a value."""
+"""The execution spec: typed msgspec structs, parsing TOML/JSON bytes, and error messages that never echo a
+value. Pure: reading the file and checking the agent's workdir and executable is agentctl.spec_loader."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import sys
 import tomllib
-from pathlib import Path
 from typing import Literal, get_args
 from urllib.parse import urlsplit
 
 import msgspec
 import msgspec.inspect
 
-from agentctl.bundled import bundled_command
 from agentctl.evidence.contract.report import Transport
 from agentctl.evidence.decode_errors import describe_decode_error
 from agentctl.evidence.sanitize import target_for_command, target_for_url
@@ -161,81 +157,9 @@ class Spec(_S):
     daemon: DaemonSpec = msgspec.field(default_factory=DaemonSpec)
 
 
-def _fail(source: str, path: str, what: str) -> SpecError:
+def spec_error(source: str, path: str, what: str) -> SpecError:
     what = "".join(ch if ch.isprintable() else "?" for ch in what)  # one line, whatever the parser said
     return SpecError(f"{source}: {path}: {what}")
-
-
-def load_spec(path: str | Path) -> Spec:
-    """Read and validate a spec file; raises SpecError with a one-line, value-free message."""
-    p = Path(path)
-    source = str(p)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise SpecError(f"{source}: file not found") from None
-    except IsADirectoryError:
-        raise SpecError(f"{source}: is a directory, expected a TOML or JSON file") from None
-    except PermissionError:
-        raise SpecError(f"{source}: permission denied") from None
-    except OSError as exc:
-        raise SpecError(f"{source}: cannot read ({exc.strerror})") from None
-    spec = parse_spec(raw, source=source, fmt="json" if p.suffix.lower() == ".json" else "toml")
-    if (problem := unusable_workdir(spec)) is not None:
-        raise _fail(source, "agent.workdir", problem)
-    if (problem := missing_executable(spec)) is not None:
-        raise _fail(source, "agent.command", problem)
-    return spec
-
-
-def unusable_workdir(spec: Spec) -> str | None:
-    """Why the agent cannot start in its `workdir`, or None: a directory that does not exist, is not a
-    directory, or cannot be entered. Relative to where agentctl runs, as the agent's start takes it. Checked
-    at load like the executable, naming the directory (a path the spec chose, not a secret)."""
-    if spec.agent is None or spec.agent.workdir is None:
-        return None
-    workdir = spec.agent.workdir
-    shown = _quote(workdir)
-    if not workdir:
-        return "must be a directory path (leave it out to run the agent where agentctl runs)"
-    if not os.path.exists(workdir):
-        return f"directory {shown} does not exist"
-    if not os.path.isdir(workdir):
-        return f"{shown} is not a directory"
-    if not os.access(workdir, os.X_OK):
-        return f"directory {shown} cannot be entered (permission denied)"
-    return None
-
-
-def missing_executable(spec: Spec) -> str | None:
-    """Why the agent's executable cannot be started, or None: a bare name that is not on PATH (nor beside
-    this interpreter, nor bundled), or a path that does not exist or is not an executable file.
-
-    Resolved as the agent's start resolves it (agentctl.agent.manager.resolve_command); a relative path is
-    relative to `workdir`. Checked when the spec is loaded, so `run` and `serve` say it before starting
-    anything rather than recording `agent_start_failed` for a daemon that could never have worked. The
-    name is quoted (it is the program, never an argument); the message stays one printable line.
-    """
-    if spec.agent is None:
-        return None
-    first = spec.agent.command[0]
-    shown = _quote(first)
-    if os.sep not in first:
-        search = os.pathsep.join(filter(None, [os.environ.get("PATH", ""), os.path.dirname(sys.executable)]))
-        if shutil.which(first, path=search) is None and bundled_command(first) is None:
-            return f"executable {shown} not found on PATH"
-        return None
-    path = os.path.join(spec.agent.workdir or ".", first)
-    if not os.path.exists(path):
-        return f"executable {shown} does not exist"
-    if os.path.isdir(path) or not os.access(path, os.X_OK):
-        return f"{shown} is not an executable file"
-    return None
-
-
-def _quote(text: str, limit: int = 120) -> str:
-    text = "".join(ch if ch.isprintable() else "?" for ch in text)
-    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
 def parse_spec(raw: bytes, *, source: str = "<spec>", fmt: str = "toml") -> Spec:
@@ -243,30 +167,30 @@ def parse_spec(raw: bytes, *, source: str = "<spec>", fmt: str = "toml") -> Spec
         try:
             data = msgspec.json.decode(raw)
         except msgspec.DecodeError as exc:
-            raise _fail(source, "(syntax)", f"invalid JSON ({describe_decode_error(exc).reason})") from None
+            raise spec_error(source, "(syntax)", f"invalid JSON ({describe_decode_error(exc).reason})") from None
         except RecursionError:
-            raise _fail(source, "(syntax)", "invalid JSON (nested too deeply)") from None
+            raise spec_error(source, "(syntax)", "invalid JSON (nested too deeply)") from None
     else:
         try:
             data = tomllib.loads(raw.decode("utf-8"))
         except UnicodeDecodeError:
-            raise _fail(source, "(syntax)", "not UTF-8 text") from None
+            raise spec_error(source, "(syntax)", "not UTF-8 text") from None
         except tomllib.TOMLDecodeError as exc:
             # tomllib messages name a line and column, never the value.
-            raise _fail(source, "(syntax)", f"invalid TOML ({exc})") from None
+            raise spec_error(source, "(syntax)", f"invalid TOML ({exc})") from None
         except RecursionError:
-            raise _fail(source, "(syntax)", "invalid TOML (nested too deeply)") from None
+            raise spec_error(source, "(syntax)", "invalid TOML (nested too deeply)") from None
     if not isinstance(data, dict):
-        raise _fail(source, "(top level)", "expected a table/object")
+        raise spec_error(source, "(top level)", "expected a table/object")
     try:
         spec = msgspec.convert(data, type=Spec, strict=True)
     except msgspec.ValidationError as exc:
         problem = describe_decode_error(exc)
         if str(exc).startswith("Invalid enum value") and (allowed := allowed_values(problem.path or "$")):
-            raise _fail(source, problem.field(), f"not one of the allowed values: {', '.join(allowed)}") from None
-        raise _fail(source, problem.field(), problem.reason) from None
+            raise spec_error(source, problem.field(), f"not one of the allowed values: {', '.join(allowed)}") from None
+        raise spec_error(source, problem.field(), problem.reason) from None
     except RecursionError:
-        raise _fail(source, "(top level)", "nested too deeply") from None
+        raise spec_error(source, "(top level)", "nested too deeply") from None
     _check(spec, source)
     return spec
 
@@ -278,63 +202,63 @@ def _check(spec: Spec, source: str) -> None:
         if value is None:
             continue
         if not _ID_RE.fullmatch(value):
-            raise _fail(source, f"identity.{field}", "must be 1-128 characters of letters, digits, '_', '.', ':' or '-'")
+            raise spec_error(source, f"identity.{field}", "must be 1-128 characters of letters, digits, '_', '.', ':' or '-'")
     if spec.agent is not None:
         agent = spec.agent
         if not agent.command or not agent.command[0]:
-            raise _fail(source, "agent.command", "must be a non-empty argv list")
+            raise spec_error(source, "agent.command", "must be a non-empty argv list")
         if agent.protocol == "acp" and agent.strategy is not None:
-            raise _fail(source, "agent.strategy", "only valid with protocol = \"passthrough\"")
+            raise spec_error(source, "agent.strategy", "only valid with protocol = \"passthrough\"")
         if agent.protocol == "acp" and agent.terminal:
-            raise _fail(source, "agent.terminal", "only valid with protocol = \"passthrough\" (ACP speaks over stdio)")
+            raise spec_error(source, "agent.terminal", "only valid with protocol = \"passthrough\" (ACP speaks over stdio)")
         if agent.auth_method is not None and agent.protocol != "acp":
-            raise _fail(source, "agent.auth_method", "only valid with protocol = \"acp\" (ACP authenticate)")
+            raise spec_error(source, "agent.auth_method", "only valid with protocol = \"acp\" (ACP authenticate)")
         if agent.auth_method is not None and not _NAME_RE.fullmatch(agent.auth_method):
-            raise _fail(source, "agent.auth_method", "must be an ACP auth method id (1-64 characters of letters, "
+            raise spec_error(source, "agent.auth_method", "must be an ACP auth method id (1-64 characters of letters, "
                         "digits, '_', '.' or '-'), or \"none\"")
         if agent.protocol == "passthrough" and agent.strategy is None:
             known = ", ".join(get_args(StrategyName))
-            raise _fail(source, "agent.strategy", f"required with protocol = \"passthrough\" (one of {known}; "
+            raise spec_error(source, "agent.strategy", f"required with protocol = \"passthrough\" (one of {known}; "
                         f"strategy = \"{NO_STRATEGY}\" runs the CLI without MCP configuration, if that is intended)")
     mcp = spec.mcp
     _check_listen(mcp.listen, source)
     if not _NAME_RE.fullmatch(mcp.builtin_name):
-        raise _fail(source, "mcp.builtin_name", "must be 1-64 characters of letters, digits, '_', '.' or '-'")
+        raise spec_error(source, "mcp.builtin_name", "must be 1-64 characters of letters, digits, '_', '.' or '-'")
     for i, server in enumerate(mcp.servers):
         where = f"mcp.servers[{i}]"
         if not _NAME_RE.fullmatch(server.name):
-            raise _fail(source, f"{where}.name", "must be 1-64 characters of letters, digits, '_', '.' or '-'")
+            raise spec_error(source, f"{where}.name", "must be 1-64 characters of letters, digits, '_', '.' or '-'")
         if server.type in ("http", "sse"):
             if not server.url:
-                raise _fail(source, f"{where}.url", f"required for type = \"{server.type}\"")
+                raise spec_error(source, f"{where}.url", f"required for type = \"{server.type}\"")
             if server.command is not None or server.args:
-                raise _fail(source, f"{where}.command", f"not allowed for type = \"{server.type}\"")
+                raise spec_error(source, f"{where}.command", f"not allowed for type = \"{server.type}\"")
             _check_url(server.url, f"{where}.url", source)
             if server.observe is not None:
-                raise _fail(source, f"{where}.observe", "only stdio servers can be observed by the witness")
+                raise spec_error(source, f"{where}.observe", "only stdio servers can be observed by the witness")
         else:
             if not server.command:
-                raise _fail(source, f"{where}.command", "required for type = \"stdio\": a program (\"npx\") or an "
+                raise spec_error(source, f"{where}.command", "required for type = \"stdio\": a program (\"npx\") or an "
                             "argv list ([\"npx\", \"-y\", \"server\"])")
             if server.url is not None or server.headers:
-                raise _fail(source, f"{where}.url", "not allowed for type = \"stdio\"")
+                raise spec_error(source, f"{where}.url", "not allowed for type = \"stdio\"")
         if server.required and (why := no_attachment_channel(spec, witnessed=witnessed(server, mcp))) is not None:
-            raise _fail(source, f"{where}.required", f"cannot be required: {why}")
+            raise spec_error(source, f"{where}.required", f"cannot be required: {why}")
     if not 0 < mcp.required_timeout <= 3600:
-        raise _fail(source, "mcp.required_timeout", "must be > 0 and <= 3600 seconds")
+        raise spec_error(source, "mcp.required_timeout", "must be > 0 and <= 3600 seconds")
     if spec.agent is not None:
         for field in ("initialize_timeout", "session_timeout", "stop_grace"):
             value = getattr(spec.agent, field)
             if not 0 < value <= 600:  # written so that NaN is refused too
-                raise _fail(source, f"agent.{field}", "must be > 0 and <= 600 seconds")
+                raise spec_error(source, f"agent.{field}", "must be > 0 and <= 600 seconds")
         if spec.agent.linger is not None and not spec.agent.linger >= 0:
-            raise _fail(source, "agent.linger", "must be >= 0 seconds")
+            raise spec_error(source, "agent.linger", "must be >= 0 seconds")
     if not 0 < spec.daemon.shutdown_timeout <= 300:
-        raise _fail(source, "daemon.shutdown_timeout", "must be > 0 and <= 300 seconds")
+        raise spec_error(source, "daemon.shutdown_timeout", "must be > 0 and <= 300 seconds")
     if not 0 <= spec.daemon.persist_delay <= 10:
-        raise _fail(source, "daemon.persist_delay", "must be between 0 and 10 seconds")
+        raise spec_error(source, "daemon.persist_delay", "must be between 0 and 10 seconds")
     if spec.upstream.socket is not None and len(spec.upstream.socket.encode()) > AF_UNIX_PATH_MAX:
-        raise _fail(source, "upstream.socket", f"path longer than {AF_UNIX_PATH_MAX} bytes (AF_UNIX limit)")
+        raise spec_error(source, "upstream.socket", f"path longer than {AF_UNIX_PATH_MAX} bytes (AF_UNIX limit)")
 
 
 def witnessed(server: ServerSpec, mcp: McpSpec) -> bool:
@@ -427,9 +351,9 @@ def _check_listen(listen: str, source: str) -> None:
     host, sep, port = listen.rpartition(":")
     # isdigit() alone admits other scripts' digits and superscripts, which int() refuses or misreads.
     if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
-        raise _fail(source, "mcp.listen", "must be HOST:PORT with a numeric port (0 picks a free one)")
+        raise spec_error(source, "mcp.listen", "must be HOST:PORT with a numeric port (0 picks a free one)")
     if host.strip("[]") not in ("127.0.0.1", "::1", "localhost"):
-        raise _fail(source, "mcp.listen", "must be a loopback address (127.0.0.1, ::1 or localhost)")
+        raise spec_error(source, "mcp.listen", "must be a loopback address (127.0.0.1, ::1 or localhost)")
 
 
 def _check_url(url: str, where: str, source: str) -> None:
@@ -437,11 +361,11 @@ def _check_url(url: str, where: str, source: str) -> None:
         parts = urlsplit(url)
         _ = parts.port  # raises on a bad port
     except ValueError:
-        raise _fail(source, where, "is not a valid URL") from None
+        raise spec_error(source, where, "is not a valid URL") from None
     if parts.scheme not in ("http", "https"):
-        raise _fail(source, where, "must use http or https")
+        raise spec_error(source, where, "must use http or https")
     if not parts.hostname:
-        raise _fail(source, where, "has no host")
+        raise spec_error(source, where, "has no host")
 
 
 def listen_address(spec: Spec) -> tuple[str, int]:

@@ -303,7 +303,8 @@ async def in_process_daemon(short_dir: Path) -> AsyncIterator[Callable[..., Awai
     test that checks what a stop leaves behind calls `await daemon.stop()` itself (stop is idempotent).
     """
     from agentctl.daemon.app import Daemon
-    from agentctl.spec import Spec, load_spec, parse_spec
+    from agentctl.spec import Spec, parse_spec
+    from agentctl.spec_loader import load_spec
 
     async with contextlib.AsyncExitStack() as stops:  # each stop runs, in reverse, even if one fails
         count = 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import ast
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from agentctl import exit_codes
 from agentctl.cli import build_parser, main
 from agentctl.cli_support import EXIT_USAGE
+from agentctl.commands import targets
 from tests.conftest import REPO, agentctl_cmd
 
 PACKAGE = REPO / "agentctl"
@@ -88,7 +90,9 @@ def test_the_readme_carries_exactly_the_generated_table():
 # ---- the exit codes are the table's names, never numbers -----------------------------------------------
 
 COMMAND_MODULES = ["cli.py", "commands/daemon_commands.py", "commands/session_commands.py", "diagnostics/commands.py",
-                   "probe/commands.py", "hub/commands.py", "daemon/run.py", "probe/run.py"]
+                   "probe/commands.py", "hub/commands.py", "daemon/run.py", "probe/run.py",
+                   "commands/client_actions.py", "commands/spec_actions.py",
+                   "commands/local_actions.py", "commands/host_daemons.py", "daemon/start.py", "completion.py"]
 EXIT_HELPERS = {"fail", "_fail", "CommandExit"}
 
 
@@ -115,6 +119,49 @@ def test_the_exit_code_check_catches_each_form():
     source = "def a():\n    return 2\ndef b():\n    return fail('x', 1)\ndef c(n):\n    return 128 + n\n"
     assert numeric_exit_codes(source) == [2, 4, 6]
     assert numeric_exit_codes("def a():\n    return EXIT_OK\n") == []
+
+
+# ---- the table of command targets ---------------------------------------------------------------------
+
+ACTION_MODULES = sorted({ref.partition(":")[0] for ref in (*targets.TARGETS.values(), *targets.PARSERS)})
+
+
+@pytest.mark.parametrize("reference", [*targets.TARGETS.values(), *targets.PARSERS])
+def test_every_command_target_and_parser_of_the_table_resolves_to_a_function(reference):
+    assert callable(targets.resolve(reference)), reference
+
+
+def local_imports(source: str) -> list[int]:
+    """Lines of imports inside a function: a command's dependencies belong at the top of its target module."""
+    return sorted(inner.lineno for node in ast.walk(ast.parse(source))
+                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  for inner in ast.walk(node) if isinstance(inner, (ast.Import, ast.ImportFrom)))
+
+
+@pytest.mark.parametrize("module", ["cli.py", *sorted(p.name for p in (PACKAGE / "commands").glob("*.py"))],
+                         ids=str)
+def test_the_cli_and_its_command_modules_import_at_their_top_only(module):
+    path = PACKAGE / module if module == "cli.py" else PACKAGE / "commands" / module
+    assert local_imports(path.read_text()) == [], f"agentctl/{module}: add a target to agentctl.commands.targets"
+
+
+def test_the_local_import_check_finds_one():
+    assert local_imports("import os\ndef f():\n    import json\n    return json\n") == [3]
+
+
+def test_building_the_parser_loads_no_command_target_and_a_command_loads_its_own():
+    probe = ("import sys\nfrom agentctl.cli import build_parser\nfrom agentctl.commands import targets\n"
+             "args = build_parser().parse_args(['spec', 'schema'])\n"
+             "before = sorted(m for m in sys.modules if m.startswith('agentctl.'))\n"
+             "args.func.load()\n"
+             "print(' '.join(before), '|', ' '.join(m for m in sys.modules if m.startswith('agentctl.commands.')))\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    before, after = (part.split() for part in done.stdout.split("|"))
+    targets_only = set(ACTION_MODULES) - {ref.partition(":")[0] for ref in targets.PARSERS}
+    assert not targets_only & set(before), sorted(targets_only & set(before))
+    assert "agentctl.commands.spec_actions" in after
+    assert "agentctl.commands.client_actions" not in after
 
 
 def _parser(command: tuple[str, ...]) -> argparse.ArgumentParser:
@@ -181,13 +228,16 @@ def _private(name: str) -> bool:
 
 
 def private_reaches(source: str, module: str, packages: set[str]) -> list[str]:
-    """`from agentctl.x import _name` and `x._name` on an imported agentctl module, in `source` (of `module`).
+    """`from agentctl.x import _name` and `x._name` on an imported agentctl module, in `source` (of `module`);
+    and `obj._name` on any object but `self` / `cls` when no class or assignment of this module defines
+    `_name` (another module's object's private state), unless `obj` is a library module (`os._exit`).
 
     A private submodule imported by a module of its own package (`from agentctl.testing import _ref_mcp` in
     agentctl.testing.*) stays inside that package, and is allowed."""
     own_package = module if module in packages else module.rpartition(".")[0]
     found: list[str] = []
     modules: dict[str, str] = {}  # local name -> agentctl module it is bound to
+    libraries: set[str] = set()  # local names bound to a module outside agentctl
     tree = ast.parse(source)
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "agentctl":
@@ -204,6 +254,10 @@ def private_reaches(source: str, module: str, packages: set[str]) -> list[str]:
                     if any(_private(part) for part in alias.name.split(".")):
                         found.append(f"line {node.lineno}: import {alias.name}")
                     modules[alias.asname or alias.name] = alias.name
+                else:
+                    libraries.add((alias.asname or alias.name).split(".")[0])
+    own = _defined_here(tree)
+    allowed = PRIVATE_REACHES_LEFT.get(module, set())
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and _private(node.attr):
             target = node.value
@@ -213,7 +267,43 @@ def private_reaches(source: str, module: str, packages: set[str]) -> list[str]:
                 target = target.value
             if isinstance(target, ast.Name) and target.id in modules:
                 found.append(f"line {node.lineno}: {'.'.join([target.id, *dotted, node.attr])}")
+            elif node.attr in own or node.attr in allowed:
+                continue
+            elif isinstance(node.value, ast.Name) and node.value.id in ("self", "cls", *libraries):
+                continue
+            elif isinstance(node.value, ast.Call) and getattr(node.value.func, "id", None) == "super":
+                continue
+            else:
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
     return found
+
+
+def _defined_here(tree: ast.Module) -> set[str]:
+    """The attribute names this module defines: its classes' methods and class attributes, and every
+    attribute it assigns (`self._x = ...`, `record._y = ...`). Private to the module, reachable on any object."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    names.add(item.name)
+                elif isinstance(item, ast.Assign):
+                    names.update(t.id for t in item.targets if isinstance(t, ast.Name))
+                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    names.add(item.target.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+    return names
+
+
+# Issue 28: the hub's memory gets one owner (its own change, in agentctl/hub/); until then these modules
+# still reach these private members of Hub. Exactly these, so no new one can come in.
+PRIVATE_REACHES_LEFT: dict[str, set[str]] = {
+    "agentctl.hub.shared": {"_changed", "_clock", "_cold", "_conns", "_dirty_executions", "_fatal", "_links", "_mark",
+                            "_reader"},
+    "agentctl.hub.retention": {"_changed", "_clock", "_cold", "_conns", "_dirty_executions", "_dirty_sessions",
+                               "_fatal", "_flush_lock", "_mark", "_reader", "_refuse"},
+}
 
 
 def _is_submodule(dotted: str) -> bool:
@@ -249,3 +339,24 @@ def test_the_private_name_check_catches_imports_and_attribute_reaches():
     # Inside its own package a private submodule is that package's business.
     assert private_reaches("from agentctl.testing import _ref_mcp\n", "agentctl.testing.reference_agent",
                            PACKAGES) == []
+
+
+
+def test_the_private_name_check_catches_another_objects_private_attribute_but_not_its_own_modules():
+    source = (
+        "import os\n"
+        "class Guard:\n"
+        "    def _admit(self): ...\n"
+        "    def serve(self, conn, hub):\n"
+        "        self._queue = []\n"
+        "        conn._admit()\n"  # this module's own method, on another object: module-private
+        "        hub._reader.read()\n"  # another module's object's private state
+        "        self._queue._items\n"  # reached through self: still another object's
+        "        os._exit(0)\n"  # a library's own
+        "        super()._other()\n"
+    )
+    assert sorted(private_reaches(source, "agentctl.listener_guard", PACKAGES)) == [
+        "line 7: hub._reader", "line 8: self._queue._items"]
+    assert private_reaches("def f(hub):\n    return hub._reader\n", "agentctl.hub.shared", PACKAGES) == []
+    assert private_reaches("def f(hub):\n    return hub._secret\n", "agentctl.hub.shared", PACKAGES) == [
+        "line 2: hub._secret"]

@@ -18,7 +18,8 @@ from types import SimpleNamespace
 from agentctl.context import Readiness
 from agentctl.daemon.transitions import Transitions
 from agentctl.evidence.contract.report import Identity
-from agentctl.evidence.ledger import Ledger, ServerSeed
+from agentctl.evidence.ledger import Ledger
+from agentctl.evidence.seeds import ServerSeed
 from agentctl.hub.hub import Hub
 from agentctl.spec import parse_spec
 from tests.conftest import agentctl_cmd, eventually, poll, spec_toml, write_spec

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from agentctl.spec import SpecError, allowed_values, load_spec, parse_spec
+from agentctl.spec import SpecError, allowed_values, parse_spec
+from agentctl.spec_loader import load_spec
 
 CANARY = "CANARY-s3cr3t-9f8e7d"
 

@@ -42,7 +42,8 @@ from agentctl.agent.transports import AgentStdioTransport
 from agentctl.bundled import self_command
 from agentctl.evidence.contract.control import PromptStreamItem
 from agentctl.evidence.contract.report import AttemptOrigin, McpCapabilities
-from agentctl.evidence.ledger import Ledger, ServerSeed
+from agentctl.evidence.ledger import Ledger
+from agentctl.evidence.seeds import ServerSeed
 from agentctl.evidence.reducer import find_attempt
 from agentctl.evidence.sanitize import bounded_text, opaque_id, summarize
 from agentctl.evidence.secret_registry import SecretRegistry

@@ -12,7 +12,7 @@ from agentctl.agent.outcome import AgentError
 from agentctl.agent.spawn import resolve_command
 from agentctl.agent.supervisor import AgentStartError, ExitInfo, Supervisor, build_agent_env
 from agentctl.context import DaemonContext
-from agentctl.evidence.ledger import ServerSeed
+from agentctl.evidence.seeds import ServerSeed
 from agentctl.runtime import DAEMON_SECRET_ENV_PREFIXES
 
 if TYPE_CHECKING:

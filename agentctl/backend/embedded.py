@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from agentctl.backend.base import BackendError, timeout_message
 from agentctl.backend.execution_info import ExecutionInfo
@@ -42,10 +42,27 @@ from agentctl.backend.limits import (
 )
 from agentctl.backend.task_schema import SCHEMA, SCHEMA_VERSION
 from agentctl.evidence.contract.report import Identity
+from agentctl.evidence.seeds import ServerSeed
 from agentctl.safe_files import UnsafePath
 from agentctl.sqlite_util import open_sqlite
 
 logger = logging.getLogger(__name__)
+
+
+class SqlCursor(Protocol):
+    rowcount: int
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+class SqlConnection(Protocol):
+    """What the ops run on: a sqlite3 connection here, a PostgreSQL one in agentctl.hub.pg_tasks. Their
+    statements are written once, in the SQL both engines speak (ON CONFLICT DO NOTHING, RETURNING), with `?`
+    placeholders: the one thing the PostgreSQL side converts. Rows are read by column name or position."""
+
+    def execute(self, sql: str, parameters: Any = (), /) -> SqlCursor: ...
 
 
 def _utc_now() -> datetime:
@@ -73,7 +90,7 @@ class EmbeddedBackend:
         db_path: Path,
         *,
         agents_info: dict[str, Any],
-        mcp_info: list[dict[str, Any]],
+        mcp_info: list[ServerSeed],
         execution_info: dict[str, Any],
         clock: Callable[[], datetime] = _utc_now,
     ) -> None:
@@ -141,7 +158,7 @@ class EmbeddedBackend:
     def _run(
         self,
         handler: Callable[..., dict[str, Any]],
-        identity: Identity,
+        identity: Identity | None,
         args: dict[str, Any],
         abandoned: threading.Event,
     ) -> dict[str, Any]:
@@ -174,41 +191,39 @@ class EmbeddedBackend:
 
     async def answer_question(self, question_id: int, answer: str) -> None:
         """Record the user's answer (what a UI or the CLI calls); the agent sees it in task.get."""
+        args = {"question_id": question_id, "answer": answer}
+        await asyncio.to_thread(self._run, EmbeddedBackend._answer, None, args, threading.Event())
 
-        def run() -> None:
-            with self._lock:
-                if self._closed:
-                    raise BackendError("the task backend is closed")
-                cur = self._conn.execute(
-                    "UPDATE questions SET status='answered', answer=?, answered_at=? WHERE id=?",
-                    (answer, self._now(), question_id),
-                )
-                if cur.rowcount == 0:
-                    raise BackendError("no such question")
-
-        await asyncio.to_thread(run)
+    def _answer(self, conn: SqlConnection, identity: None, args: dict[str, Any]) -> dict[str, Any]:
+        cur = conn.execute(
+            "UPDATE questions SET status='answered', answer=?, answered_at=? WHERE id=?",
+            (args["answer"], self._now(), args["question_id"]),
+        )
+        if cur.rowcount == 0:
+            raise BackendError("no such question")
+        return {}
 
     # ---- helpers ------------------------------------------------------------------------------------
 
     def _now(self) -> str:
         return _iso(self._clock())
 
-    def _ensure_current(self, conn: sqlite3.Connection, identity: Identity) -> None:
+    def _ensure_current(self, conn: SqlConnection, identity: Identity) -> None:
         now = self._now()
         conn.execute(
-            "INSERT OR IGNORE INTO tasks(id, title, description, status, created_by_session, created_at, updated_at)"
-            " VALUES (?, ?, '', 'in_progress', ?, ?, ?)",
+            "INSERT INTO tasks(id, title, description, status, created_by_session, created_at, updated_at)"
+            " VALUES (?, ?, '', 'in_progress', ?, ?, ?) ON CONFLICT DO NOTHING",
             (identity.task_id, f"Task {identity.task_id}", identity.session_id, now, now),
         )
 
-    def _task(self, conn: sqlite3.Connection, identity: Identity, task_id: str) -> dict[str, Any]:
+    def _task(self, conn: SqlConnection, identity: Identity, task_id: str) -> dict[str, Any]:
         row = conn.execute("SELECT * FROM tasks WHERE id=?", (task_id,)).fetchone()
         if row is None:
             raise BackendError("the task does not exist")
         return self._task_record(row, identity)
 
     @staticmethod
-    def _task_record(row: sqlite3.Row, identity: Identity) -> dict[str, Any]:
+    def _task_record(row: Any, identity: Identity) -> dict[str, Any]:
         return {
             "id": row["id"],
             "title": row["title"],
@@ -220,11 +235,11 @@ class EmbeddedBackend:
             "is_current": row["id"] == identity.task_id,
         }
 
-    def _touch(self, conn: sqlite3.Connection, task_id: str) -> None:
+    def _touch(self, conn: SqlConnection, task_id: str) -> None:
         conn.execute("UPDATE tasks SET updated_at=? WHERE id=?", (self._now(), task_id))
 
     @staticmethod
-    def _question_record(row: sqlite3.Row) -> dict[str, Any]:
+    def _question_record(row: Any) -> dict[str, Any]:
         return {
             "id": row["id"],
             "question": row["question"],
@@ -235,7 +250,7 @@ class EmbeddedBackend:
             "answered_at": row["answered_at"],
         }
 
-    def _plan(self, conn: sqlite3.Connection, task_id: str) -> dict[str, Any] | None:
+    def _plan(self, conn: SqlConnection, task_id: str) -> dict[str, Any] | None:
         plan = conn.execute("SELECT * FROM plans WHERE task_id=?", (task_id,)).fetchone()
         if plan is None:
             return None
@@ -255,7 +270,7 @@ class EmbeddedBackend:
             "updated_at": plan["updated_at"],
         }
 
-    def _write_steps(self, conn: sqlite3.Connection, task_id: str, steps: list[str]) -> None:
+    def _write_steps(self, conn: SqlConnection, task_id: str, steps: list[str]) -> None:
         """Replace the steps; a step whose text is unchanged keeps its completion."""
         old = conn.execute(
             "SELECT text, done, completed_at FROM plan_steps WHERE task_id=? ORDER BY position", (task_id,)
@@ -273,7 +288,7 @@ class EmbeddedBackend:
 
     # ---- ops (run inside one transaction; conn is None for config ops) ------------------------------
 
-    def _task_get(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+    def _task_get(self, conn: SqlConnection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
         self._ensure_current(conn, identity)
         tid = identity.task_id
         messages = conn.execute(
@@ -288,7 +303,7 @@ class EmbeddedBackend:
             "questions": [self._question_record(q) for q in reversed(questions)],
         }
 
-    def _task_list(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+    def _task_list(self, conn: SqlConnection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
         self._ensure_current(conn, identity)
         status = status_arg(args)
         limit = list_limit_arg(args)
@@ -300,7 +315,7 @@ class EmbeddedBackend:
             ).fetchall()
         return {"tasks": [self._task_record(r, identity) for r in rows], "current_task_id": identity.task_id}
 
-    def _task_create(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+    def _task_create(self, conn: SqlConnection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
         title = text_arg(args, "title", limit=MAX_TITLE, required=True)
         description = text_arg(args, "description", limit=MAX_TEXT) or ""
         self._ensure_current(conn, identity)
@@ -313,7 +328,7 @@ class EmbeddedBackend:
         )
         return {"task": self._task(conn, identity, new_id)}
 
-    def _task_update(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+    def _task_update(self, conn: SqlConnection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
         description = text_arg(args, "description", limit=MAX_TEXT)
         status = status_arg(args)
         if description is None and status is None:
@@ -327,35 +342,36 @@ class EmbeddedBackend:
         self._touch(conn, tid)
         return {"task": self._task(conn, identity, tid)}
 
-    def _task_set_title(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+    def _task_set_title(self, conn: SqlConnection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
         title = text_arg(args, "title", limit=MAX_TITLE, required=True)
         self._ensure_current(conn, identity)
         conn.execute("UPDATE tasks SET title=?, updated_at=? WHERE id=?", (title, self._now(), identity.task_id))
         return {"task": self._task(conn, identity, identity.task_id)}
 
-    def _task_message(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+    def _task_message(self, conn: SqlConnection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
         text = text_arg(args, "text", limit=MAX_TEXT, required=True)
         self._ensure_current(conn, identity)
         now = self._now()
-        cur = conn.execute(
-            "INSERT INTO messages(task_id, session_id, execution_id, text, created_at) VALUES (?, ?, ?, ?, ?)",
+        message_id = conn.execute(
+            "INSERT INTO messages(task_id, session_id, execution_id, text, created_at) VALUES (?, ?, ?, ?, ?)"
+            " RETURNING id",
             (identity.task_id, identity.session_id, identity.execution_id, text, now),
-        )
+        ).fetchall()[0][0]  # fetchall: the statement runs to its end before the COMMIT
         self._touch(conn, identity.task_id)
-        return {"message": {"id": cur.lastrowid, "text": text, "created_at": now}}
+        return {"message": {"id": message_id, "text": text, "created_at": now}}
 
-    def _task_ask_user(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+    def _task_ask_user(self, conn: SqlConnection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
         question = text_arg(args, "question", limit=MAX_QUESTION, required=True)
         options = str_list_arg(args, "options", max_items=MAX_OPTIONS, limit=MAX_OPTION, required=False) or []
         self._ensure_current(conn, identity)
-        cur = conn.execute(
-            "INSERT INTO questions(task_id, session_id, question, options, created_at) VALUES (?, ?, ?, ?, ?)",
+        row = conn.execute(
+            "INSERT INTO questions(task_id, session_id, question, options, created_at) VALUES (?, ?, ?, ?, ?)"
+            " RETURNING *",
             (identity.task_id, identity.session_id, question, json.dumps(options), self._now()),
-        )
-        row = conn.execute("SELECT * FROM questions WHERE id=?", (cur.lastrowid,)).fetchone()
+        ).fetchall()[0]
         return {"question": self._question_record(row)}
 
-    def _plan_create(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+    def _plan_create(self, conn: SqlConnection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
         steps = str_list_arg(args, "steps", max_items=MAX_STEPS, limit=MAX_STEP, required=True)
         assert steps is not None
         if not steps:
@@ -372,11 +388,11 @@ class EmbeddedBackend:
         self._write_steps(conn, tid, steps)
         return {"plan": self._plan(conn, tid)}
 
-    def _plan_get(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+    def _plan_get(self, conn: SqlConnection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
         self._ensure_current(conn, identity)
         return {"plan": self._plan(conn, identity.task_id)}
 
-    def _plan_update(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+    def _plan_update(self, conn: SqlConnection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
         steps = str_list_arg(args, "steps", max_items=MAX_STEPS, limit=MAX_STEP, required=False)
         summary = text_arg(args, "summary", limit=MAX_SUMMARY)
         if steps is None and summary is None:
@@ -394,7 +410,7 @@ class EmbeddedBackend:
         conn.execute("UPDATE plans SET updated_at=? WHERE task_id=?", (self._now(), tid))
         return {"plan": self._plan(conn, tid)}
 
-    def _plan_step_complete(self, conn: sqlite3.Connection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
+    def _plan_step_complete(self, conn: SqlConnection, identity: Identity, args: dict[str, Any]) -> dict[str, Any]:
         step = step_arg(args)
         self._ensure_current(conn, identity)
         tid = identity.task_id

@@ -1,5 +1,6 @@
-"""The client commands over the control socket: `status`, `report`, `health`, `stop`, `wait` (and `ls`, registered here
-from agentctl.commands.host_daemons).
+"""The parsers of the client commands over the control socket: `status`, `report`, `health`, `stop`, `wait`
+and the host's `ls`. Their targets (agentctl.commands.targets) are agentctl.commands.client_actions and
+agentctl.commands.host_daemons, imported only when the command runs.
 
 Each is `func(args) -> exit code` (agentctl.cli_support's table: `health` is 4 when unhealthy, that is not
 live, not ready with --ready, or a daemon that answers but not sensibly). Errors are one line on stderr,
@@ -21,30 +22,21 @@ from agentctl.cli_support import (
     EXIT_USAGE,
     add_main_command,
     add_offline_option,
-    call,
-    client_exit,
-    command,
-    connect,
     daemon_options,
-    fail,
-    out,
-    persisted_report,
     positive_seconds,
-    print_json,
-    stdout_color,
 )
-from agentctl.evidence.contract.control import AttachedGate, HealthResponse, StatusResponse, StopResult
-from agentctl.evidence.contract.report import AttachmentHistory
+from agentctl.commands.targets import target
 from agentctl.exit_codes import EXIT_NOT_ATTACHED
 
 WAIT_ATTACHED = 60.0  # `wait --attached` with no --timeout: past real agents' start-up and the default 30 s gate
 WAIT_POLL = 0.1
+LIST_TIMEOUT = 2.0  # `ls`: per daemon; they are asked side by side
+STOP_WAIT = 10.0  # `stop --wait` with no number
+STOP_WAIT_MAX = 3600.0
 
 
 def add_client_commands(subparsers: Any) -> None:
     """Register status, report, health, stop and ls on an argparse subparsers action."""
-    from agentctl.commands.host_daemons import add_host_commands, add_stop_wait
-
     options = daemon_options()
     p = add_main_command(
         subparsers, "status", parents=(options,), help="show the MCP attachment status of the current attempt",
@@ -52,7 +44,7 @@ def add_client_commands(subparsers: Any) -> None:
                      "One row per server with its display state and a plain-language line. Which daemon: --socket, "
                      "else --execution, else $AGENTCTL_SOCKET, else the only one under the runtime dir."),
     )
-    p.set_defaults(func=cmd_status)
+    p.set_defaults(func=target("status"))
 
     p = add_main_command(
         subparsers, "report", parents=(options,),
@@ -61,7 +53,7 @@ def add_client_commands(subparsers: Any) -> None:
                      "From the running daemon, or read a persisted one offline with --state-dir DIR --execution ID."),
     )
     add_offline_option(p)
-    p.set_defaults(func=cmd_report, command_name="report")
+    p.set_defaults(func=target("report"), command_name="report")
 
     p = subparsers.add_parser(
         "health",
@@ -72,7 +64,7 @@ def add_client_commands(subparsers: Any) -> None:
         f"{EXIT_OK} healthy, {EXIT_USAGE} bad arguments, {EXIT_NO_DAEMON} cannot connect, {EXIT_UNHEALTHY} unhealthy.",
     )
     p.add_argument("--ready", action="store_true", help="check readiness instead of liveness")
-    p.set_defaults(func=cmd_health)
+    p.set_defaults(func=target("health"))
 
     p = add_main_command(
         subparsers, "stop", parents=(options,),
@@ -84,7 +76,7 @@ def add_client_commands(subparsers: Any) -> None:
                      f"{EXIT_STILL_RUNNING} still there when the wait ended."),
     )
     add_stop_wait(p)
-    p.set_defaults(func=cmd_stop)
+    p.set_defaults(func=target("stop"))
 
     p = add_main_command(
         subparsers, "wait", parents=(daemon_options(timeout=False),),
@@ -99,94 +91,36 @@ def add_client_commands(subparsers: Any) -> None:
                    help="wait for the required servers (the one thing `wait` waits for)")
     p.add_argument("--timeout", metavar="SECONDS", type=positive_seconds(3600), default=WAIT_ATTACHED,
                    help=f"give up after this many seconds (default {WAIT_ATTACHED:g})")
-    p.set_defaults(func=cmd_wait)
+    p.set_defaults(func=target("wait"))
 
     add_host_commands(subparsers)
 
 
-def show(args: argparse.Namespace, body: Any, render: Any) -> int:
-    """Print a struct as JSON (--json) or through `render(body, color)`."""
-    if args.json:
-        print_json(body)
-    else:
-        out(render(body, stdout_color()))
-    return EXIT_OK
+def add_host_commands(subparsers: Any) -> None:
+    """Register `ls` (and its alias `ps`)."""
+    p = add_main_command(
+        subparsers, "ls", aliases=("ps",), parents=(_ls_options(),),
+        help="list the daemons on this host: execution, task, session, agent, state, socket",
+        description=("The daemons on this host, one line each.",
+                     "The daemons under the runtime dir ($AGENTCTL_RUNTIME_DIR, $RUNTIME_DIRECTORY or the user "
+                     "runtime dir), and the one $AGENTCTL_SOCKET names. Each is asked in parallel with its own "
+                     "timeout: a hung daemon is shown as `unresponsive`, a socket nobody listens on as `dead` (left "
+                     "in place), another user's as `not yours` (not asked)."),
+    )
+    p.set_defaults(func=target("ls"))
 
 
-@command
-def cmd_status(args: argparse.Namespace) -> int:
-    from agentctl.control.render import render_status
-
-    return show(args, call(args, "GET", "/v1/status", StatusResponse), render_status)
-
-
-@command
-def cmd_report(args: argparse.Namespace) -> int:
-    from agentctl.control.render import render_report
-
-    if getattr(args, "state_dir", None):
-        history = persisted_report(args)
-    else:
-        history = call(args, "GET", "/v1/report", AttachmentHistory)
-    return show(args, history, render_report)
+def _ls_options() -> argparse.ArgumentParser:
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument("--json", action="store_true", help="print the listing as JSON (DaemonListing)")
+    options.add_argument("--timeout", metavar="SECONDS", type=positive_seconds(60), default=LIST_TIMEOUT,
+                         help=f"how long each daemon may take to answer ({LIST_TIMEOUT:g})")
+    return options
 
 
-@command
-def cmd_health(args: argparse.Namespace) -> int:
-    from agentctl.control.client import ControlClientError, ControlRefused, ControlUnavailable
-
-    try:
-        health = connect(args).call("GET", "/v1/health", HealthResponse)
-    except ControlUnavailable as exc:
-        return fail(str(exc), EXIT_NO_DAEMON)
-    except ControlRefused as exc:
-        return fail(str(exc), EXIT_NO_DAEMON if exc.error.status == 403 else EXIT_UNHEALTHY)
-    except ControlClientError as exc:  # connected, but it did not answer sensibly: that daemon is not healthy
-        return fail(str(exc), EXIT_UNHEALTHY)
-    healthy = health.ready if args.ready else health.live
-    if args.json:
-        print_json(health)
-    else:
-        from agentctl.control.render import render_health
-
-        out(render_health(health, args.ready, stdout_color()))
-    return EXIT_OK if healthy else EXIT_UNHEALTHY
-
-
-@command
-def cmd_wait(args: argparse.Namespace) -> int:
-    import time
-
-    from agentctl.evidence.required import gate_lines
-
-    from agentctl.control.client import ControlClientError
-
-    deadline = time.monotonic() + args.timeout
-    client = connect(args, timeout=5.0)  # each answer's own bound; --timeout bounds the whole wait
-    while True:
-        try:
-            gate = client.call("GET", "/v1/attached", AttachedGate)
-        except ControlClientError as exc:
-            return fail(str(exc), client_exit(exc))
-        if gate.state != "waiting" or time.monotonic() >= deadline:
-            break
-        time.sleep(min(WAIT_POLL, max(deadline - time.monotonic(), 0.0)))  # a poll with a deadline
-    if args.json:
-        print_json(gate)
-    else:
-        ended = " (the wait ended first)" if gate.state == "waiting" else ""
-        out("\n".join([f"required servers: {gate.state}{ended}", *("  " + line for line in gate_lines(gate))]))
-    return EXIT_OK if gate.state == "open" else EXIT_NOT_ATTACHED
-
-
-@command
-def cmd_stop(args: argparse.Namespace) -> int:
-    from agentctl.commands.host_daemons import stop_and_wait
-    from agentctl.control.client import ControlClientError
-
-    client = connect(args)
-    try:
-        result = client.call("POST", "/v1/stop", StopResult, None, (200, 202))
-    except ControlClientError as exc:
-        return fail(str(exc), client_exit(exc))
-    return stop_and_wait(args, client, result)
+def add_stop_wait(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--wait", metavar="SECONDS", nargs="?", const=STOP_WAIT, type=positive_seconds(STOP_WAIT_MAX), default=None,
+        help=f"return once the daemon is gone (its process exited, its socket gone or dead), waiting at most "
+        f"SECONDS ({STOP_WAIT:g}); exit {EXIT_STILL_RUNNING} if it is still there",
+    )

@@ -1,4 +1,5 @@
-"""The daemons on this host: `agentctl ls` (alias `ps`) lists them, and `stop --wait` waits until one is gone.
+"""The daemons on this host: `agentctl ls` (alias `ps`) lists them, and `stop --wait` waits until one is gone
+(their parsers: agentctl.commands.daemon_commands; this module is loaded only when one of them runs).
 
 A listing asks each daemon for its status in parallel with a short timeout of its own, so one hung daemon
 costs its own entry (`unresponsive`), never the whole listing; the listing as a whole ends within that timeout
@@ -14,59 +15,26 @@ import select
 import stat
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import ThreadPoolExecutor
 
 from agentctl.cli_support import (
     EXIT_OK,
     EXIT_STILL_RUNNING,
     UsageError,
-    add_main_command,
     command,
     fail,
     out,
-    positive_seconds,
     print_json,
 )
 from agentctl.evidence.contract.control import DaemonEntry, DaemonListing, StatusResponse, StopResult
 
-if TYPE_CHECKING:  # pragma: no cover
-    from agentctl.control.client import ControlClient
+from agentctl.control.client import ControlClient, ControlClientError, ControlRefused, ControlUnavailable
+from agentctl.control.socket import SOCKET_NAME, STALE_AFTER, env_socket, socket_base_dir
+from agentctl.safetext import neutralize
+from agentctl.unix_socket import ControlSocketError, socket_state
 
-LIST_TIMEOUT = 2.0  # per daemon; they are asked side by side
 MAX_PARALLEL = 64
-STOP_WAIT = 10.0  # `stop --wait` with no number
-STOP_WAIT_MAX = 3600.0
 _STATE_TEXT = {"not_ready": "not ready", "not_yours": "not yours"}
-
-
-def add_host_commands(subparsers: Any) -> None:
-    """Register `ls` (and its alias `ps`)."""
-    p = add_main_command(
-        subparsers, "ls", aliases=("ps",), parents=(_ls_options(),),
-        help="list the daemons on this host: execution, task, session, agent, state, socket",
-        description=("The daemons on this host, one line each.",
-                     "The daemons under the runtime dir ($AGENTCTL_RUNTIME_DIR, $RUNTIME_DIRECTORY or the user "
-                     "runtime dir), and the one $AGENTCTL_SOCKET names. Each is asked in parallel with its own "
-                     "timeout: a hung daemon is shown as `unresponsive`, a socket nobody listens on as `dead` (left "
-                     "in place), another user's as `not yours` (not asked)."),
-    )
-    p.set_defaults(func=cmd_ls)
-
-
-def _ls_options() -> argparse.ArgumentParser:
-    options = argparse.ArgumentParser(add_help=False)
-    options.add_argument("--json", action="store_true", help="print the listing as JSON (DaemonListing)")
-    options.add_argument("--timeout", metavar="SECONDS", type=positive_seconds(60), default=LIST_TIMEOUT,
-                         help=f"how long each daemon may take to answer ({LIST_TIMEOUT:g})")
-    return options
-
-
-def add_stop_wait(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--wait", metavar="SECONDS", nargs="?", const=STOP_WAIT, type=positive_seconds(STOP_WAIT_MAX), default=None,
-        help=f"return once the daemon is gone (its process exited, its socket gone or dead), waiting at most "
-        f"SECONDS ({STOP_WAIT:g}); exit {EXIT_STILL_RUNNING} if it is still there",
-    )
 
 
 # ---- ls -----------------------------------------------------------------------------------------------
@@ -74,7 +42,6 @@ def add_stop_wait(parser: argparse.ArgumentParser) -> None:
 
 def candidate_sockets(base: Path) -> list[Path]:
     """`<base>/*/control.sock` that exist (or cannot be looked at: another user's private directory)."""
-    from agentctl.control.socket import SOCKET_NAME
 
     try:
         children = sorted(base.iterdir())
@@ -97,8 +64,6 @@ def candidate_sockets(base: Path) -> list[Path]:
 
 def probe_daemon(path: Path, timeout: float) -> DaemonEntry | None:
     """What `path` says within `timeout`; None when it went away meanwhile (a daemon that stopped cleanly)."""
-    from agentctl.control.client import ControlClient, ControlClientError, ControlRefused, ControlUnavailable
-    from agentctl.unix_socket import socket_state
 
     entry = DaemonEntry(socket=str(path), state="unresponsive")
     try:
@@ -161,15 +126,12 @@ def _still_bound(path: Path, st: os.stat_result) -> bool:
     table cannot be read, a socket younger than STALE_AFTER is given the benefit of the doubt."""
     bound = bound_unix_paths()
     if bound is None:
-        from agentctl.control.socket import STALE_AFTER
 
         return time.time() - st.st_mtime < STALE_AFTER
     return str(path) in bound
 
 
 def list_daemons(timeout: float) -> DaemonListing:
-    from agentctl.control.socket import env_socket, socket_base_dir
-    from agentctl.unix_socket import ControlSocketError
 
     try:
         base = socket_base_dir()
@@ -181,7 +143,6 @@ def list_daemons(timeout: float) -> DaemonListing:
         paths.insert(0, named)
     entries: list[DaemonEntry] = []
     if paths:
-        from concurrent.futures import ThreadPoolExecutor  # only here: every CLI call imports this module
 
         deadline = time.monotonic() + timeout
 
@@ -195,7 +156,6 @@ def list_daemons(timeout: float) -> DaemonListing:
 
 
 def render_listing(listing: DaemonListing) -> str:
-    from agentctl.safetext import neutralize
 
     if not listing.daemons:
         return f"no agentctl daemon under {listing.runtime_dir}\n"
@@ -248,7 +208,6 @@ def _inode(path: Path) -> tuple[int, int] | None:
 
 def wait_gone(path: Path, pid: int | None, seconds: float) -> bool:
     """True once the daemon has exited (`pid`, when known) and its socket is gone or dead, within `seconds`."""
-    from agentctl.unix_socket import socket_state
 
     deadline = time.monotonic() + seconds
     started = _start_time(pid) if pid else None

@@ -1,22 +1,14 @@
 """`agentctl spec check SPEC` (validate a spec as `run` and `serve` load it, starting nothing) and `agentctl spec
-schema` (the spec's JSON Schema, generated from its typed definition in agentctl.spec, for editors)."""
+schema` (the spec's JSON Schema, generated from its typed definition in agentctl.spec, for editors): their
+parsers; their bodies are agentctl.commands.spec_actions, loaded only when one of them runs."""
 
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
-from agentctl.cli_support import (
-    EXIT_NO_DAEMON,
-    EXIT_OK,
-    EXIT_USAGE,
-    FILE_COMPLETION,
-    command,
-    fail,
-    out,
-    wrapped,
-)
+from agentctl.cli_support import EXIT_NO_DAEMON, EXIT_OK, EXIT_USAGE, FILE_COMPLETION, fail, wrapped
+from agentctl.commands.targets import target
 
 
 def add_spec_commands(subparsers: Any) -> None:
@@ -40,44 +32,7 @@ def add_spec_commands(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     a.add_argument("spec", metavar="SPEC", help="execution spec (TOML or JSON)").complete = FILE_COMPLETION
-    a.set_defaults(func=cmd_spec_check)
+    a.set_defaults(func=target("spec check"))
     a = actions.add_parser("schema", help="print the spec's JSON Schema (for editors; generated from the code)")
-    a.set_defaults(func=cmd_spec_schema)
+    a.set_defaults(func=target("spec schema"))
     p.set_defaults(func=lambda args: fail("spec needs an action: check or schema", EXIT_USAGE))
-
-
-@command
-def cmd_spec_check(args: argparse.Namespace) -> int:
-    from agentctl.spec import SpecError, load_spec
-
-    try:
-        spec = load_spec(args.spec)
-    except SpecError as exc:
-        return fail(str(exc), EXIT_NO_DAEMON)
-    out(f"{args.spec}: ok: {summary(spec)}\n")
-    return EXIT_OK
-
-
-def summary(spec: Any) -> str:
-    """What the spec runs, in one line of names only: no argument, URL, header or environment value."""
-    from agentctl.safetext import neutralize
-
-    ident = spec.identity
-    parts = [f"execution {ident.execution_id or '(a new id at each start)'}, task {ident.task_id}"]
-    agent = spec.agent
-    if agent is None:
-        parts.append("no agent (MCP only)")
-    else:
-        how = agent.protocol + (f", strategy {agent.strategy}" if agent.strategy else "")
-        parts.append(f"agent {agent.command[0]} ({how})")
-    servers = [f"{s.name} ({s.type})" for s in spec.mcp.servers]
-    parts.append(f"servers: {spec.mcp.builtin_name} (built-in)" + "".join(", " + s for s in servers))
-    return neutralize("; ".join(parts))
-
-
-@command
-def cmd_spec_schema(args: argparse.Namespace) -> int:
-    from agentctl.spec import spec_schema
-
-    out(json.dumps(spec_schema(), indent=2, sort_keys=True) + "\n")
-    return EXIT_OK

@@ -34,14 +34,17 @@ from agentctl.control.socket import (
 from agentctl.context import CTX_KEY, DaemonContext
 from agentctl.daemon.health import install_health_routes
 from agentctl.daemon.metrics import DaemonMetrics, install_metrics_route
+from agentctl.daemon.servers import configured_servers
 from agentctl.daemon.transitions import Transitions
 from agentctl.daemon.systemd import Notifier
-from agentctl.diagnostics.routes import install_diagnostics_routes, tester_of
+from agentctl.diagnostics.endpoint_test import EndpointTester
+from agentctl.diagnostics.routes import install_diagnostics_routes
 from agentctl.evidence.estimates import CatalogEstimates
 from agentctl.evidence.contract.control import DaemonReady
 from agentctl.evidence.contract.report import AttemptOrigin, Identity
-from agentctl.evidence.ledger import Clock, Ledger, ServerSeed, utcnow
-from agentctl.evidence.sanitize import summarize, target_for_command, target_for_url
+from agentctl.evidence.ledger import Clock, Ledger, utcnow
+from agentctl.evidence.sanitize import summarize
+from agentctl.evidence.seeds import ServerSeed
 from agentctl.evidence.store import (
     Persister,
     StateDirError,
@@ -136,9 +139,17 @@ class Daemon:
         self.persister: Persister | None = None
         self.backend: EmbeddedBackend | None = None
         self.endpoint: McpEndpoint | None = None
-        self.tunnel: TunnelBackend | None = None  # when [upstream] is configured
+        self.tunnel: TunnelBackend | None = None  # when there is an upstream
+        # Where evidence goes: the spec's [upstream] socket, or the in-process hub `run` starts (use_upstream).
+        self.upstream_socket: str | None = spec.upstream.socket
         self.agent: Agent | None = None
         self.ctx.open_attempt = self.open_attempt
+
+    def use_upstream(self, socket: str, *, embedded: bool) -> None:
+        """Before start: publish to the hub at `socket` (`embedded`: the in-process hub of `agentctl run`,
+        which the logs name as such) instead of the spec's [upstream]."""
+        self.upstream_socket = socket
+        self.ctx.embedded_hub = embedded
 
     @property
     def ledger(self) -> Ledger:
@@ -322,10 +333,7 @@ class Daemon:
                     }
                 ]
             },
-            mcp_info=[
-                {"name": seed.name, "transport": seed.transport, "target": seed.target, "source": seed.source}
-                for seed in self.server_seeds()
-            ],
+            mcp_info=self.server_seeds(),
             execution_info={"instance_id": ident.instance_id, "execution_id": ident.execution_id},
         )
         self._on_stop("task store", self._close_backend)
@@ -339,8 +347,8 @@ class Daemon:
         install_control_routes(app, CTX_KEY)
         install_agent_routes(app, CTX_KEY)
         install_attach_routes(app, CTX_KEY)
-        install_diagnostics_routes(app, CTX_KEY)
-        ctx.extra_endpoint_test = tester_of(ctx).upstream_test
+        ctx.endpoint_tester = EndpointTester(ctx)
+        install_diagnostics_routes(app, CTX_KEY, ctx.endpoint_tester)
         install_health_routes(app, CTX_KEY)
         self.metrics = install_metrics_route(app, ctx)
         self.endpoint = self._build_endpoint()
@@ -413,12 +421,12 @@ class Daemon:
         self.ctx.readiness.set("mcp_endpoint", True)
 
     async def _start_upstream(self) -> None:
-        if not self.spec.upstream.socket:
-            return  # no [upstream]: the embedded backend answers the tools
+        if not self.upstream_socket:
+            return  # no upstream: the embedded backend answers the tools
         from agentctl.upstream.publisher import Publisher
         from agentctl.upstream.tunnel import TunnelBackend
 
-        publisher = Publisher(self.ctx, self.spec.upstream.socket)
+        publisher = Publisher(self.ctx, self.upstream_socket)
         self.tunnel = TunnelBackend(publisher, local=self.backend)
         self.ctx.upstream = publisher
         # Never awaits the upstream: an absent one means "buffering", and readiness stays true.
@@ -452,20 +460,8 @@ class Daemon:
     # -- attempts ---------------------------------------------------------------------------------
 
     def server_seeds(self) -> list[ServerSeed]:
-        """The configured servers of a new attempt: the built-in one first, then the profile's, sanitized."""
-        ctx = self.ctx
-        seeds = [
-            ServerSeed(
-                name=self.spec.mcp.builtin_name,
-                source="builtin",
-                transport="http",
-                target=target_for_url(ctx.mcp_base) if ctx.mcp_base else None,
-            )
-        ]
-        for server in self.spec.mcp.servers:
-            target = target_for_url(server.url) if server.url else target_for_command(server.program or "")
-            seeds.append(ServerSeed(name=server.name, source="profile", transport=server.type, target=target))
-        return seeds
+        """The configured servers of a new attempt (agentctl.daemon.servers)."""
+        return configured_servers(self.spec, self.ctx.mcp_base)
 
     def open_attempt(self, origin: AttemptOrigin) -> tuple[str, str]:
         """A new current attempt (before any delivery) seeded with the configured servers; returns (id, token)."""

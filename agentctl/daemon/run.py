@@ -113,7 +113,7 @@ async def run_main_job(
 
 async def _main_job(daemon: Daemon, *, prompt: str | None, as_json: bool, out: TextIO | None,
                     signals: Signals | None) -> int:
-    if daemon.spec.upstream.socket:
+    if daemon.upstream_socket:
         return await _run_main_job(daemon, prompt=prompt, as_json=as_json, out=out, signals=signals)
     from agentctl.evidence.store import ensure_state_dir
 
@@ -165,8 +165,7 @@ async def _run_main_job(
 
                 state_dir = daemon.ctx.state_dir
                 hub = embedded_hub(hub_dir, db_path=state_dir / "hub.sqlite3", tasks_db=state_dir / "tasks.sqlite3")
-                daemon.spec.upstream.socket = await stops.enter("in-process hub", hub)
-                daemon.ctx.embedded_hub = True
+                daemon.use_upstream(await stops.enter("in-process hub", hub), embedded=True)
             await stops.enter("daemon", daemon)
         except BaseException:
             await stops.aclose()  # a start that failed or was cut short stops what it started

@@ -23,14 +23,10 @@ class _TestBody(msgspec.Struct, forbid_unknown_fields=True):
     timeout: float | None = None
 
 
-def tester_of(ctx: DaemonContext) -> EndpointTester:
-    """The context's one EndpointTester (its per-name lock must be shared by every caller)."""
-    if ctx.endpoint_tester is None:
-        ctx.endpoint_tester = EndpointTester(ctx)
-    return ctx.endpoint_tester
-
-
-def install_diagnostics_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext]) -> None:
+def install_diagnostics_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext],
+                               tester: EndpointTester) -> None:
+    """The diagnostics routes; `tester` is the daemon's one endpoint tester (its per-name lock is shared with
+    the upstream's requests)."""
     async def test_endpoint(request: web.Request) -> web.Response:
         if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
             return error_response(413, "body_too_large", f"request body over {MAX_BODY_BYTES} bytes")
@@ -42,7 +38,7 @@ def install_diagnostics_routes(app: web.Application, ctx_key: web.AppKey[DaemonC
         except BodyError as exc:
             return exc.response()
         try:
-            response = await tester_of(request.app[ctx_key]).test(body.name, body.timeout)
+            response = await tester.test(body.name, body.timeout)
         except EndpointTestError as exc:
             return error_response(exc.status, exc.code, exc.message)
         return json_response(response)

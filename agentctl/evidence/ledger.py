@@ -29,11 +29,10 @@ from agentctl.evidence.contract.report import (
     EvidenceEvent,
     EvidenceKind,
     Identity,
-    Source,
-    Transport,
 )
 from agentctl.evidence.sanitize import redact, scrub, truncate_utf8
 from agentctl.evidence.secret_registry import SecretRegistry
+from agentctl.evidence.seeds import ServerSeed
 from agentctl.identity import TokenRegistry, new_attempt_id
 from agentctl.logs import log_failure
 
@@ -45,15 +44,6 @@ Listener = Callable[[EvidenceEvent | None], None]
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-class ServerSeed(msgspec.Struct, frozen=True, kw_only=True):
-    """A server as configured for an attempt, already sanitized (target is scheme://host[:port] or a basename)."""
-
-    name: str
-    source: Source
-    transport: Transport | None
-    target: str | None
 
 
 # Agent fields that are text the agent chose (or our words around it).

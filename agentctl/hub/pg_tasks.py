@@ -2,19 +2,17 @@
 the SQLite store (agentctl.backend.embedded), so a task written through one hub is read through every other.
 
 Its schema is a second migration family ("tasks") beside the hub's in the same database, applied at start.
-The ops are the embedded backend's own, run on a connection that speaks SQLite's dialect of the few
-statements they use (`?` placeholders, INSERT OR IGNORE, the new row's id): one implementation of the ops,
-two engines. Each op is one transaction; a connection the server dropped is replaced, with backoff while the
-server is away (PgTaskBackend). Tool arguments never reach a log line: a failure is logged by its type only,
-as in the SQLite store.
+The ops are the embedded backend's own, written once in the SQL both engines speak (ON CONFLICT DO NOTHING,
+RETURNING); only their `?` placeholders are converted here: one implementation of the ops, two engines. Each
+op is one transaction; a connection the server dropped is replaced, with backoff while the server is away
+(PgTaskBackend). Tool arguments never reach a log line: a failure is logged by its type only, as in the
+SQLite store.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -93,10 +91,6 @@ TASKS = Family(
     upgrade_hint="start the hub (`agentctl hub serve`) with this database",
 )
 
-_INSERT_OR_IGNORE = re.compile(r"^INSERT OR IGNORE INTO", re.IGNORECASE)
-_RETURNS_ID = re.compile(r"^INSERT INTO (messages|questions)\(", re.IGNORECASE)
-
-
 class _Row(dict[str, Any]):
     """A row by column name (like sqlite3.Row) and by position."""
 
@@ -111,36 +105,17 @@ def _row_factory(cursor: Any) -> Callable[[Any], _Row]:
     return lambda values: _Row(zip(names, values))
 
 
-class _Cursor:
-    def __init__(self, cur: Any, lastrowid: int | None) -> None:
-        self._cur = cur
-        self.lastrowid = lastrowid
-        self.rowcount = cur.rowcount
-
-    def fetchone(self) -> Any:
-        return self._cur.fetchone()
-
-    def fetchall(self) -> list[Any]:
-        rows: list[Any] = self._cur.fetchall()
-        return rows
-
-
-class _Dialect:
-    """A psycopg connection as the embedded ops use a sqlite3 one (inside the transaction `_run` opened)."""
+class _Placeholders:
+    """A psycopg connection as the embedded ops use a sqlite3 one (inside the transaction `_run` opened): their
+    statements are already in the dialect both engines speak, so only the `?` placeholders become `%s`."""
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
 
-    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> _Cursor:
-        returns_id = bool(_RETURNS_ID.match(sql))
-        if _INSERT_OR_IGNORE.match(sql):
-            sql = _INSERT_OR_IGNORE.sub("INSERT INTO", sql) + " ON CONFLICT DO NOTHING"
-        if returns_id:
-            sql += " RETURNING id"
+    def execute(self, sql: str, params: Any = (), /) -> Any:
         cur = self.conn.cursor(row_factory=_row_factory)
         cur.execute(sql.replace("?", "%s"), params or None)
-        lastrowid = cur.fetchone()[0] if returns_id else None
-        return _Cursor(cur, lastrowid)
+        return cur
 
 
 class PgTaskBackend(EmbeddedBackend):
@@ -264,26 +239,11 @@ class PgTaskBackend(EmbeddedBackend):
                     raise BackendError(UNAVAILABLE) from None
         raise AssertionError("unreachable")
 
-    def _run(self, handler: Callable[..., dict[str, Any]], identity: Identity, args: dict[str, Any],
+    def _run(self, handler: Callable[..., dict[str, Any]], identity: Identity | None, args: dict[str, Any],
              abandoned: threading.Event) -> dict[str, Any]:
         with self._lock:
             if self._closed:
                 raise BackendError("the task backend is closed")
             if abandoned.is_set():
                 raise BackendError("abandoned")
-            return self._op(lambda conn: handler(self, _Dialect(conn), identity, args), abandoned)
-
-    async def answer_question(self, question_id: int, answer: str) -> None:
-        """Record the user's answer; the agent sees it in task.get, through any hub."""
-
-        def run() -> None:
-            with self._lock:
-                if self._closed:
-                    raise BackendError("the task backend is closed")
-                cur = self._op(lambda conn: conn.execute(
-                    "UPDATE questions SET status='answered', answer=%s, answered_at=%s WHERE id=%s",
-                    (answer, self._now(), question_id)))
-                if cur.rowcount == 0:
-                    raise BackendError("no such question")
-
-        await asyncio.to_thread(run)
+            return self._op(lambda conn: handler(self, _Placeholders(conn), identity, args), abandoned)

@@ -153,7 +153,8 @@ class Observer:
 
     # ---- recording (never on the request path) -------------------------------------------------
 
-    def _defer(self, fn: Callable[..., None], *args: Any) -> None:
+    def defer(self, fn: Callable[..., None], *args: Any) -> None:
+        """`fn(*args)` on the loop soon, never on the request path; an exception it raises is logged."""
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
@@ -174,7 +175,7 @@ class Observer:
     def record(self, kind: EvidenceKind, attempt_id: str, **fields: Any) -> None:
         """Stamp the time now, fold the event on the next loop iteration."""
         fields.setdefault("occurred_at", self.ledger.now())
-        self._defer(self._record, kind, attempt_id, fields)
+        self.defer(self._record, kind, attempt_id, fields)
 
     # ---- the middleware ----------------------------------------------------------------------
 
@@ -364,7 +365,7 @@ class Observer:
         if isinstance(tools, list):
             occurred_at = self.ledger.now()
             # The catalog is built on the next loop iteration, not while the client waits.
-            self._defer(self._record_tools_list, attempt_id, tools, era, connection_id, occurred_at)
+            self.defer(self._record_tools_list, attempt_id, tools, era, connection_id, occurred_at)
         return result
 
     def _record_tools_list(

@@ -403,7 +403,7 @@ class McpEndpoint:
             self.bridge.disconnect_owners_except(live)
 
     def _refused(self, route: str, method: str, status: int) -> None:
-        self.observer._defer(self.ledger.count_refusal, route, method, status)
+        self.observer.defer(self.ledger.count_refusal, route, method, status)
 
 
 def _session_opened_by(app: ASGIApp, opened: list[str]) -> ASGIApp:

@@ -93,18 +93,18 @@ def _stored_server_names(ctx: DaemonContext) -> set[str]:
 
 
 async def endpoint_test_answer(ctx: DaemonContext, request: P.EndpointTestFrame) -> bytes:
-    """Run `ctx.extra_endpoint_test(name)` for a stored name."""
+    """Run the daemon's endpoint test (`ctx.endpoint_tester`) for a stored name."""
 
     def refuse(code: str, message: str) -> bytes:
         return P.encode_frame(P.frame(P.ErrorFrame, code=code, message=message, id=request.id))
 
     if request.server not in _stored_server_names(ctx):
         return refuse("unknown_server", "no stored MCP server has that name")
-    hook = ctx.extra_endpoint_test
-    if hook is None:
+    tester = ctx.endpoint_tester
+    if tester is None:
         return refuse("not_supported", "endpoint tests are not supported by this daemon yet")
     try:
-        result = await asyncio.wait_for(hook(request.server), ENDPOINT_TEST_TIMEOUT)
+        result = await asyncio.wait_for(tester.upstream_test(request.server), ENDPOINT_TEST_TIMEOUT)
     except LookupError:
         return refuse("unknown_server", "no stored MCP server has that name")
     except TimeoutError:

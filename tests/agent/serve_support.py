@@ -144,7 +144,7 @@ def agent_pid(daemon: ServeProcess) -> int:
                 continue
         return None
 
-    return poll(find, timeout=10, what="the agent process")
+    return poll(find, timeout=30, what="the agent process")
 
 
 def gone(pid: int) -> bool:

@@ -16,7 +16,7 @@ from agentctl.agent import acp as acp_module
 from agentctl.control.agent_routes import MAX_PENDING_UPDATES
 from agentctl.control.client import ControlClient
 from agentctl.daemon.app import Daemon
-from agentctl.spec import load_spec
+from agentctl.spec_loader import load_spec
 from tests.conftest import write_spec
 from tests.conftest import eventually
 

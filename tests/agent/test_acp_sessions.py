@@ -11,7 +11,7 @@ from pathlib import Path
 
 from agentctl.control.client import ControlClient
 from agentctl.daemon.app import Daemon
-from agentctl.spec import load_spec
+from agentctl.spec_loader import load_spec
 from tests.agent.serve_support import agent_spec, cli, cli_json, reference_passthrough, row
 from tests.conftest import write_spec
 from tests.conftest import eventually
@@ -164,7 +164,8 @@ def _runtime_with_attempt(tmp_path, names: list[str]):
     from agentctl.agent.acp import AcpRuntime
     from agentctl.agent.delivery import Planned
     from agentctl.evidence.contract.report import Identity
-    from agentctl.evidence.ledger import Ledger, ServerSeed
+    from agentctl.evidence.ledger import Ledger
+    from agentctl.evidence.seeds import ServerSeed
 
     servers = "".join(
         f'\n[[mcp.servers]]\nname = "{n}"\ntype = "http"\nurl = "http://127.0.0.1:9/mcp"\n' for n in names

@@ -10,7 +10,8 @@ import pytest
 from agentctl.agent.reported import record
 from agentctl.agent.clis.claude import MAX_LINE, SOURCE, ClaudeInitReader, normalized_name, parse_init
 from agentctl.present.rows import row_view
-from agentctl.evidence.ledger import Ledger, ServerSeed
+from agentctl.evidence.ledger import Ledger
+from agentctl.evidence.seeds import ServerSeed
 from tests.agent.reported_support import stdout_of
 from tests.evidence.fixed import IDENT
 

@@ -7,7 +7,8 @@ import json
 from agentctl.agent.reported import record
 from agentctl.agent.clis.codex import SOURCE, CodexAppServerReader, parse_message
 from agentctl.present.rows import row_view
-from agentctl.evidence.ledger import Ledger, ServerSeed
+from agentctl.evidence.ledger import Ledger
+from agentctl.evidence.seeds import ServerSeed
 from agentctl.evidence.secret_registry import SecretRegistry
 from tests.agent.reported_support import codex_stdout
 from tests.evidence.fixed import IDENT

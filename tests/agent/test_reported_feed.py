@@ -12,7 +12,8 @@ from agentctl.control.render import render_report, render_status
 from agentctl.diagnostics.diagnostics import attempt_diagnostics
 from agentctl.diagnostics.render import agent_lines, _server_block
 from agentctl.evidence.contract.base import encode
-from agentctl.evidence.ledger import Ledger, ServerSeed
+from agentctl.evidence.ledger import Ledger
+from agentctl.evidence.seeds import ServerSeed
 from agentctl.hub.web_view import server_view
 from tests.agent.reported_support import stdout_of
 from tests.evidence.fixed import IDENT

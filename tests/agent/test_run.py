@@ -19,7 +19,7 @@ import psutil
 from agentctl.daemon.app import Daemon
 from agentctl.daemon.run import run_main_job
 from agentctl.evidence.contract.report import decode_history
-from agentctl.spec import load_spec
+from agentctl.spec_loader import load_spec
 from tests.agent.serve_support import agent_spec, reference_passthrough
 from tests.conftest import REPO, agentctl_cmd, poll, write_spec
 

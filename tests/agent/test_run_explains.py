@@ -14,7 +14,7 @@ from agentctl.daemon.app import Daemon
 from agentctl.daemon.refusal import explain_refusal
 from agentctl.daemon.run import run_main_job
 from agentctl.exit_codes import EXIT_FAILED, EXIT_NO_DAEMON
-from agentctl.spec import load_spec
+from agentctl.spec_loader import load_spec
 from agentctl.testing._acp_agent import REFUSAL_CANARY
 from tests.agent.serve_support import agent_spec, assert_recorded_nowhere
 from tests.conftest import agentctl_cmd, write_spec

@@ -15,7 +15,7 @@ from pathlib import Path
 from agentctl.daemon.app import Daemon
 from agentctl.daemon.run import run_main_job
 from agentctl.exit_codes import EXIT_FAILED as EXIT_AGENT_FAILED, EXIT_NOT_ATTACHED, EXIT_OK
-from agentctl.spec import load_spec
+from agentctl.spec_loader import load_spec
 from tests.agent.serve_support import agent_spec, canary_http_server, closed_port
 from tests.agent.witness_support import persisted as _persisted
 from tests.agent.witness_support import run_prompt as _run

@@ -145,7 +145,7 @@ async def test_a_session_request_still_unanswered_after_the_initialize_timeout_i
     # own timeout); the manager is built but never started, which is exactly "still starting".
     from agentctl.agent import manager as manager_mod
     from agentctl.daemon.app import Daemon
-    from agentctl.spec import load_spec
+    from agentctl.spec_loader import load_spec
 
     spec = load_spec(agent_spec(tmp_path, agent_extra="initialize_timeout = 0.1"))
     daemon = Daemon(spec, socket_path=tmp_path / "c.sock")

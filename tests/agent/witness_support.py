@@ -13,7 +13,7 @@ from pathlib import Path
 from agentctl.daemon.app import Daemon
 from agentctl.daemon.run import run_main_job
 from agentctl.evidence.contract.report import AttachmentHistory, ServerRow, decode_history
-from agentctl.spec import load_spec
+from agentctl.spec_loader import load_spec
 from tests.agent.serve_support import REFERENCE_AGENT
 from tests.conftest import write_spec
 

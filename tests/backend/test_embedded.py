@@ -14,9 +14,10 @@ import pytest
 
 from agentctl.backend import OPS, Backend, BackendError, EmbeddedBackend
 from agentctl.backend.embedded import SCHEMA_VERSION
-from agentctl.backend.execution_info import sanitize_target
+from agentctl.daemon.servers import configured_servers
 from agentctl.evidence.contract.report import Identity
-from tests.conftest import identity
+from agentctl.spec import parse_spec
+from tests.conftest import identity, spec_toml
 
 IDENTITY = identity()
 OTHER = identity(session="session-2", execution="exec-2", instance="inst-2", task="task-2")
@@ -277,35 +278,22 @@ async def test_a_users_answer_appears_on_the_task(backend: EmbeddedBackend) -> N
         await backend.answer_question(9999, "no")
 
 
-async def test_mcp_configuration_is_listed_with_sanitized_targets_only(db_path: Path) -> None:
-    b = make_backend(
-        db_path,
-        mcp_info=[
-            {
-                "name": "remote",
-                "transport": "http",
-                "url": "https://user:pw@api.example.com:8443/mcp?token=abc#frag",
-                "headers": {"Authorization": "Bearer abc"},
-            },
-            {"name": "local", "type": "stdio", "command": "/opt/tools/bin/fs-server", "env": {"KEY": "v"}},
-            {"name": "given", "transport": "sse", "target": "http://[::1]:9000/sse", "source": "profile"},
-        ],
-    )
+async def test_mcp_configuration_is_listed_as_the_attempts_configured_servers(db_path: Path) -> None:
+    spec = parse_spec(spec_toml(servers=[
+        {"name": "remote", "type": "http", "url": "https://user:pw@api.example.com:8443/mcp?token=abc#frag",
+         "headers": {"Authorization": "Bearer abc"}},
+        {"name": "local", "type": "stdio", "command": "/opt/tools/bin/fs-server", "env": {"KEY": "v"}},
+    ]).encode())
+    b = make_backend(db_path, mcp_info=configured_servers(spec, "http://127.0.0.1:4000"))
     try:
         servers = (await call(b, "config.mcp"))["servers"]
     finally:
         b.close()
     assert servers == [
-        {"name": "remote", "transport": "http", "target": "https://api.example.com:8443"},
-        {"name": "local", "transport": "stdio", "target": "fs-server"},
-        {"name": "given", "transport": "sse", "target": "http://[::1]:9000", "source": "profile"},
+        {"name": spec.mcp.builtin_name, "source": "builtin", "transport": "http", "target": "http://127.0.0.1:4000"},
+        {"name": "remote", "source": "profile", "transport": "http", "target": "https://api.example.com:8443"},
+        {"name": "local", "source": "profile", "transport": "stdio", "target": "fs-server"},
     ]
-
-
-def test_a_target_is_reduced_to_scheme_host_and_port_or_a_basename() -> None:
-    assert sanitize_target("http://localhost/mcp") == "http://localhost"
-    assert sanitize_target("npx") == "npx"
-    assert sanitize_target("/usr/bin/python3") == "python3"
 
 
 async def test_config_answers_are_copies_the_agent_cannot_mutate(backend: EmbeddedBackend) -> None:

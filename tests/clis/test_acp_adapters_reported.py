@@ -28,7 +28,8 @@ from pathlib import Path
 from agentctl.agent import clis
 from agentctl.agent.reported.acp_tap import AcpReportTap, ReportSink
 from agentctl.present.rows import row_view
-from agentctl.evidence.ledger import Ledger, ServerSeed
+from agentctl.evidence.ledger import Ledger
+from agentctl.evidence.seeds import ServerSeed
 from tests.clis.conftest import clean_env
 from tests.conftest import agentctl_cmd, write_spec
 from tests.evidence.fixed import IDENT

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agentctl.spec import load_spec
+from agentctl.spec_loader import load_spec
 from tests.clis.conftest import clean_env, gemini_home_and_workspace
 from tests.conftest import write_spec
 

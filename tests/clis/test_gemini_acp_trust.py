@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agentctl.spec import load_spec
+from agentctl.spec_loader import load_spec
 from tests.clis.conftest import clean_env, gemini_home_and_workspace
 from tests.conftest import eventually, write_spec
 

@@ -15,7 +15,8 @@ from agentctl.cli import build_parser as cli_parser
 from agentctl.control.server import install_control_routes
 from agentctl.control.socket import prepare_socket_path, start_unix_site
 from agentctl.context import DaemonContext
-from agentctl.evidence.ledger import Ledger, ServerSeed
+from agentctl.evidence.ledger import Ledger
+from agentctl.evidence.seeds import ServerSeed
 from agentctl.spec import IdentitySpec, Spec
 from tests.conftest import StepClock, identity
 

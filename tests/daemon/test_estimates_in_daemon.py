@@ -21,7 +21,7 @@ _PROBE = textwrap.dedent(
     from agentctl.cli import main  # noqa: F401  (the console script's module, as `agentctl serve` loads it)
     from agentctl.control.client import ControlClient
     from agentctl.daemon.app import Daemon
-    from agentctl.spec import load_spec
+    from agentctl.spec_loader import load_spec
     from tests.conftest import eventually
 
     async def _catalog(recorded):

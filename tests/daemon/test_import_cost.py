@@ -19,7 +19,7 @@ _PROBE = textwrap.dedent(
     import asyncio, gc, sys
     from agentctl.cli import main  # noqa: F401  (the console script's module, as `agentctl serve` loads it)
     from agentctl.daemon.app import Daemon
-    from agentctl.spec import load_spec
+    from agentctl.spec_loader import load_spec
 
     # With no OTEL_EXPORTER_OTLP_* endpoint, tracing is off: none of the OpenTelemetry SDK or exporter.
     TRACING = ("opentelemetry.sdk", "opentelemetry.exporter", "agentctl.tracing.otel", "google.protobuf")

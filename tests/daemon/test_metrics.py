@@ -154,7 +154,8 @@ def test_attempts_agent_restarts_supersessions_and_evidence_kinds_are_counted_fr
     from agentctl.daemon.metrics import DaemonCounts
     from agentctl.daemon.metrics_collector import DaemonCollector
     from agentctl.evidence.contract.report import Identity
-    from agentctl.evidence.ledger import Ledger, ServerSeed
+    from agentctl.evidence.ledger import Ledger
+    from agentctl.evidence.seeds import ServerSeed
 
     ident = Identity(task_id="t", session_id="s", execution_id="e", instance_id="i", agent_id="a",
                      agent_profile_id="p")

@@ -8,7 +8,8 @@ from agentctl.context import DaemonContext, Readiness
 from agentctl.diagnostics.diagnostics import build_diagnostics
 from agentctl.evidence.contract.diagnostics import Diagnostics
 from agentctl.evidence.contract.report import EndpointTestResult
-from agentctl.evidence.ledger import Ledger, ServerSeed
+from agentctl.evidence.ledger import Ledger
+from agentctl.evidence.seeds import ServerSeed
 from agentctl.spec import parse_spec
 from tests.conftest import StepClock, identity, spec_toml
 

@@ -86,7 +86,7 @@ async def test_a_server_the_executor_policy_denies_is_refused_with_its_reason_an
         # The CLI names the reason and fails; the upstream callable answers a failed result with the code.
         code = await asyncio.to_thread(cli.main, ["test-endpoint", "local", "--socket", str(sock)])
         assert code == 1 and "policy_denied" in capsys.readouterr().err
-        result = await d.ctx.extra_endpoint_test("local", None)
+        result = await d.ctx.endpoint_tester.upstream_test("local", None)
         assert result.succeeded is False and result.reason_code == "policy_denied"
         # After an attempt too: the policy holds whatever the attempt's rows say.
         await d.control.post("/v1/session/new")
@@ -316,10 +316,10 @@ async def test_outputs_stay_bounded_with_a_huge_catalog_and_a_huge_error(short_d
 
 async def test_the_upstream_callable_answers_refusals_as_failed_results(short_dir: Path):
     async with running_daemon(spec_text(short_dir / "state"), short_dir / "c.sock") as d:
-        result = await d.ctx.extra_endpoint_test("nope", None)
+        result = await d.ctx.endpoint_tester.upstream_test("nope", None)
         assert result.succeeded is False and result.reason_code == "unknown_server"
         assert "known: kandev" in result.summary
-        result = await d.ctx.extra_endpoint_test("kandev", 5)
+        result = await d.ctx.endpoint_tester.upstream_test("kandev", 5)
         assert result.succeeded is True and result.tool_count >= 1
         with pytest.raises(EndpointTestError):
             await d.ctx.endpoint_tester.test("kandev", 61)

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 from agentctl.evidence.contract.report import Identity
-from agentctl.evidence.ledger import Ledger, ServerSeed
+from agentctl.evidence.ledger import Ledger
+from agentctl.evidence.seeds import ServerSeed
 from agentctl.evidence.store import Persister
 
 

@@ -21,7 +21,8 @@ from agentctl.evidence.contract.report import (
     ToolSummary,
     decode_history,
 )
-from agentctl.evidence.ledger import Ledger, ServerSeed
+from agentctl.evidence.ledger import Ledger
+from agentctl.evidence.seeds import ServerSeed
 from tests.evidence.fixed import IDENT, T0
 
 

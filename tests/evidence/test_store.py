@@ -21,7 +21,8 @@ import pytest
 from agentctl.evidence import store
 from agentctl.evidence.contract.base import encode
 from agentctl.evidence.contract.report import Identity, decode_history
-from agentctl.evidence.ledger import Ledger, ServerSeed
+from agentctl.evidence.ledger import Ledger
+from agentctl.evidence.seeds import ServerSeed
 from agentctl.evidence.store import (
     Persister,
     ReportCorrupt,

@@ -23,7 +23,8 @@ from agentctl.backend import EmbeddedBackend
 from agentctl.evidence import reducer
 from agentctl.evidence.estimates import CatalogEstimates, EstimateCache
 from agentctl.evidence.contract.report import Attempt, EvidenceEvent, ServerRow
-from agentctl.evidence.ledger import Ledger, ServerSeed
+from agentctl.evidence.ledger import Ledger
+from agentctl.evidence.seeds import ServerSeed
 from agentctl.mcp_endpoint.server import McpEndpoint
 from tests.conftest import eventually, identity  # noqa: F401 - re-exported to the endpoint tests
 
@@ -183,7 +184,7 @@ async def make_harness(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[
         box["backend"] = EmbeddedBackend(
             db,
             agents_info={"agents": [{"id": "agent-1", "profiles": ["profile-1"]}]},
-            mcp_info=[{"name": BUILTIN, "type": "http", "url": "http://127.0.0.1:1/mcp"}],
+            mcp_info=[ServerSeed(name=BUILTIN, source="builtin", transport="http", target="http://127.0.0.1:1")],
             execution_info={"task_id": "task-1", "session_id": "session-1", "execution_id": "exec-1"},
         )
         endpoint = McpEndpoint(

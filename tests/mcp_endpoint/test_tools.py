@@ -17,6 +17,7 @@ from mcp.server import MCPServer
 
 from agentctl.backend import BackendError, EmbeddedBackend
 from agentctl.evidence.contract.report import MAX_DESCRIPTION_BYTES, Identity
+from agentctl.evidence.seeds import ServerSeed
 from agentctl.mcp_endpoint.profiles import ALL_TOOLS, DEFAULT_PROFILE, PROFILE_NAMES, PROFILES
 from agentctl.mcp_endpoint.tools import apply_profile, current_profile, register_tools
 from agentctl.spec import McpSpec
@@ -41,7 +42,8 @@ CALLS: list[tuple[str, dict[str, Any], typing.Callable[[dict[str, Any]], bool]]]
     ("update_task_plan", {"summary": "two steps"}, lambda r: r["plan"]["summary"] == "two steps"),
     ("complete_plan_step", {"step": 1}, lambda r: r["plan"]["completed_steps"] == 1 and r["plan"]["steps"][0]["done"]),
     ("list_agents", {}, lambda r: r["agents"][0]["id"] == "agent-1"),
-    ("list_mcp_servers", {}, lambda r: r["servers"] == [{"name": "docs", "transport": "http", "target": DOCS_TARGET}]),
+    ("list_mcp_servers", {}, lambda r: r["servers"] == [{"name": "docs", "source": "profile", "transport": "http",
+                                                            "target": DOCS_TARGET}]),
     ("describe_execution", {}, lambda r: r["execution"]["task_id"] == "task-1" and "tool_profile" in r["execution"]),
 ]
 
@@ -50,7 +52,7 @@ def make_backend(path: Path) -> EmbeddedBackend:
     return EmbeddedBackend(
         path,
         agents_info={"agents": [{"id": "agent-1", "profiles": [{"id": "profile-1"}]}]},
-        mcp_info=[{"name": "docs", "transport": "http", "url": "https://docs.example/mcp?key=s3cret"}],
+        mcp_info=[ServerSeed(name="docs", source="profile", transport="http", target=DOCS_TARGET)],
         execution_info={"mcp_url": "http://127.0.0.1:4000/mcp"},
     )
 

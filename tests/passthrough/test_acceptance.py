@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 
 from agentctl.agent.passthrough.acceptance import watch_acceptance
-from agentctl.evidence.ledger import Ledger, ServerSeed
+from agentctl.evidence.ledger import Ledger
+from agentctl.evidence.seeds import ServerSeed
 from tests.conftest import eventually
 from tests.evidence.fixed import IDENT
 

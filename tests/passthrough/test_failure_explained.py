@@ -21,7 +21,7 @@ from agentctl.agent.passthrough.explain import explain_failure, strip_colour
 from agentctl.daemon.app import Daemon
 from agentctl.daemon.run import run_main_job
 from agentctl.exit_codes import EXIT_FAILED, EXIT_OK
-from agentctl.spec import load_spec
+from agentctl.spec_loader import load_spec
 from tests.agent.serve_support import assert_recorded_nowhere
 from tests.conftest import write_spec
 from tests.passthrough.support import agent_section

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentctl.control.client import ControlClient
-from agentctl.spec import load_spec
+from agentctl.spec_loader import load_spec
 from tests.conftest import agentctl_cmd, eventually, poll, write_spec
 from tests.passthrough.support import (
     ARG_CANARY, CANARIES, DEAD, ENV_CANARY, HEADER_CANARY, SLEEPER, agent_section, mode, tree,

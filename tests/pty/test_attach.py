@@ -191,7 +191,7 @@ async def test_attach_to_a_daemon_whose_agent_has_no_terminal_is_refused_in_one_
     import asyncio
 
     from agentctl.daemon.app import Daemon
-    from agentctl.spec import load_spec
+    from agentctl.spec_loader import load_spec
 
     daemon = Daemon(load_spec(write_spec(tmp_path)), socket_path=short_tmp / "c.sock")  # MCP only: no agent
     await daemon.start()

@@ -147,7 +147,8 @@ _CLI_AS = """
 import os, shutil, sys
 from agentctl.cli import build_parser
 import agentctl.control.client, agentctl.commands.daemon_commands, agentctl.control.render
-import agentctl.commands.session_commands
+import agentctl.commands.session_commands, agentctl.commands.client_actions
+import agentctl.commands.host_daemons
 # The interpreter's own files may be unreadable to uid (a pyenv under /root): what the command imports
 # lazily must be loaded before the drop.
 import agentctl.cli_support, agentctl.safe_files, agentctl.exit_codes, agentctl.safetext

@@ -16,7 +16,8 @@ import pytest
 
 from agentctl.control.client import ControlClient
 from agentctl.evidence.contract.base import encode
-from agentctl.evidence.ledger import Ledger, ServerSeed
+from agentctl.evidence.ledger import Ledger
+from agentctl.evidence.seeds import ServerSeed
 from agentctl.upstream import protocol as P
 from tests.conftest import REPO, agentctl_cmd, eventually, poll, write_spec
 from tests.reliability.faults_support import open_attempt

@@ -41,7 +41,8 @@ from agentctl.evidence.contract.report import (
 )
 from agentctl.evidence.display import reporter_name
 from agentctl.present.rows import row_view
-from agentctl.evidence.ledger import Ledger, ServerSeed
+from agentctl.evidence.ledger import Ledger
+from agentctl.evidence.seeds import ServerSeed
 from agentctl.evidence.store import ensure_state_dir, read_report, report_path, write_atomic
 from agentctl.upstream import protocol as P
 from tests.evidence.fixed import IDENT, T0

@@ -17,7 +17,8 @@ import msgspec
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from agentctl.spec import Spec, SpecError, listen_address, load_spec, parse_spec
+from agentctl.spec import Spec, SpecError, listen_address, parse_spec
+from agentctl.spec_loader import load_spec
 from tests.reliability.strategies import (
     FUZZ,
     MARK,

@@ -95,7 +95,7 @@ async def test_the_http_traceparent_of_the_attempts_trace_is_continued_and_a_for
     from mcp.client.streamable_http import streamable_http_client
 
     from agentctl.daemon.app import Daemon
-    from agentctl.spec import load_spec
+    from agentctl.spec_loader import load_spec
 
     project = f"header-{uuid.uuid4().hex[:8]}"
     env = _env(phoenix, project)
@@ -138,7 +138,7 @@ def test_an_endpoint_without_the_otel_extra_is_one_warning_and_the_daemon_serves
         "import asyncio, sys\n"
         "from agentctl.mcp_endpoint.sdk_imports import missing\n"
         "from agentctl.daemon.app import Daemon\n"
-        "from agentctl.spec import load_spec\n"
+        "from agentctl.spec_loader import load_spec\n"
         "async def go():\n"
         "    with missing('opentelemetry.sdk'):\n"
         "        d = Daemon(load_spec(sys.argv[1]), socket_path=sys.argv[2],\n"

@@ -10,7 +10,8 @@ from typing import Any
 
 from agentctl.context import DaemonContext
 from agentctl.evidence.contract.report import Identity
-from agentctl.evidence.ledger import Ledger, ServerSeed
+from agentctl.evidence.ledger import Ledger
+from agentctl.evidence.seeds import ServerSeed
 from agentctl.spec import parse_spec
 from agentctl.upstream import protocol as P
 from agentctl.upstream.frames_io import STREAM_LIMIT, read_frame_line

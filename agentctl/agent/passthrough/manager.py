@@ -52,7 +52,7 @@ from agentctl.agent.reported.feed import NO_STRATEGY, NULL_FEED, REPORT_OFF, Rep
 from agentctl.agent.supervisor import AgentProcess, AgentStartError, ExitInfo, Supervisor
 from agentctl.bundled import self_command
 from agentctl.context import DaemonContext
-from agentctl.evidence.ledger import ServerSeed
+from agentctl.evidence.seeds import ServerSeed
 from agentctl.evidence.sanitize import summarize
 
 if TYPE_CHECKING:  # pragma: no cover
