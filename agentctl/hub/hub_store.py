@@ -131,6 +131,11 @@ class SessionStore(Protocol):
         """A page of the session list (agentctl.hub.listing), filtered, searched and ordered by the database."""
         ...
 
+    def backfill_listings(self, batch: int) -> int:
+        """List up to `batch` executions that hold a history but no listing (written before hub schema 4), in one
+        transaction; how many were listed."""
+        ...
+
     def counts(self) -> SessionCounts:
         """The stored sessions counted (agentctl.hub.listing.COUNTS_SQL)."""
         ...
@@ -202,6 +207,29 @@ def listing_rows(executions: Sequence[ExecutionRecord]) -> list[tuple[Any, ...]]
     """The `listings` rows of the records that carry a new history, in the order rows are locked in."""
     return sorted((r.session_id, r.identity.execution_id, r.listing.attention, r.listing.statuses, r.listing.search,
                    r.listing.summary.decode()) for r in executions if r.listing is not None)
+
+
+# Executions written before hub schema 4 hold a history but no listing: listed in batches by the hub's upkeep,
+# so an upgraded database's page shows each session's attempt rather than none.
+BACKFILL_SELECT = ("SELECT e.session_id, e.execution_id, s.task_id, e.history FROM executions e "
+                   "JOIN sessions s ON s.session_id = e.session_id LEFT JOIN listings l "
+                   "ON l.session_id = e.session_id AND l.execution_id = e.execution_id "
+                   "WHERE e.history IS NOT NULL AND l.session_id IS NULL ORDER BY 1, 2 LIMIT {m}")
+
+
+def backfill_rows(rows: Iterable[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The `listings` rows of BACKFILL_SELECT's rows. A history that cannot be read is listed without its attempt
+    (never selected again), as the page shows a session with no snapshot."""
+    out = []
+    for session_id, execution_id, task_id, history in rows:
+        try:
+            whole: AttachmentHistory | None = msgspec.json.decode(history, type=AttachmentHistory)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            whole = None
+        listing = summarize(task_id, session_id, whole)
+        out.append((session_id, execution_id, listing.attention, listing.statuses, listing.search,
+                    listing.summary.decode()))
+    return out
 
 
 def read_page(fetch: Callable[[str, Sequence[Any]], list[tuple[Any, ...]]], query: PageQuery,
@@ -443,6 +471,24 @@ class HubStore:
         except sqlite3.Error as exc:
             raise HubStoreError(f"cannot read hub database {self.path}: {exc}") from None
         return None if row is None else bool(row[0])
+
+    def backfill_listings(self, batch: int) -> int:
+        """SessionStore.backfill_listings. Safe to call from a worker thread."""
+        try:
+            with self._lock:
+                conn = self._conn
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    rows = backfill_rows(conn.execute(BACKFILL_SELECT.format(m="?"), (batch,)).fetchall())
+                    conn.executemany(LISTING_UPSERT.format(m="?"), rows)
+                    conn.execute("COMMIT")
+                    return len(rows)
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+        except sqlite3.Error as exc:
+            raise HubStoreError(f"cannot write hub database {self.path}: {exc}") from None
 
     def page(self, query: PageQuery) -> SessionPage:
         """SessionStore.page. Safe to call from a worker thread (the reader's lock)."""

@@ -96,7 +96,7 @@ _V3_COMMON = (
 # whether it needs attention, its rows' states, the words a search matches, and the current attempt without
 # evidence and its agent as JSON, last), so a page of sessions is filtered, searched and ordered by the database,
 # never by decoding histories. A table of its own: narrow rows, never read through a history's overflow pages.
-# Rows written before have none until their execution's history is next written.
+# Rows written before get theirs from the hub's upkeep at its next start (agentctl.hub.retention), in batches.
 _V4_COMMON = (
     """CREATE TABLE listings (
     session_id TEXT NOT NULL,

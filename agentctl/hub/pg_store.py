@@ -39,6 +39,7 @@ from agentctl.evidence.contract.hub import HubSession
 from agentctl.evidence.contract.report import Identity
 from agentctl.hub import rules
 from agentctl.hub.hub_store import (
+    BACKFILL_SELECT,
     EXECUTION_COLS,
     LISTING_UPSERT,
     PRUNE_CANDIDATES,
@@ -50,6 +51,7 @@ from agentctl.hub.hub_store import (
     SessionPage,
     SessionRecord,
     decode_execution,
+    backfill_rows,
     listing_rows,
     read_page,
     session_of_row,
@@ -382,6 +384,18 @@ class PgHubStore:
             "SELECT was_current FROM tombstones WHERE session_id=%s AND execution_id=%s",
             (session_id, execution_id)).fetchone())
         return None if row is None else bool(row[0])
+
+    def backfill_listings(self, batch: int) -> int:
+        """SessionStore.backfill_listings: hubs listing at once take the same rows and write the same listings."""
+
+        def work(conn: Any) -> int:
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute(BACKFILL_SELECT.format(m="%s"), (batch,))
+                rows = backfill_rows(cur.fetchall())
+                cur.executemany(LISTING_UPSERT.format(m="%s"), rows)
+                return len(rows)
+
+        return self._run("list", work)
 
     def page(self, query: PageQuery) -> SessionPage:
         """SessionStore.page, in one snapshot of the tables."""

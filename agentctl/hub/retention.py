@@ -1,6 +1,7 @@
 """Owns the hub's retention: sessions whose last contact is older than the retention period leave the database
 (and the hub's memory) in bounded batches, each execution leaving a tombstone that keeps fencing whole, and
-the database's size, oldest session and sessions counted by state, measured for `/metrics`.
+the database's size, oldest session and sessions counted by state, measured for `/metrics`. First, once per
+start, the executions written before hub schema 4 get their listing the same way (the page reads listings).
 
 A batch is one short transaction in a worker thread, taken in turns with the hub's flush (never beside it),
 with a pause between batches: ingest and the page never wait on more than one batch. A session whose current
@@ -90,6 +91,10 @@ class Retention:
             self._task = None
 
     async def _loop(self) -> None:
+        try:
+            await self.backfill()
+        except HubStoreError as exc:  # the page shows those sessions without their attempt until the next start
+            log.warning("listing executions written before hub schema 4 failed: %s", exc)
         while True:
             try:
                 await self.prune()
@@ -97,6 +102,25 @@ class Retention:
             except HubStoreError as exc:  # the flush says the database is away; the next round tries again
                 log.warning("retention round failed: %s", exc)
             await asyncio.sleep(self.interval)
+
+    async def backfill(self) -> int:
+        """List the executions written before hub schema 4 (a history, no listing), a batch per transaction and
+        never beside a flush, so an upgraded database's page shows each session's attempt; how many were listed."""
+        hub = self.hub
+        total = 0
+        while hub.store is not None:
+            async with hub._flush_lock:
+                store = hub.store
+                if store is None:
+                    break
+                done = await asyncio.to_thread(store.backfill_listings, self.batch)
+            total += done
+            if done < self.batch:
+                break
+            await asyncio.sleep(PRUNE_PAUSE)
+        if total:
+            log.info("hub database: listed %d execution(s) written before schema 4", total)
+        return total
 
     async def measure(self) -> None:
         reader = self.hub._reader

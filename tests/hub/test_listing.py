@@ -5,6 +5,7 @@ with a specific error when it is bad."""
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -157,3 +158,31 @@ def test_the_database_counts_sessions_by_display_state_and_needing_attention_as_
     assert counts.by_state == want and counts.total == len(STATES) and counts.connected == 2
     needing = sorted(f"s-{n}" for n, (*_, needs) in enumerate(STATES) if needs)
     assert counts.attention == len(needing) and sorted(_ids(store, filter="attention")) == needing
+
+
+def test_executions_written_before_the_listings_existed_are_listed_in_batches_and_an_unreadable_history_once(
+        open_db, request, tmp_path):
+    store = open_db()
+    for i in range(5):
+        write_session(store, f"s-{i}", ["failed"] if i == 0 else ["active"])
+    write_session(store, "s-bare", [], history=False)  # no history: nothing to list, never selected
+    # What a database migrated from hub schema 3 holds: histories without listings (one history unreadable),
+    # made by another connection to the same database.
+    undo = ("DELETE FROM listings", "UPDATE executions SET history = '{\"not\": \"a history\"}' WHERE session_id = 's-4'")
+    if open_db.engine == "sqlite":
+        with sqlite3.connect(tmp_path / "hub.sqlite3") as other:
+            for sql in undo:
+                other.execute(sql)
+    else:
+        import psycopg
+
+        with psycopg.connect(request.getfixturevalue("pg_db").url) as other:
+            for sql in undo:
+                other.execute(sql)
+    assert store.page(PageQuery(words=("s-0",))).sessions[0].current_attempt is None
+    assert [store.backfill_listings(2), store.backfill_listings(2), store.backfill_listings(2)] == [2, 2, 1]
+    assert store.backfill_listings(2) == 0, "each execution is listed once, the unreadable one included"
+    assert _ids(store, filter="attention") == ["s-0"]
+    listed = store.page(PageQuery(words=("s-1",))).sessions[0]
+    assert [row.status for row in listed.current_attempt.servers] == ["active"]
+    assert store.page(PageQuery(words=("s-4",))).sessions[0].current_attempt is None

@@ -406,3 +406,34 @@ def test_closing_the_store_while_a_prune_runs_in_its_thread_waits_for_the_prune_
     running, pruned = run.stdout.split()
     assert pruned == "20000"
     assert running == "True", "the close must have come while the prune ran, or this test proved nothing"
+
+
+
+async def test_a_hub_started_on_a_database_from_before_the_listings_lists_every_execution_on_its_own(
+        short_dir: Path):
+    import agentctl.hub.hub_store as hs
+    from agentctl.hub.listing import PageQuery
+    from tests.hub.test_listing import write_session
+
+    path = short_dir / "hub.sqlite3"
+    store = hs.HubStore(path)
+    recent = datetime.now(UTC)  # within the default retention period: none of them is pruned meanwhile
+    for i in range(450):  # more than two of the upkeep's batches
+        write_session(store, f"s{i:05d}", ["failed"] if i == 7 else ["active"], contact=recent)
+    store.close()
+    with sqlite3.connect(path) as other:  # what a database migrated from hub schema 3 holds: no listings
+        other.execute("DELETE FROM listings")
+    hub = Hub(short_dir / "h.sock", path, tasks_db=short_dir / "tasks.sqlite3", flush_interval=0.02)
+    await hub.start()
+    try:
+        def listed() -> bool:
+            with sqlite3.connect(path) as other:
+                return other.execute("SELECT COUNT(*) FROM listings").fetchone() == (450,)
+
+        await eventually(listed, 30, "the hub to list the executions written before schema 4")
+        attention = await hub.page(PageQuery(filter="attention"))
+        assert [s.session_id for s in attention.sessions] == ["s00007"]
+        one = (await hub.page(PageQuery(words=("s00001",)))).sessions[0]
+        assert [row.status for row in one.current_attempt.servers] == ["active"]
+    finally:
+        await hub.stop()
