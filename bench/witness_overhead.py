@@ -8,7 +8,8 @@ Run:  .venv/bin/python bench/witness_overhead.py [--calls 300] [--rounds 3] [--s
   the read of its answer; p50 and p99 of all calls of all rounds. The witness reports to a loopback HTTP listener
   standing in for the daemon's /witness route, so its reporting is in the figure.
 - streaming throughput: `--stream-mb` MiB of 64 KiB newline-terminated lines through a server that echoes its
-  stdin (a server streaming large results is bytes on the same pipe), written and read concurrently.
+  stdin (a server streaming large results is bytes on the same pipe), written and read concurrently, timed from
+  after one line went there and back (both processes up: the start is the figure below, not part of this one).
 - spawn to tools listed: from the spawn to the answer of the first tools/list (the witness's own start added).
 - the witness idle: its RSS, and its CPU seconds over `--idle` seconds with an initialized server doing nothing.
 
@@ -97,6 +98,10 @@ def stream(kind: str, mb: float, url: str) -> float:
             proc.stdin.write(line)
         proc.stdin.close()
 
+    # One line there and back first: the witness's own Python start is in "spawn to tools listed", not here.
+    proc.stdin.write(b"ready\n")
+    while proc.stdout.readline() != b"ready\n":
+        pass
     began = time.perf_counter()
     writer = threading.Thread(target=write)
     writer.start()

@@ -22,9 +22,12 @@ import fcntl
 import http.client
 import json
 import os
+import select
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from collections import deque
@@ -155,8 +158,9 @@ class Witness:
         self.reporter.add(seen.kind, **seen.fields)
 
     def upstream(self, src: int, dst: int) -> None:
-        """Agent -> server: every byte as it comes; the agent's requests noted by id."""
-        _pump(src, dst, self._from_agent)
+        """Agent -> server: every byte as it comes; the agent's requests noted by id before they go on, so the
+        server can never answer a request the witness has not noted yet (what lets the downstream splice)."""
+        _pump(src, dst, self._from_agent, note_first=True)
         self.agent_closed = True
         with contextlib.suppress(OSError):
             os.close(dst)  # the agent closed its side: the server sees its stdin end, as it would directly
@@ -164,7 +168,7 @@ class Witness:
     def downstream(self, src: int, dst: int) -> None:
         """Server -> agent: every byte as it comes; answers to the noted requests read. When the agent stops
         reading, the server's next write fails as it would directly."""
-        _pump(src, dst, self._from_server)
+        _pump(src, dst, self._from_server, spliceable=lambda: not self.envelopes.waiting)
         with contextlib.suppress(OSError):
             os.close(src)
 
@@ -180,28 +184,77 @@ class Witness:
         self.observe(seen)
 
 
-def _pump(src: int, dst: int, on_line: Any) -> None:
-    """Copy `src` to `dst` chunk by chunk as it arrives (written first, read after), until either end closes."""
+def _pump(src: int, dst: int, on_line: Any, note_first: bool = False, spliceable: Any = None) -> None:
+    """Copy `src` to `dst` chunk by chunk as it arrives, until either end closes.
+
+    One buffer, reused: a read of up to CHUNK bytes lands in it and goes on at once (or, `note_first`, once its
+    lines are noted), and is searched for the lines that may be envelopes (bulk data is passed over in one
+    C-level search per chunk). While `spliceable()` says no answer is awaited, the bytes move pipe to pipe in
+    the kernel (splice), never read at all (see _splice_unread)."""
     lines = Lines()
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
     while True:
+        if spliceable is not None and not lines.collecting and spliceable():
+            moved = _splice_unread(src, dst, lines, spliceable)
+            if moved is None:
+                spliceable = None  # `dst` takes no splice (a terminal, say): read and write from now on
+            elif moved < 0:
+                return
+            elif moved:
+                continue
         try:
-            chunk = os.read(src, CHUNK)
+            size = os.readv(src, [buf])
         except OSError:
             return
-        if not chunk or not _write_all(dst, chunk):
+        if not size:
             return
-        for line in lines.feed(chunk):
-            on_line(line)
+        if note_first:
+            for line in lines.feed(buf, size):
+                on_line(line)
+        if not _write_all(dst, view[:size]):
+            return
+        if not note_first:
+            for line in lines.feed(buf, size):
+                on_line(line)
+
+
+def _splice_unread(src: int, dst: int, lines: Lines, spliceable: Any) -> int | None:
+    """Move what `src` holds to `dst` unread, if it cannot hold an awaited answer: 0 to read instead, -1 at
+    an end, None when `dst` takes no splice.
+
+    The bytes counted in the pipe before `spliceable()` said no answer is awaited cannot be one (a request is
+    noted before it reaches the server). All but the last of them are spliced; that last byte is read, so
+    the line state is known again: after a newline the next line is a new one, else a line that began
+    before (not an answer) is skipped to its end."""
+    select.select([src], [], [])
+    try:
+        held = struct.unpack("i", fcntl.ioctl(src, termios.FIONREAD, b"\0\0\0\0"))[0]
+    except OSError:
+        return 0
+    if held < 2 or not spliceable():
+        return 0
+    try:
+        moved = os.splice(src, dst, held - 1)
+    except OSError as exc:
+        return None if exc.errno == errno.EINVAL else -1
+    if not moved:
+        return -1
+    last = os.read(src, 1)  # one of the counted bytes: there is one left
+    if not last or not _write_all(dst, memoryview(last)):
+        return -1
+    lines.resync(last)
+    return moved + 1
 
 
 def _widen(fd: int) -> None:
-    """A 1 MiB pipe from the server: a server streaming large results is read in fewer, larger chunks."""
+    """A 1 MiB pipe: a server streaming large results is relayed in fewer, larger chunks (a no-op where `fd`
+    is not a pipe, or the system's limit is lower)."""
     with contextlib.suppress(OSError):
         fcntl.fcntl(fd, 1031, 1 << 20)  # F_SETPIPE_SZ
 
 
-def _write_all(fd: int, data: bytes) -> bool:
-    view = memoryview(data)
+def _write_all(fd: int, view: memoryview) -> bool:
     while view:
         try:
             n = os.write(fd, view)
@@ -261,6 +314,8 @@ def run(name: str, command: list[str], url: str, token: str) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
     _widen(server.stdout.fileno())
+    for fd in (0, 1, server.stdin.fileno()):  # the agent's pipes too: every hop moves large chunks
+        _widen(fd)
     up = threading.Thread(target=witness.upstream, args=(0, server.stdin.fileno()), daemon=True)
     down = threading.Thread(target=witness.downstream, args=(server.stdout.fileno(), 1), daemon=True)
     up.start()

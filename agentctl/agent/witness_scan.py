@@ -25,47 +25,69 @@ _TEXT = re.compile(r"^[\x20-\x7e]{1,64}$")
 _WATCHED = ("initialize", "tools/list", "tools/call")
 
 
+# A line that may be a JSON object starts with `{` or white space; every other line is passed over whole.
+_OBJECT_BYTES = b"{ \t\r"
+_NEXT_OBJECT = re.compile(rb"\n[{ \t\r]")
+_AT_START, _COLLECT, _SKIP = 0, 1, 2
+
+
 class Lines:
-    """Splits one direction's byte stream into complete lines, each at most `max_line` bytes; a longer
-    line is skipped whole (counted in `skipped`), never cut into parts that might parse."""
+    """Splits one direction's byte stream into complete lines that may be JSON objects, each at most `max_line`
+    bytes; a longer line is skipped whole (counted in `skipped`), never cut into parts that might parse.
+
+    Bulk data costs one C-level search per chunk, not Python work per line: the lines that cannot be objects
+    (their first byte is not `{` or white space) are jumped over by a regular expression and never copied.
+    """
 
     def __init__(self, max_line: int = MAX_PARSED_LINE) -> None:
         self.max_line = max_line
         self._buf = bytearray()
-        self._skipping = False
+        self._state = _AT_START
         self.skipped = 0
 
-    def feed(self, chunk: bytes) -> list[bytes]:
+    @property
+    def collecting(self) -> bool:
+        """Whether a line that may be an object is part read (its bytes must go through `feed`)."""
+        return self._state == _COLLECT
+
+    def resync(self, last: bytes) -> None:
+        """Bytes before `last` went by unseen (none of them an awaited answer): the next line starts after
+        the next newline, or right after `last` if it is one."""
+        self._buf.clear()
+        self._state = _AT_START if last == b"\n" else _SKIP
+
+    def feed(self, chunk: bytes | bytearray, size: int | None = None) -> list[bytes]:
+        """The complete object lines that end in `chunk[:size]` (a reused buffer is never kept: what is held
+        across chunks is copied)."""
         lines: list[bytes] = []
-        start, size = 0, len(chunk)
+        start, size = 0, len(chunk) if size is None else size
         while start < size:
-            if not self._buf and not self._skipping and not _may_be_object(chunk, start):
-                self._skipping = True  # not a JSON object: relayed, never copied or read
-            end = chunk.find(b"\n", start)
-            if end < 0:
-                if not self._skipping:
+            if self._state == _SKIP:
+                found = _NEXT_OBJECT.search(chunk, start, size)
+                if found is None:
+                    if chunk[size - 1] == 10:  # the skipped line ends with this chunk
+                        self._state = _AT_START
+                    return lines
+                start, self._state = found.start() + 1, _COLLECT
+            elif self._state == _AT_START:
+                self._state = _COLLECT if chunk[start] in _OBJECT_BYTES else _SKIP
+            else:
+                end = chunk.find(b"\n", start, size)
+                if end < 0:
                     if len(self._buf) + size - start > self.max_line:
                         self._buf.clear()
-                        self._skipping = True
+                        self._state = _SKIP
                         self.skipped += 1
                     else:
-                        self._buf += chunk[start:]
-                break
-            if self._skipping:
-                self._skipping = False
-            elif len(self._buf) + end - start <= self.max_line:
-                self._buf += chunk[start:end]
-                lines.append(bytes(self._buf))
-            else:
-                self.skipped += 1
-            self._buf.clear()
-            start = end + 1
+                        self._buf += chunk[start:size]
+                    return lines
+                if len(self._buf) + end - start <= self.max_line:
+                    lines.append(bytes(self._buf + chunk[start:end]))
+                else:
+                    self.skipped += 1
+                self._buf.clear()
+                start, self._state = end + 1, _AT_START
         return lines
-
-
-def _may_be_object(chunk: bytes, start: int) -> bool:
-    """Whether the line starting at `start` may be a JSON object (its first byte `{` or white space)."""
-    return chunk[start:start + 1] in (b"{", b" ", b"\t", b"\r", b"\n")
 
 
 @dataclass

@@ -171,6 +171,25 @@ def test_a_server_that_forks_and_dies_leaves_no_child_behind_and_the_witness_exi
     poll(lambda: not _alive(child), what="the forked child gone with its group")
 
 
+def test_an_answer_after_megabytes_relayed_unread_is_still_observed_and_every_byte_arrives(sink):
+    # Nothing is awaited while the server floods: those bytes go pipe to pipe unread (splice); the witness must
+    # still find where the next line starts and read the initialize answer that follows them.
+    proc = _witness(sink.url, sys.executable, str(HOSTILE), "flood-answer", env={"FLOOD_MB": "24"})
+    block = (b"a log line, not JSON\n" * 200 + b'{"jsonrpc":"2.0","method":"notifications/message"}\n') * 200
+    flood = block * (24 * 1024 * 1024 // len(block))
+    got = bytearray()
+    while len(got) < len(flood):
+        got += proc.stdout.read1(1 << 20)
+    assert hashlib.sha256(got).hexdigest() == hashlib.sha256(flood).hexdigest(), "the flood arrived byte for byte"
+    proc.stdin.write(b'{"jsonrpc":"2.0","id":"i1","method":"initialize"}\n')
+    proc.stdin.flush()
+    assert json.loads(proc.stdout.readline())["id"] == "i1"
+    poll(lambda: sink.events("initialize_observed"), what="the answer after the flood observed")
+    assert sink.events("initialize_observed")[0]["server_name"] == "hostile"
+    proc.stdin.close()
+    assert proc.wait(timeout=30) == 0
+
+
 def test_a_10_mb_line_from_the_server_reaches_the_agent_whole(sink):
     proc = _witness(sink.url, sys.executable, str(HOSTILE), "big-line")
     proc.stdin.close()

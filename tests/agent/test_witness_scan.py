@@ -62,3 +62,13 @@ def test_paged_tool_lists_are_counted_whole():
     env.from_agent(_line({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"cursor": "c"}}))
     seen = env.from_server(_line({"jsonrpc": "2.0", "id": 2, "result": {"tools": [{"name": "b"}]}}))
     assert (seen.fields["tool_count"], seen.fields["tool_names"]) == (2, ["a", "b"])
+
+
+def test_after_bytes_relayed_unseen_the_next_line_is_found_from_the_last_byte_read():
+    lines = Lines()
+    lines.feed(b'{"part')
+    lines.resync(b"\n")  # the unseen bytes ended a line: the next byte starts one
+    assert lines.feed(b'{"a":1}\n') == [b'{"a":1}']
+    lines.resync(b"x")  # mid-line: that line began unseen and is skipped to its end, never half-read
+    assert lines.feed(b'"b":2}\n{"c":3}\n') == [b'{"c":3}']
+    assert not lines.collecting
