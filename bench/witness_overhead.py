@@ -10,6 +10,8 @@ Run:  .venv/bin/python bench/witness_overhead.py [--calls 300] [--rounds 3] [--s
 - streaming throughput: `--stream-mb` MiB of 64 KiB newline-terminated lines through a server that echoes its
   stdin (a server streaming large results is bytes on the same pipe), written and read concurrently, timed from
   after one line went there and back (both processes up: the start is the figure below, not part of this one).
+- a server streaming out: `--stream-mb` MiB of 64 KiB lines written by the server after one line in (the
+  bulk direction alone: a large result), timed from the first byte the agent reads.
 - spawn to tools listed: from the spawn to the answer of the first tools/list (the witness's own start added).
 - the witness idle: its RSS, and its CPU seconds over `--idle` seconds with an initialized server doing nothing.
 
@@ -33,6 +35,9 @@ import _common as c
 
 SERVER = str(c.REPO / "tests" / "diagnostics" / "fixtures" / "stdio_server.py")
 ECHO = "import os\nwhile True:\n    b = os.read(0, 65536)\n    if not b: break\n    os.write(1, b)\n"
+# A server streaming a large result: one line in, then N MiB of 64 KiB lines out (the bulk direction alone).
+SOURCE = ("import os, sys\nsys.stdin.buffer.readline()\nline = b's' * 65535 + b'\\n'\n"
+          "for _ in range(int(sys.argv[1])):\n    os.write(1, line)\n")
 KINDS = ("witness", "direct")
 
 
@@ -116,6 +121,21 @@ def stream(kind: str, mb: float, url: str) -> float:
     return (got / c.MB) / seconds
 
 
+def download(kind: str, mb: float, url: str) -> float:
+    count = int(mb * 16)
+    proc = _spawn(kind, [c.PYTHON, "-c", SOURCE, str(count)], url)
+    proc.stdin.write(b"go\n")  # the clock starts at the first byte: both processes are up by then
+    got = len(proc.stdout.read(1))
+    began = time.perf_counter()
+    while chunk := proc.stdout.read(1 << 20):
+        got += len(chunk)
+    seconds = time.perf_counter() - began
+    proc.wait(timeout=60)
+    if got != count * 65536:
+        raise SystemExit(f"{kind}: {got} bytes back of {count * 65536}")
+    return (got / c.MB) / seconds
+
+
 def idle(seconds: float, url: str) -> dict[str, float]:
     proc = _spawn("witness", [c.PYTHON, SERVER], url)
     try:
@@ -143,10 +163,12 @@ def main() -> None:
     url = f"http://127.0.0.1:{sink.server_address[1]}/witness"
     trips: dict[str, list[float]] = {k: [] for k in KINDS}
     rates: dict[str, list[float]] = {k: [] for k in KINDS}
+    downs: dict[str, list[float]] = {k: [] for k in KINDS}
     starts: dict[str, list[float]] = {k: [] for k in KINDS}
     for _, kind in c.interleaved(args.rounds, KINDS):
         trips[kind] += round_trips(kind, args.calls, url, starts[kind])
         rates[kind].append(stream(kind, args.stream_mb, url))
+        downs[kind].append(download(kind, args.stream_mb, url))
     quiet = idle(args.idle, url)
     ms = {k: [t * 1000 for t in v] for k, v in trips.items()}
     figures = [
@@ -158,6 +180,8 @@ def main() -> None:
                  reference_name="direct spawn"),
         c.figure(f"witness: streaming {args.stream_mb:g} MiB, MiB/s", c.median(rates["witness"]),
                  c.median(rates["direct"]), unit="MiB/s", reference_name="direct spawn"),
+        c.figure(f"witness: server streams {args.stream_mb:g} MiB out, MiB/s", c.median(downs["witness"]),
+                 c.median(downs["direct"]), unit="MiB/s", reference_name="direct spawn"),
         c.figure("witness: RSS per idle server", quiet["rss"], unit="B"),
         c.figure(f"witness: CPU while its server idles ({args.idle:g} s)", quiet["cpu"], unit="s"),
     ]
