@@ -23,7 +23,7 @@ from agentctl import __version__, tracing
 from agentctl.backend.embedded import EmbeddedBackend, TaskStoreError
 from agentctl.control.agent_routes import install_agent_routes
 from agentctl.control.attach_routes import install_attach_routes
-from agentctl.control.server import install_control_routes
+from agentctl.control.server import build_health, install_control_routes
 from agentctl.control.socket import (
     CONTROL_CONNECTIONS,
     cleanup_socket_path,
@@ -351,7 +351,7 @@ class Daemon:
         ctx.endpoint_tester = EndpointTester(ctx)
         install_diagnostics_routes(app, ctx.endpoint_tester, diagnostics=lambda: build_diagnostics(ctx),
                                    tools=lambda: build_tools_view(ctx), tool=lambda name: find_tool(ctx, name))
-        install_health_routes(app, CTX_KEY)
+        install_health_routes(app, lambda: ctx.readiness.ready, lambda: build_health(ctx))
         self.metrics = install_metrics_route(app, ctx)
         self.endpoint = self._build_endpoint()
         self.endpoint.mount(app)
