@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 
 from agentctl.context import DaemonContext
 from agentctl.control.server import build_gate
@@ -26,10 +27,13 @@ class GateRecorder:
         self.ctx = ctx
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
 
     def start(self) -> None:
         if self.record() is None:
             return  # nothing is required: nothing to keep
+        self._loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
         self.ctx.ledger.subscribe(self._on_change)
         self._task = asyncio.create_task(self._run(), name="agentctl-required-gate")
 
@@ -50,7 +54,11 @@ class GateRecorder:
         return gate
 
     def _on_change(self, _event: EvidenceEvent | None) -> None:
-        self._changed.set()
+        if threading.get_ident() == self._loop_thread:
+            self._changed.set()
+        elif self._loop is not None and not self._loop.is_closed():
+            # Evidence recorded from a worker thread: the event belongs to the loop's thread.
+            self._loop.call_soon_threadsafe(self._changed.set)
 
     async def _run(self) -> None:
         while True:
