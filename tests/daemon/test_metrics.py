@@ -153,15 +153,22 @@ async def test_metrics_need_no_token_but_the_hub_page_still_refuses_a_foreign_ho
 
 
 async def test_the_hubs_metrics_count_sessions_blocked_on_a_required_server_as_the_pages_filter_finds_them(short_dir):
+    from datetime import UTC, datetime
+
+    from agentctl.hub.stores import open_store
     from tests.hub.test_listing import write_session
 
-    async with _hub_page(short_dir) as (hub, page):
+    store = open_store(short_dir / "hub.sqlite3")  # the sessions a hub finds in its database when it starts
+    try:
         for sid, statuses, gate in (("s-blocked", ["delivered"], "blocked"), ("s-failed", ["failed"], "blocked"),
                                     ("s-open", ["active"], "open"), ("s-waiting", ["delivered"], "waiting"),
                                     ("s-none", ["delivered"], None)):
-            write_session(hub.store, sid, statuses, gate=gate)
-        async with aiohttp.ClientSession() as http:
-            text, samples = await _scrape(http, f"{page.url}metrics")
+            # Contact now: the hub's retention keeps them (it prunes sessions by their last contact).
+            write_session(store, sid, statuses, gate=gate, contact=datetime.now(UTC))
+    finally:
+        store.close()
+    async with _hub_page(short_dir) as (_, page), aiohttp.ClientSession() as http:
+        text, samples = await _scrape(http, f"{page.url}metrics")
     assert _value(samples, "agentctl_hub_sessions_blocked_on_required") == 2
     assert _value(samples, "agentctl_hub_sessions") == 5
     # Not "needs attention" by itself: only the session whose row failed is.
