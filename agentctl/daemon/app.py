@@ -35,6 +35,7 @@ from agentctl.context import CTX_KEY, DaemonContext, current_terminal, runs_on_t
 from agentctl.daemon.health import install_health_routes
 from agentctl.daemon.metrics import DaemonMetrics, install_metrics_route
 from agentctl.daemon.servers import configured_servers
+from agentctl.daemon.gate_record import GateRecorder
 from agentctl.daemon.transitions import Transitions
 from agentctl.daemon.systemd import Notifier
 from agentctl.diagnostics.diagnostics import build_diagnostics, build_tools_view, find_tool
@@ -206,7 +207,10 @@ class Daemon:
             self._watchdog = asyncio.create_task(self.notifier.watchdog(), name="agentctl-watchdog")
         transitions = Transitions(self.ctx)
         self._on_stop("transition log", transitions.close)
-        transitions.start()  # "ready" now, or once every check is true
+        transitions.start()
+        gate = GateRecorder(self.ctx)
+        self._on_stop("required-server gate", gate.close)  # before the final report: its last reading is in it
+        gate.start()  # "ready" now, or once every check is true
         return self.ready_info()
 
     def ready_info(self) -> DaemonReady:

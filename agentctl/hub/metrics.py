@@ -70,6 +70,9 @@ class HubCollector(Collector):
                        SESSION_STATES, counts.by_state)
         yield gauge("agentctl_hub_sessions_needing_attention", "Sessions whose current attempt has a failed server, "
                     "a session error, or no server sent to the agent", counts.attention)
+        yield gauge("agentctl_hub_sessions_blocked_on_required", "Sessions whose current attempt the required-server "
+                    "gate blocked (a required server failed or was not attached in time: no prompt was sent)",
+                    counts.blocked)
         yield by_label(GaugeMetricFamily("agentctl_hub_sessions_by_connection", "Sessions by whether their current "
                                          "execution's daemon is connected", labels=["daemon"]),
                        ("connected", "not_connected"),
