@@ -158,27 +158,44 @@ async def load(args: argparse.Namespace, tmp: Path) -> None:
 
 
 async def watch(url: str, token: str, shown: dict[str, float], ready: asyncio.Event) -> None:
-    """Follow one hub's page stream; note when each attempt id of a probe session first shows."""
+    """Follow one hub's page stream as the page does; note when each attempt id of a probe session first shows.
+    A session this hub holds comes whole in a `session` event; one only the database holds (changed through
+    another hub) comes as a bare `changed` event, on which the page reloads its window: so does this, and the
+    probe shows when that answer holds it."""
     import aiohttp
 
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as http, \
-            http.get(url + "api/events", headers={"Authorization": f"Bearer {token}"}) as resp:
-        resp.raise_for_status()
-        ready.set()
-        buf = b""
-        # Chunks, not readline(): the first `status` event lists every session in one line, past any line limit.
-        async for chunk in resp.content.iter_any():
-            now = time.monotonic()
-            *lines, buf = (buf + chunk).split(b"\n")
-            for line in lines:
-                # The cheap test first: thousands of other sessions' updates pass through here.
-                if not line.startswith(b"data: ") or b'"session_id":"probe-' not in line:
-                    continue
-                data = json.loads(line[6:])
-                for view in data.get("sessions", [data]):
-                    found = (view.get("attempt") or {}).get("attempt_id")
-                    if found and view["session_id"].startswith("probe-"):
-                        shown.setdefault(found, now)
+    headers = {"Authorization": f"Bearer {token}"}
+
+    def note(views: list[dict], now: float) -> None:
+        for view in views:
+            found = (view.get("attempt") or {}).get("attempt_id")
+            if found and str(view.get("session_id", "")).startswith("probe-"):
+                shown.setdefault(found, now)
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as http:
+        async def reload() -> None:
+            async with http.get(url + "api/sessions", params={"q": "probe-", "limit": "200"}, headers=headers) as r:
+                body = await r.read()
+            note(json.loads(body).get("sessions", []), time.monotonic())
+
+        async with http.get(url + "api/events", headers=headers) as resp:
+            resp.raise_for_status()
+            ready.set()
+            buf = b""
+            # Chunks, not readline(): an event may be longer than any line limit.
+            async for chunk in resp.content.iter_any():
+                now = time.monotonic()
+                *lines, buf = (buf + chunk).split(b"\n")
+                changed = False
+                for line in lines:
+                    if line == b"event: changed":
+                        changed = True
+                    # The cheap test first: thousands of other sessions' updates pass through here.
+                    elif line.startswith(b"data: ") and b'"session_id":"probe-' in line:
+                        data = json.loads(line[6:])
+                        note(data.get("sessions", [data]), now)
+                if changed:
+                    await reload()
 
 
 def shown_after(sent: list[tuple[int, str, float]], views: list[dict[str, float]]) -> list[tuple[int, list]]:

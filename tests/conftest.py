@@ -368,7 +368,7 @@ from tests.pg import pg_db, pg_server  # noqa: E402,F401
 # The quick loop (`make quick`, `pytest -m "not slow"`): every test that starts no real process, server, browser or
 # database. A test is slow when it lives where everything is real (whole agent CLIs, attacks on a running daemon,
 # packaging, the browser, traces, terminals, the probe) or asks for a fixture that starts one.
-SLOW_DIRECTORIES = frozenset({"clis", "reliability", "packaging", "web", "tracing", "pty", "probe", "docs"})
+SLOW_DIRECTORIES = frozenset({"clis", "reliability", "packaging", "web", "tracing", "pty", "probe", "docs", "bench"})
 SLOW_FIXTURES = frozenset({
     "serve", "in_process_daemon", "pg_db", "pg_server", "pg_pair", "pg_hubs", "pg_open", "start_hub", "hub",
     "make_supervisor", "make_harness", "harness", "daemon", "metrics_daemon", "running", "real_cli", "phoenix",
@@ -384,7 +384,7 @@ SERIAL_MODULES = frozenset({
     "reliability/test_canaries_everywhere.py", "reliability/test_fragments_everywhere.py",
     "tracing/test_traces.py", "upstream/test_publisher.py", "upstream/test_processes.py",
     "control/test_client_bounds.py", "daemon/test_signals.py", "pty/test_attach_input.py",
-    "packaging/test_artifacts.py",
+    "packaging/test_artifacts.py", "bench/test_hub_scale.py",
 })
 
 

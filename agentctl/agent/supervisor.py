@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 DEFAULT_STDOUT_LIMIT = 50 * 1024 * 1024
 # After the stop: how long the shim may take to notice the tree is gone and exit.
 SHIM_EXIT_WAIT = 1.0
+SHIM_REPORT_WAIT = 10.0  # reading what an exited shim wrote (its channel holds it whole)
 # A shim killed under its tree: how long the leftovers get to leave on SIGTERM (the shim's own grace when
 # the daemon dies), then how long SIGKILL keeps trying.
 ORPHAN_TERM_GRACE = 1.0
@@ -297,12 +298,16 @@ class AgentProcess:
         self._control_writer.close()
         # Pipes close on their own once every holder is dead; anything still holding one after the
         # sweep is outside our reach, so stop waiting for it.
+        shim_gone = True
         try:
             await asyncio.wait_for(self._proc.wait(), SHIM_EXIT_WAIT)
         except asyncio.TimeoutError:
+            shim_gone = False
             self._transport.close()
         try:
-            await asyncio.wait_for(self._watcher, SHIM_EXIT_WAIT)
+            # Once the shim has exited, its last words are all in the channel: reading them waits only for the
+            # loop's turn, which a loaded host may take long to give. Without it the agent's end is unknown.
+            await asyncio.wait_for(self._watcher, SHIM_REPORT_WAIT if shim_gone else SHIM_EXIT_WAIT)
         except asyncio.TimeoutError:
             pass
         self.tree.close()

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import msgspec
 from aiohttp import web
@@ -39,11 +38,7 @@ from agentctl.control.attach_protocol import (
     ServerMessage,
     Take,
 )
-from agentctl.context import current_terminal, runs_on_terminal
 from agentctl.http_answers import error_response
-
-if TYPE_CHECKING:  # pragma: no cover
-    from agentctl.context import DaemonContext
 
 log = logging.getLogger(__name__)
 
@@ -155,13 +150,15 @@ def _size_of(request: web.Request) -> WindowSize | None:
         return None
 
 
-def install_attach_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext]) -> None:
+def install_attach_routes(app: web.Application, on_terminal: Callable[[], bool],
+                          current: Callable[[], PtyHost | None]) -> None:
+    """The attach route, given only what it uses: whether the agent runs on a terminal, and the terminal it
+    runs on now (None: not started on one)."""
     async def terminal(request: web.Request) -> web.StreamResponse:
-        ctx = request.app[ctx_key]
-        if not runs_on_terminal(ctx):
+        if not on_terminal():
             return error_response(409, "no_terminal",
                                   "the agent does not run on a terminal (a passthrough agent with [agent] terminal = true does)")
-        host = current_terminal(ctx)
+        host = current()
         if host is None or not host.open:
             return error_response(409, "terminal_closed", "the agent's terminal is closed (the agent is not running)")
         if host.viewers >= MAX_VIEWERS:

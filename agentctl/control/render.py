@@ -133,7 +133,12 @@ def _attempt_line(attempt: Attempt) -> str:
     return text
 
 
-
+def _required_lines(attempt: Attempt, color: bool) -> list[str]:
+    """The gate's reading the report kept on `attempt`, beside its rows (grey: never a row's colour)."""
+    gate = attempt.required
+    if gate is None:
+        return []
+    return [line for server in gate.servers for line in _detail("required", f"{server.name}: {server.policy}", color)]
 
 
 def readiness_line(view: StatusResponse | Diagnostics, color: bool) -> str:
@@ -215,6 +220,8 @@ def render_status(status: StatusResponse | AttachmentHistory | Attempt, color: b
             # The gate's reading beside the rows' evidence: a policy result, never a row's colour.
             for server in live.required.servers:
                 lines += _detail("required", f"{server.name}: {server.policy}", color)
+    if (live is None or live.required is None) and attempt is not None:
+        lines += _required_lines(attempt, color)
     rejected = status.rejected_events if not isinstance(status, Attempt) else 0
     if rejected:
         lines += _detail("rejected", f"{plural(rejected, 'event')} for attempts no longer kept", color)
@@ -229,7 +236,7 @@ def render_report(history: AttachmentHistory, color: bool) -> str:
         head = f"Previous attempt {_attempt_line(attempt)}"
         if attempt.superseded_at:
             head += f", superseded {when(attempt.superseded_at)}"
-        lines = ["", *wrap(head, 0), *render_attempt(attempt, color)]
+        lines = ["", *wrap(head, 0), *render_attempt(attempt, color), *_required_lines(attempt, color)]
         parts.append("\n".join(lines) + "\n")
     if history.http_refusals:
         total = sum(r.count for r in history.http_refusals)

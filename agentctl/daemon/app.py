@@ -23,7 +23,7 @@ from agentctl import __version__, tracing
 from agentctl.backend.embedded import EmbeddedBackend, TaskStoreError
 from agentctl.control.agent_routes import install_agent_routes
 from agentctl.control.attach_routes import install_attach_routes
-from agentctl.control.server import install_control_routes
+from agentctl.control.server import build_health, install_control_routes
 from agentctl.control.socket import (
     CONTROL_CONNECTIONS,
     cleanup_socket_path,
@@ -31,12 +31,14 @@ from agentctl.control.socket import (
     resolve_socket_path,
     start_unix_site,
 )
-from agentctl.context import CTX_KEY, DaemonContext
+from agentctl.context import CTX_KEY, DaemonContext, current_terminal, runs_on_terminal
 from agentctl.daemon.health import install_health_routes
 from agentctl.daemon.metrics import DaemonMetrics, install_metrics_route
 from agentctl.daemon.servers import configured_servers
+from agentctl.daemon.gate_record import GateRecorder
 from agentctl.daemon.transitions import Transitions
 from agentctl.daemon.systemd import Notifier
+from agentctl.diagnostics.diagnostics import build_diagnostics, build_tools_view, find_tool
 from agentctl.diagnostics.endpoint_test import EndpointTester
 from agentctl.diagnostics.routes import install_diagnostics_routes
 from agentctl.evidence.estimates import CatalogEstimates
@@ -205,7 +207,10 @@ class Daemon:
             self._watchdog = asyncio.create_task(self.notifier.watchdog(), name="agentctl-watchdog")
         transitions = Transitions(self.ctx)
         self._on_stop("transition log", transitions.close)
-        transitions.start()  # "ready" now, or once every check is true
+        transitions.start()
+        gate = GateRecorder(self.ctx)
+        self._on_stop("required-server gate", gate.close)  # before the final report: its last reading is in it
+        gate.start()  # "ready" now, or once every check is true
         return self.ready_info()
 
     def ready_info(self) -> DaemonReady:
@@ -346,10 +351,11 @@ class Daemon:
         app[CTX_KEY] = ctx
         install_control_routes(app, CTX_KEY)
         install_agent_routes(app, CTX_KEY)
-        install_attach_routes(app, CTX_KEY)
+        install_attach_routes(app, lambda: runs_on_terminal(ctx), lambda: current_terminal(ctx))
         ctx.endpoint_tester = EndpointTester(ctx)
-        install_diagnostics_routes(app, CTX_KEY, ctx.endpoint_tester)
-        install_health_routes(app, CTX_KEY)
+        install_diagnostics_routes(app, ctx.endpoint_tester, diagnostics=lambda: build_diagnostics(ctx),
+                                   tools=lambda: build_tools_view(ctx), tool=lambda name: find_tool(ctx, name))
+        install_health_routes(app, lambda: ctx.readiness.ready, lambda: build_health(ctx))
         self.metrics = install_metrics_route(app, ctx)
         self.endpoint = self._build_endpoint()
         self.endpoint.mount(app)

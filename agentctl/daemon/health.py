@@ -8,24 +8,27 @@ and the live report is whole), so a probe that restarted it would lose more than
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from aiohttp import web
 
-from agentctl.context import DaemonContext
-from agentctl.control.server import build_health
+from agentctl.evidence.contract.control import HealthResponse
 from agentctl.http_answers import json_response
 
 
-def install_health_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext]) -> None:
+def install_health_routes(app: web.Application, ready: Callable[[], bool], health: Callable[[], HealthResponse]) -> None:
+    """The probes, given only what they use: whether the daemon is ready, and its health answer (the control
+    socket's, built when asked)."""
     async def livez(request: web.Request) -> web.Response:
         return web.json_response({"live": True})
 
     async def readyz(request: web.Request) -> web.Response:
-        ctx = request.app[ctx_key]
-        status = 200 if ctx.readiness.ready else 503
+        now_ready = ready()
+        status = 200 if now_ready else 503
         if "verbose" not in request.query:
-            return web.json_response({"ready": ctx.readiness.ready}, status=status)
+            return web.json_response({"ready": now_ready}, status=status)
         # The control socket's health answer, word for word: its agent part holds codes and numbers only.
-        return json_response(build_health(ctx), status=status)
+        return json_response(health(), status=status)
 
     app.router.add_get("/livez", livez)
     app.router.add_get("/readyz", readyz)

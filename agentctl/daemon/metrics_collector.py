@@ -19,7 +19,7 @@ from prometheus_client import PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from agentctl.evidence.contract.control import GateState, RequiredState
+from agentctl.evidence.contract.report import GateState, RequiredState
 from agentctl.evidence.contract.report import EVIDENCE_KINDS, Status
 from agentctl.hub.metrics import build_info, by_label, gauge, metrics_handler
 from agentctl.mcp_endpoint.latency import METHODS

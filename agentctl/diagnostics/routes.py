@@ -7,13 +7,15 @@ header, argument or environment value can ever come from the caller.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 from aiohttp import web
 
 from agentctl.http_answers import BodyError, decode_body, error_response, json_response
-from agentctl.diagnostics.diagnostics import ToolLookupError, build_diagnostics, build_tools_view, find_tool
-from agentctl.context import DaemonContext
+from agentctl.diagnostics.diagnostics import ToolLookupError
 from agentctl.diagnostics.endpoint_test import EndpointTester, EndpointTestError
+from agentctl.evidence.contract.diagnostics import Diagnostics, ToolDetail, ToolsView
 
 MAX_BODY_BYTES = 4096
 
@@ -23,10 +25,11 @@ class _TestBody(msgspec.Struct, forbid_unknown_fields=True):
     timeout: float | None = None
 
 
-def install_diagnostics_routes(app: web.Application, ctx_key: web.AppKey[DaemonContext],
-                               tester: EndpointTester) -> None:
-    """The diagnostics routes; `tester` is the daemon's one endpoint tester (its per-name lock is shared with
-    the upstream's requests)."""
+def install_diagnostics_routes(app: web.Application, tester: EndpointTester, *, diagnostics: Callable[[], Diagnostics],
+                               tools: Callable[[], ToolsView], tool: Callable[[str], ToolDetail]) -> None:
+    """The diagnostics routes, given only what they use: `tester` is the daemon's one endpoint tester (its
+    per-name lock is shared with the upstream's requests); the views are built when asked (`tool` raises
+    ToolLookupError for a name no server has)."""
     async def test_endpoint(request: web.Request) -> web.Response:
         if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
             return error_response(413, "body_too_large", f"request body over {MAX_BODY_BYTES} bytes")
@@ -43,19 +46,19 @@ def install_diagnostics_routes(app: web.Application, ctx_key: web.AppKey[DaemonC
             return error_response(exc.status, exc.code, exc.message)
         return json_response(response)
 
-    async def diagnostics(request: web.Request) -> web.Response:
-        return json_response(build_diagnostics(request.app[ctx_key]))
+    async def diagnostics_route(request: web.Request) -> web.Response:
+        return json_response(diagnostics())
 
-    async def tools(request: web.Request) -> web.Response:
-        return json_response(build_tools_view(request.app[ctx_key]))
+    async def tools_route(request: web.Request) -> web.Response:
+        return json_response(tools())
 
-    async def tool(request: web.Request) -> web.Response:
+    async def tool_route(request: web.Request) -> web.Response:
         try:
-            return json_response(find_tool(request.app[ctx_key], request.match_info["name"]))
+            return json_response(tool(request.match_info["name"]))
         except ToolLookupError as exc:
             return error_response(404, exc.reason_code, exc.message)
 
     app.router.add_post("/v1/test-endpoint", test_endpoint)
-    app.router.add_get("/v1/diagnostics", diagnostics, allow_head=False)
-    app.router.add_get("/v1/tools", tools, allow_head=False)
-    app.router.add_get("/v1/tools/{name}", tool, allow_head=False)
+    app.router.add_get("/v1/diagnostics", diagnostics_route, allow_head=False)
+    app.router.add_get("/v1/tools", tools_route, allow_head=False)
+    app.router.add_get("/v1/tools/{name}", tool_route, allow_head=False)

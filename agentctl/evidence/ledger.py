@@ -29,7 +29,9 @@ from agentctl.evidence.contract.report import (
     EvidenceEvent,
     EvidenceKind,
     Identity,
+    RequiredGate,
 )
+from agentctl.evidence.required import same_reading
 from agentctl.evidence.sanitize import redact, scrub, truncate_utf8
 from agentctl.evidence.secret_registry import SecretRegistry
 from agentctl.evidence.seeds import ServerSeed
@@ -191,6 +193,17 @@ class Ledger:
         if stored:
             self._notify(None)
         return stored
+
+    def set_required(self, attempt_id: str, gate: RequiredGate) -> bool:
+        """Keep the required-server gate's reading on its attempt (current or kept); only a changed reading is
+        written, so judging again on every change of the evidence writes nothing new."""
+        attempt = self.history.current if self.current_attempt_id == attempt_id else next(
+            (a for a in self.history.previous if a.attempt_id == attempt_id), None)
+        if attempt is None or same_reading(attempt.required, gate):
+            return False
+        attempt.required = gate
+        self._notify(None)
+        return True
 
     def count_refusal(self, route: str, method: str, status: int) -> None:
         reducer.count_refusal(self.history, route, method, status)

@@ -13,8 +13,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from agentctl.evidence.contract.control import AttachedGate, GateState, RequiredServer, RequiredState
-from agentctl.evidence.contract.report import Attempt, ServerRow, Source
+from agentctl.evidence.contract.control import AttachedGate, RequiredServer
+from agentctl.evidence.contract.report import (
+    MAX_REQUIRED_SERVERS,
+    MAX_SUMMARY_BYTES,
+    Attempt,
+    GateState,
+    RequiredGate,
+    RequiredReading,
+    RequiredState,
+    ServerRow,
+    Source,
+)
 from agentctl.evidence.display import DELIVERED_LABEL, exited_words, reporter_name, row_label
 
 _NEVER_DELIVERED = ("filtered", "unavailable")
@@ -112,6 +122,27 @@ def _evidence(row: ServerRow) -> str:
     if row.status in ("failed", "filtered", "unavailable") and detail:
         words += f": {detail}"
     return words
+
+
+def reading(gate: AttachedGate, judged_at: datetime) -> RequiredGate:
+    """The gate as the report keeps it on its attempt: the states and the policy words, bounded. The evidence
+    words stay out: the row beside it is the evidence, and says it itself."""
+    servers = [RequiredReading(name=server.name, state=server.state, policy=server.policy[:MAX_SUMMARY_BYTES])
+               for server in gate.servers[:MAX_REQUIRED_SERVERS]]
+    return RequiredGate(state=gate.state, timeout=gate.timeout, judged_at=judged_at, servers=servers)
+
+
+def same_reading(old: RequiredGate | None, new: RequiredGate) -> bool:
+    """Whether `new` says what `old` said (its time aside): the report changes only when the reading does."""
+    return old is not None and old.state == new.state and old.timeout == new.timeout and old.servers == new.servers
+
+
+def reading_line(gate: RequiredGate) -> str:
+    """The reading in one line for beside the evidence: `blocked: kandev required, not attached after 30 s`."""
+    if gate.state == "open":
+        return "open: every required server attached"
+    shown = [f"{server.name} {server.policy}" for server in gate.servers if server.state != "attached"]
+    return f"{gate.state}: " + "; ".join(shown)
 
 
 def gate_lines(gate: AttachedGate) -> list[str]:

@@ -33,25 +33,24 @@ from typing import Any, NoReturn, TypeVar
 from agentctl.backend.embedded import EmbeddedBackend
 from agentctl.control.socket import cleanup_socket_path, prepare_socket_path
 from agentctl.unix_socket import bind_unix_socket, peer_allowed
-from agentctl.evidence.contract.base import encode
 from agentctl.evidence.contract.control import StderrView, TerminalView
 from agentctl.evidence.contract.hub import HubSession, HubSessionReport, HubStatus
 from agentctl.evidence.contract.report import EndpointTestResult, Identity
 from agentctl.evidence.ledger import utcnow
-from agentctl.listener_guard import (ListenerGuard, RateLimitedLog, forget_listener, hold, install_accept_error_log,
-                                     name_listener, trust)
+from agentctl.listener_guard import ListenerGuard, forget_listener, hold, install_accept_error_log, name_listener, trust
 from agentctl.hub import rules
 from agentctl.hub.hub_conn import (  # noqa: F401 - the caps are the hub's, re-exported for its page and units
     DAEMON_CONNECTIONS, HELLO_TIMEOUT, PAGE_CONNECTIONS, HubConnection, HubRequestError, Refused, listener_caps)
 from agentctl.hub.hub_conn import notice_line as _notice_line
 from agentctl.dsn import PostgresDsn, SqlitePath
-from agentctl.hub.hub_store import HOT_SESSIONS, ExecutionRecord, HubStoreError, SessionPage, SessionRecord, SessionStore
+from agentctl.hub.hub_store import HOT_SESSIONS, HubStoreError, SessionPage
 from agentctl.hub.listing import PageQuery
 from agentctl.hub.stores import label, open_store, open_task_store
 from agentctl.hub.shared import SharedView
 from agentctl.hub.retention import DEFAULT_RETENTION, Retention
-from agentctl.hub.state import ExecutionState, SessionState
-from agentctl.hub.views import evict, report_view, session_listing, status_view
+from agentctl.hub.memory import HubMemory
+from agentctl.hub.state import SessionState
+from agentctl.hub.views import report_view, session_listing, status_view
 from agentctl.lifecycle import StackedService, StopStack
 from agentctl.upstream import protocol as P
 from agentctl.upstream.frames_io import STREAM_LIMIT, read_frame_line
@@ -60,7 +59,6 @@ log = logging.getLogger("agentctl.hub")
 
 FLUSH_INTERVAL = 0.1
 SWEEP_INTERVAL = 1.0
-_UNIDENTIFIED_LOG = RateLimitedLog(log)
 # The frame a request to a daemon is answered with (Hub._request).
 _Reply = TypeVar("_Reply")
 
@@ -94,37 +92,24 @@ class Hub(StackedService):
         self.tasks_db = Path(tasks_db) if tasks_db else default_tasks
         # Names this hub in a shared database (the `connected` flags it owns): stable across its restarts.
         self.hub_id = f"{socket.gethostname()}:{self.socket_path}"
+        self.memory = HubMemory(clock, hot_sessions)  # sessions, connections, dirty rows, stores, listeners
         self.shared: SharedView | None = None
-        self.retention = Retention(self, retention)  # None: keep every session
+        self.retention = Retention(self.memory, retention)  # None: keep every session
         self.flush_interval = flush_interval
-        self._clock = clock
-        self.sessions: dict[str, SessionState] = {}  # the hot ones; every other one is in the database alone
-        self.hot_sessions = hot_sessions
-        self._reader: SessionStore | None = None  # read-only: cold sessions, never blocked by a flush
-        self.store: SessionStore | None = None
         self.backend: EmbeddedBackend | None = None
         self._server: asyncio.Server | None = None
         self.guard: ListenerGuard | None = None
-        self._conns: set[HubConnection] = set()
         self._handlers: set[asyncio.Task[Any]] = set()
         self._tool_tasks: set[asyncio.Task[Any]] = set()
-        self._dirty_sessions: set[str] = set()
-        self._dirty_executions: dict[tuple[str, str], bool] = {}  # -> history changed
         self._order = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._recovery: asyncio.Future[None] | None = None  # the task store's reconnect (_sweep_loop)
-        self._listeners: list[Callable[[str], None]] = []
-        self._flush_lock = asyncio.Lock()
-        self._flush_failed = False
         self._stopping = False
         # Counters, for `hub serve` logs and benches.
         self.frames_in = 0
         self.events_applied = 0
-        self.protocol_errors = 0
-        # For /metrics, by closed sets only: a frame's type tag, an error code of ERROR_CODES.
+        # For /metrics, by a closed set only: a frame's type tag (refusals are counted by the memory).
         self.frames_by_kind: Counter[str] = Counter()
-        self.refusals_by_code: Counter[str] = Counter()
-        self.store_errors = 0
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -132,6 +117,11 @@ class Hub(StackedService):
         """Open the stores, hydrate, then serve; a start that fails stops what it started, in reverse."""
         await super().start()
         log.info("hub serving %s (database %s, %d sessions)", self.socket_path, self.db_label, len(self.sessions))
+
+    @property
+    def sessions(self) -> dict[str, SessionState]:
+        """The hot sessions (the memory's); every other one is in the database alone."""
+        return self.memory.sessions
 
     @property
     def db_label(self) -> str:
@@ -143,13 +133,14 @@ class Hub(StackedService):
         return label(self.tasks_db)
 
     async def _start(self, stops: StopStack) -> None:
-        self.store = open_store(self.db_path, hub_id=self.hub_id)
-        stops.push("hub database", self._close_stores)  # closed last, after the last flush
-        self.store.reset_connected()  # nobody is connected to a hub that just started
-        self._order = self.store.max_hello_order()
-        self._reader = open_store(self.db_path, readonly=True, hub_id=self.hub_id)
+        memory = self.memory
+        memory.store = store = open_store(self.db_path, hub_id=self.hub_id)
+        stops.push("hub database", memory.close_stores)  # closed last, after the last flush
+        store.reset_connected()  # nobody is connected to a hub that just started
+        self._order = store.max_hello_order()
+        memory.reader = open_store(self.db_path, readonly=True, hub_id=self.hub_id)
         if self.dsn is not None:
-            self.shared = SharedView(self, self.dsn, self.store, self._reader)
+            self.shared = SharedView(memory, self.retention, self.hub_id, self.dsn)
             await self.shared.start()
             stops.push("shared database view", self.shared.stop)
         await self.retention.start()
@@ -201,7 +192,7 @@ class Hub(StackedService):
             return
         forget_listener(server)
         server.close()
-        for conn in list(self._conns):
+        for conn in list(self.memory.conns):
             conn.writer.close()
         # Closing the writers ends every handler's read; wait for them so none is cancelled mid-frame.
         if self._handlers:
@@ -219,7 +210,7 @@ class Hub(StackedService):
         self._tasks = []
 
     async def _forget_connections(self) -> None:
-        for conn in list(self._conns):
+        for conn in list(self.memory.conns):
             self._closed(conn)
         # Tool calls of connections already closed too: none may touch the backend after it closes.
         for task in self._tool_tasks:
@@ -232,17 +223,11 @@ class Hub(StackedService):
             # Its close waits for an op still running in a worker thread (up to the busy timeout): not on the loop.
             await asyncio.to_thread(backend.close)
 
-    def _close_stores(self) -> None:
-        for store in (self.store, self._reader):
-            if store is not None:
-                store.close()
-        self.store = self._reader = None
-
     # -- queries (the CLI reads the database; an in-process UI calls these) ------------------------------
 
     def database_problem(self) -> str | None:
         """None while the database takes the hub's writes (and, shared, its notifications); else why not."""
-        if self._flush_failed:
+        if self.memory.flush_failed:
             return "database unavailable: writes are retried; what daemons send is held until they succeed"
         shared = self.shared.problem() if self.shared is not None else None
         return shared or (self.backend.problem() if self.backend is not None else None)  # the task store's
@@ -250,11 +235,11 @@ class Hub(StackedService):
     @property
     def connected_daemons(self) -> int:
         """Connections that said hello and are still open."""
-        return sum(1 for c in self._conns if c.identity is not None)
+        return sum(1 for c in self.memory.conns if c.identity is not None)
 
     def status(self) -> HubStatus:
         """Every session, the stored ones read whole (blocking: small databases, tests; the page uses `page`)."""
-        stored = reader.load_split(0)[1] if (reader := self._reader) is not None else {}
+        stored = reader.load_split(0)[1] if (reader := self.memory.reader) is not None else {}
         return status_view(self.sessions, [v for sid, v in stored.items() if sid not in self.sessions])
 
     def report(self, session_id: str, execution_id: str | None = None) -> HubSessionReport | None:
@@ -269,7 +254,7 @@ class Hub(StackedService):
     async def page(self, query: PageQuery) -> SessionPage:
         """A window of the session list from the database, after a flush. Raises HubStoreError."""
         await self.flush()
-        if (reader := self._reader) is None:
+        if (reader := self.memory.reader) is None:
             raise HubStoreError("the hub is not serving")
         return await asyncio.to_thread(reader.page, query)
 
@@ -280,18 +265,18 @@ class Hub(StackedService):
     def _read_cold(self, session_id: str) -> SessionState | None:
         """A session not in memory, read whole from the database (one indexed query); None on a failed read."""
         try:  # the reader read once: a worker thread runs this while stop may close the stores
-            return reader.load_session(session_id) if (reader := self._reader) is not None else None
+            return reader.load_session(session_id) if (reader := self.memory.reader) is not None else None
         except HubStoreError as exc:
             log.warning("reading session %s from the hub database failed: %s", session_id, type(exc).__name__)
             return None
 
     def subscribe(self, listener: Callable[[str], None]) -> None:
         """`listener(session_id)` after every change to that session (called on the loop; must not block)."""
-        self._listeners.append(listener)
+        self.memory.listeners.append(listener)
 
     def unsubscribe(self, listener: Callable[[str], None]) -> None:
-        if listener in self._listeners:
-            self._listeners.remove(listener)
+        if listener in self.memory.listeners:
+            self.memory.listeners.remove(listener)
 
     async def read_stderr(self, session_id: str, *, timeout: float = 10.0) -> StderrView:
         """Recent agent output of the session's current daemon, on demand. Never stored or logged here."""
@@ -321,7 +306,7 @@ class Hub(StackedService):
         session = self.sessions.get(session_id)
         if session is None:
             return None
-        for conn in self._conns:
+        for conn in self.memory.conns:
             if conn.session is session and conn.snapshot_seen and not conn.stale:
                 return conn
         return None
@@ -330,7 +315,7 @@ class Hub(StackedService):
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = HubConnection(reader, writer)
-        self._conns.add(conn)
+        self.memory.conns.add(conn)
         current = asyncio.current_task()
         if current is not None:
             self._handlers.add(current)
@@ -338,7 +323,7 @@ class Hub(StackedService):
         held = False
         try:
             if not peer_allowed(conn.peer_uid):
-                self._refuse(conn, "forbidden_peer", "the hub serves only its own user and root")
+                self.memory.refuse(conn, "forbidden_peer", "the hub serves only its own user and root")
                 return
             while True:
                 try:
@@ -360,7 +345,7 @@ class Hub(StackedService):
                         held = True  # a daemon's link from its snapshot on: never timed out or displaced by the guard
                         hold(writer.transport)
                 except P.ProtocolError as exc:
-                    self._refuse(conn, exc.code, str(exc))
+                    self.memory.refuse(conn, exc.code, str(exc))
                     return
                 except Refused:
                     return
@@ -368,36 +353,15 @@ class Hub(StackedService):
                     return  # the daemon went away; it will reconnect and resend its snapshot
                 except Exception as exc:  # a bug here must cost one connection, never the hub
                     log.error("frame from %s failed unexpectedly: %s", conn.label, type(exc).__name__)
-                    self._refuse(conn, "internal", "the hub failed on this frame; its log has details")
+                    self.memory.refuse(conn, "internal", "the hub failed on this frame; its log has details")
                     return
         finally:
             self._closed(conn)
 
-    def _refuse(self, conn: HubConnection, code: str, message: str) -> None:
-        """The error frame, one log line, close this connection (the close flushes the frame). Nothing else is touched.
-
-        A peer that never said hello gets no line of its own: a process reconnecting as fast as it can would
-        write one per connection, so those are one line per code per interval, with a count.
-        """
-        self.protocol_errors += 1
-        self.refusals_by_code[P.loggable_code(code)] += 1
-        conn.refused = True
-        if conn.identity is None:
-            _UNIDENTIFIED_LOG.note(code, lambda: f"closed a connection from an unidentified peer: {code}")
-        else:
-            log.warning("closed connection from %s: %s", conn.label, code)
-        transport = conn.writer.transport
-        if not transport.is_closing():
-            try:
-                conn.writer.write(P.encode_frame(P.frame(P.ErrorFrame, code=code, message=message, fatal=True)))
-            except (OSError, ConnectionError):
-                pass
-        conn.writer.close()
-
     def _closed(self, conn: HubConnection) -> None:
-        if conn not in self._conns:
+        if conn not in self.memory.conns:
             return
-        self._conns.discard(conn)
+        self.memory.conns.discard(conn)
         for future in conn.pending.values():
             if not future.done():
                 future.set_exception(HubRequestError("unavailable", "the daemon disconnected before answering"))
@@ -405,10 +369,10 @@ class Hub(StackedService):
         session, execution, ident = conn.session, conn.execution, conn.identity
         if session is None or execution is None or ident is None:
             return
-        left = rules.departure(session, execution, ident, self._links(session), stopping=self._stopping)
+        left = rules.departure(session, execution, ident, self.memory.links(session), stopping=self._stopping)
         if not left.disconnected:
             return
-        self._mark(session, execution, history=False)
+        self.memory.mark(session, execution, history=False)
         if not conn.refused and conn.snapshot_seen:  # a refusal already wrote its one line; hello-only: none
             log.info("session %s: execution %s disconnected", session.session_id, execution.execution_id)
         for other in left.reconnect:
@@ -423,20 +387,10 @@ class Hub(StackedService):
                 other.send(_notice_line(rules.RECONNECT))
             other.writer.close()
 
-    def _links(self, session: SessionState | None) -> dict[HubConnection, Identity]:
-        """The session's connections that said hello, with the identity each said it with."""
-        if session is None:
-            return {}
-        return {c: c.identity for c in self._conns if c.session is session and c.identity is not None}
-
-    def _fatal(self, conn: HubConnection, refusal: rules.Refusal) -> NoReturn:
-        self._refuse(conn, refusal.code, refusal.message)
-        raise Refused
-
     def _dispatch(self, conn: HubConnection, received: P.DaemonFrame, stored: SessionState | None = None) -> None:
         refusal = rules.admit(conn.identity is not None, received)
         if refusal is not None:
-            self._fatal(conn, refusal)
+            self.memory.fatal(conn, refusal)
         if isinstance(received, P.HelloFrame):
             self._hello(conn, received, stored)
         elif isinstance(received, P.HeartbeatFrame):
@@ -448,8 +402,8 @@ class Hub(StackedService):
             assert conn.identity is not None
             refusal = rules.admit_tool_call(conn.identity, received)
             if refusal is not None:
-                self._fatal(conn, refusal)
-            task = asyncio.ensure_future(conn.run_tool_call(received, self.backend, self._clock()))
+                self.memory.fatal(conn, refusal)
+            task = asyncio.ensure_future(conn.run_tool_call(received, self.backend, self.memory.clock()))
             conn.tasks.add(task)
             task.add_done_callback(conn.tasks.discard)
             self._tool_tasks.add(task)
@@ -473,15 +427,15 @@ class Hub(StackedService):
             session = self.shared.take_stored(stored)
         elif session is None:
             try:
-                session = self._reader.load_session(ident.session_id) if self._reader is not None else None
+                session = self.memory.reader.load_session(ident.session_id) if self.memory.reader is not None else None
             except HubStoreError:  # without its stored state the hub cannot tell a stale execution
-                self._fatal(conn, rules.Refusal("unavailable", "the hub cannot read this session's stored state; "
+                self.memory.fatal(conn, rules.Refusal("unavailable", "the hub cannot read this session's stored state; "
                                                                "try again"))
             if session is not None:
                 self.sessions[ident.session_id] = session
         if stored is None:  # (a shared database's claim checked it)
             self.retention.fence(conn, session, ident)
-        taken = rules.hello(session, hello, links=self._links(session), order=self._order + 1, now=self._clock())
+        taken = rules.hello(session, hello, links=self.memory.links(session), order=self._order + 1, now=self.memory.clock())
         session, execution = taken.session, taken.execution
         if taken.new_execution:
             self._order += 1
@@ -492,7 +446,7 @@ class Hub(StackedService):
         conn.identity, conn.session, conn.execution = ident, session, execution
         conn.heard_hello(hello.heartbeat_ms)
         if taken.notice is not None:  # an older execution: its frames are rejected from the start
-            self._mark(session, execution, history=False)
+            self.memory.mark(session, execution, history=False)
             conn.send(_notice_line(taken.notice))
             return
         # The current execution, possibly a new instance of it: its snapshot follows and replaces the history.
@@ -508,17 +462,17 @@ class Hub(StackedService):
         session, execution, ident = conn.session, conn.execution, conn.identity
         if session is None or execution is None or ident is None:
             return
-        if rules.contact(session, execution, ident, self._clock()):
-            self._mark(session, execution, history=False)
+        if rules.contact(session, execution, ident, self.memory.clock()):
+            self.memory.mark(session, execution, history=False)
 
     def _state_frame(self, conn: HubConnection, received: P.SnapshotFrame | P.EvidenceFrame | P.AgentFrame) -> None:
         session, execution, ident = conn.session, conn.execution, conn.identity
         assert session is not None and execution is not None and ident is not None
         outcome = rules.state_frame(session, execution, ident, conn.snapshot_seen, received)
         if isinstance(outcome, rules.Refusal):
-            self._fatal(conn, outcome)
+            self.memory.fatal(conn, outcome)
         if isinstance(outcome, rules.Rejected):
-            self._mark(session, execution, history=False)
+            self.memory.mark(session, execution, history=False)
             return
         if outcome.snapshot and not conn.snapshot_seen:
             conn.snapshot_seen = True  # said now, not at hello: a peer that only says hello writes no line
@@ -527,59 +481,13 @@ class Hub(StackedService):
         if outcome.applied:
             self.events_applied += 1
         self._touch(conn)
-        self._mark(session, execution, history=True)
+        self.memory.mark(session, execution, history=True)
 
     # -- persistence ---------------------------------------------------------------------------------
 
-    def _mark(self, session: SessionState, execution: ExecutionState, *, history: bool) -> None:
-        self._dirty_sessions.add(session.session_id)
-        key = (session.session_id, execution.execution_id)
-        self._dirty_executions[key] = self._dirty_executions.get(key, False) or history
-        self._changed(session.session_id)
-
-    def _changed(self, session_id: str) -> None:
-        for listener in self._listeners:
-            try:
-                listener(session_id)
-            except Exception as exc:
-                # The type only by default: an exception's text may quote what it was handling.
-                log.error("hub listener failed: %s", type(exc).__name__, exc_info=log.isEnabledFor(logging.DEBUG))
-
     async def flush(self) -> None:
         """Write every dirty row in one transaction (from a worker thread)."""
-        async with self._flush_lock:
-            if self.store is None or not (self._dirty_sessions or self._dirty_executions):
-                return
-            sessions_dirty, self._dirty_sessions = self._dirty_sessions, set()
-            executions_dirty, self._dirty_executions = self._dirty_executions, {}
-            sessions = [SessionRecord.of(self.sessions[sid]) for sid in sessions_dirty if sid in self.sessions]
-            rows = []
-            for (sid, eid), with_history in executions_dirty.items():
-                execution = self.sessions[sid].executions[eid]
-                blob = encode(execution.history) if with_history and execution.history is not None else None
-                rows.append(ExecutionRecord.of(sid, execution, blob))
-            write = asyncio.ensure_future(asyncio.to_thread(self.store.write, sessions, rows))
-            try:
-                await asyncio.shield(write)
-            except asyncio.CancelledError:  # stopping: the store must not close under the write in its thread
-                await asyncio.wait([write])
-                raise
-            except Exception as exc:
-                self.store_errors += 1
-                if not self._flush_failed:
-                    log.warning("hub database write failed (%s); retrying", type(exc).__name__)
-                self._flush_failed = True
-                self._dirty_sessions |= sessions_dirty
-                for key, with_history in executions_dirty.items():
-                    self._dirty_executions[key] = self._dirty_executions.get(key, False) or with_history
-                return
-            if self._flush_failed:
-                log.info("hub database writes recovered")
-                self._flush_failed = False
-            # Only what the database now holds as it is may leave memory: no connection, nothing unflushed.
-            busy = {c.session.session_id for c in self._conns if c.session is not None}
-            busy |= self._dirty_sessions | {sid for sid, _ in self._dirty_executions}
-            evict(self.sessions, self.hot_sessions, busy)
+        await self.memory.flush()
 
     async def _flush_loop(self) -> None:
         while True:
@@ -594,6 +502,6 @@ class Hub(StackedService):
                 # Not awaited: a connect may take its whole timeout, and the sweep must go on meanwhile.
                 self._recovery = asyncio.ensure_future(asyncio.to_thread(backend.recover))
             now = time.monotonic()
-            for conn in list(self._conns):
+            for conn in list(self.memory.conns):
                 if now - conn.last_rx > conn.idle_limit and not conn.writer.transport.is_closing():
-                    self._refuse(conn, "idle_timeout", "nothing received for three heartbeats")
+                    self.memory.refuse(conn, "idle_timeout", "nothing received for three heartbeats")

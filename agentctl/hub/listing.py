@@ -5,7 +5,7 @@ history), the page query a request asks for, and "needs attention".
 The store (agentctl.hub.hub_store, pg_store) keeps per execution, in its `listings` table: `summary` (the JSON
 of its current attempt as a listing, without evidence or catalogs, and its agent), `attention` (1 when the
 session needs attention, the rule below), `statuses` (the current attempt's row states, each between spaces,
-for the state filter) and `search` (lower-cased words a search matches: task, session and agent). The page
+for the state filter, and `blocked` when the required-server gate's reading of it is blocked) and `search` (lower-cased words a search matches: task, session and agent). The page
 orders by attention first, then a connected daemon, then the most recent contact, then the session id.
 """
 
@@ -20,7 +20,7 @@ from agentctl.evidence.contract.hub import HubSession
 from agentctl.evidence.contract.report import STATUSES, AgentState, Attempt, AttachmentHistory
 
 Filter = Literal["all", "attention", "connected", "disconnected", "failed", "delivered", "active", "filtered",
-                 "unavailable"]
+                 "unavailable", "blocked"]
 FILTERS: tuple[str, ...] = get_args(Filter)
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200  # sessions in one answer: its size stays bounded whatever the fleet
@@ -100,6 +100,12 @@ def needs_attention(attempt: Attempt | None) -> bool:
     return attempt.session_error is not None or none_sent or any(row.status == "failed" for row in rows)
 
 
+def blocked_on_required(attempt: Attempt | None) -> bool:
+    """The page's "blocked on a required server": the gate's reading of the current attempt is `blocked`. Not
+    "needs attention" by itself: the gate is a policy result beside the evidence, and absence is not failure."""
+    return attempt is not None and attempt.required is not None and attempt.required.state == "blocked"
+
+
 def listing_attempt(attempt: Attempt | None) -> Attempt | None:
     """The current attempt for a listing: rows and times, without the evidence log and the catalogs."""
     if attempt is None:
@@ -119,7 +125,9 @@ def summarize(task_id: str, session_id: str, history: AttachmentHistory | None) 
     """The listing columns of an execution whose history is `history`."""
     attempt = history.current if history is not None else None
     agent = history.agent if history is not None else None
-    statuses = sorted({row.status for row in attempt.servers} & set(STATUSES)) if attempt is not None else []
+    statuses: list[str] = sorted({row.status for row in attempt.servers} & set(STATUSES)) if attempt else []
+    # Beside the row states in the same column (a token no row state has): the state filter finds it alike.
+    statuses += ["blocked"] if blocked_on_required(attempt) else []
     summary = ListingSummary(current_attempt=listing_attempt(attempt), agent=agent)
     return Summary(summary=msgspec.json.encode(summary), attention=int(needs_attention(attempt)),
                    statuses="".join(f" {s} " for s in statuses), search=search_text(task_id, session_id, agent))
@@ -187,21 +195,23 @@ STATE_CASE = ("CASE " + " ".join(f"WHEN COALESCE(l.statuses, '') LIKE '% {s} %' 
                                  for s in _STATE_ORDER) + " ELSE 'no_servers' END")
 COUNTS_SQL = (f"SELECT {STATE_CASE} AS state, COUNT(*), "
               "SUM(CASE WHEN COALESCE(l.attention, 0) = 1 THEN 1 ELSE 0 END), "
-              f"SUM(CASE WHEN e.connected != 0 THEN 1 ELSE 0 END) {PAGE_FROM} GROUP BY 1")
+              "SUM(CASE WHEN e.connected != 0 THEN 1 ELSE 0 END), "
+              f"SUM(CASE WHEN COALESCE(l.statuses, '') LIKE '% blocked %' THEN 1 ELSE 0 END) {PAGE_FROM} GROUP BY 1")
 
 
 class SessionCounts(msgspec.Struct, frozen=True):
     """The stored sessions counted by the database (for /metrics): in all, needing attention, with a connected
-    daemon, and by display state."""
+    daemon, blocked on a required server, and by display state."""
 
     total: int = 0
     attention: int = 0
     connected: int = 0
+    blocked: int = 0
     by_state: dict[str, int] = {}
 
 
 def counts_of(rows: list[tuple[object, ...]]) -> SessionCounts:
     """SessionCounts from COUNTS_SQL's rows."""
     by_state = {str(row[0]): int(row[1]) for row in rows}  # type: ignore[call-overload]
-    total = [sum(int(row[i] or 0) for row in rows) for i in (1, 2, 3)]  # type: ignore[call-overload]
-    return SessionCounts(total=total[0], attention=total[1], connected=total[2], by_state=by_state)
+    total = [sum(int(row[i] or 0) for row in rows) for i in (1, 2, 3, 4)]  # type: ignore[call-overload]
+    return SessionCounts(total=total[0], attention=total[1], connected=total[2], blocked=total[3], by_state=by_state)

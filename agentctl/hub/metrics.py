@@ -70,6 +70,9 @@ class HubCollector(Collector):
                        SESSION_STATES, counts.by_state)
         yield gauge("agentctl_hub_sessions_needing_attention", "Sessions whose current attempt has a failed server, "
                     "a session error, or no server sent to the agent", counts.attention)
+        yield gauge("agentctl_hub_sessions_blocked_on_required", "Sessions whose current attempt the required-server "
+                    "gate blocked (a required server failed or was not attached in time: no prompt was sent)",
+                    counts.blocked)
         yield by_label(GaugeMetricFamily("agentctl_hub_sessions_by_connection", "Sessions by whether their current "
                                          "execution's daemon is connected", labels=["daemon"]),
                        ("connected", "not_connected"),
@@ -79,7 +82,7 @@ class HubCollector(Collector):
                                            labels=["kind"]), FRAME_KINDS, hub.frames_by_kind)
         yield by_label(CounterMetricFamily("agentctl_hub_refused_frames", "Connections closed for a refused "
                                            "frame, by reason code", labels=["code"]),
-                       (*P.ERROR_CODES, "unknown"), hub.refusals_by_code)
+                       (*P.ERROR_CODES, "unknown"), hub.memory.refusals_by_code)
         yield CounterMetricFamily("agentctl_hub_events_applied", "Evidence events applied", value=hub.events_applied)
         retention = hub.retention  # measured by its rounds, never on a scrape
         yield gauge("agentctl_hub_database_bytes", "The hub database's size", retention.size_bytes)
@@ -87,7 +90,7 @@ class HubCollector(Collector):
         yield gauge("agentctl_hub_oldest_session_contact_timestamp_seconds", "Last contact of the oldest session "
                     "kept, Unix time (0: no session)", oldest.timestamp() if oldest is not None else 0)
         yield CounterMetricFamily("agentctl_hub_store_errors", "Failed database writes (each retried)",
-                                  value=hub.store_errors)
+                                  value=hub.memory.store_errors)
 
 
 def hub_registry(hub: Hub) -> CollectorRegistry:

@@ -31,8 +31,8 @@ from agentctl.hub.state import SessionState
 
 if TYPE_CHECKING:  # pragma: no cover
     from agentctl.evidence.contract.report import Identity
-    from agentctl.hub.hub import Hub
     from agentctl.hub.hub_conn import HubConnection
+    from agentctl.hub.memory import HubMemory
 
 log = logging.getLogger("agentctl.hub")
 
@@ -63,11 +63,12 @@ def parse_retention(text: str) -> timedelta | None:
 
 
 class Retention:
-    """Started by the hub after its stores and hydration, stopped before its last flush."""
+    """Started by the hub after its stores and hydration, stopped before its last flush. Works on the hub's
+    memory: prunes what it does not hold, and takes its turn on the store with the flush."""
 
-    def __init__(self, hub: Hub, period: timedelta | None, *, interval: float = PRUNE_INTERVAL,
+    def __init__(self, memory: HubMemory, period: timedelta | None, *, interval: float = PRUNE_INTERVAL,
                  batch: int = PRUNE_BATCH) -> None:
-        self.hub = hub
+        self.memory = memory
         self.period = period
         self.interval = interval
         self.batch = batch
@@ -106,11 +107,11 @@ class Retention:
     async def backfill(self) -> int:
         """List the executions written before hub schema 4 (a history, no listing), a batch per transaction and
         never beside a flush, so an upgraded database's page shows each session's attempt; how many were listed."""
-        hub = self.hub
+        memory = self.memory
         total = 0
-        while hub.store is not None:
-            async with hub._flush_lock:
-                store = hub.store
+        while memory.store is not None:
+            async with memory.flush_lock:
+                store = memory.store
                 if store is None:
                     break
                 done = await asyncio.to_thread(store.backfill_listings, self.batch)
@@ -123,31 +124,34 @@ class Retention:
         return total
 
     async def measure(self) -> None:
-        reader = self.hub._reader
+        reader = self.memory.reader
         if reader is not None:
             self.size_bytes, self.oldest_contact_at = await asyncio.to_thread(reader.footprint)
 
     async def count_sessions(self) -> None:
         """Count the stored sessions (by state, needing attention, connected) after a flush, in a worker thread:
         one grouped query, run by each /metrics scrape, never on the loop. Raises HubStoreError."""
-        await self.hub.flush()
-        reader = self.hub._reader
+        await self.memory.flush()
+        reader = self.memory.reader
         if reader is not None:
             self.counts = await asyncio.to_thread(reader.counts)
 
     async def prune(self) -> int:
         """Prune every session due, a batch per transaction; how many went."""
-        hub = self.hub
+        memory = self.memory
         if self.period is None:
             return 0
         total = 0
-        while hub.store is not None:
-            now = hub._clock()
-            async with hub._flush_lock:  # never beside a flush: one user of the store at a time
-                store = hub.store
+        while memory.store is not None:
+            now = memory.clock()
+            async with memory.flush_lock:  # never beside a flush: one user of the store at a time
+                store = memory.store
                 if store is None:
                     break
-                ids = await asyncio.to_thread(store.prune, now - self.period, self._busy(), self.batch, now)
+                # Held: a connection this hub follows, or changes not yet written. A superseded daemon's
+                # connection does not hold its session: it is closed when the session is pruned (`forget`).
+                held = memory.busy(followed_only=True)
+                ids = await asyncio.to_thread(store.prune, now - self.period, held, self.batch, now)
             for session_id in ids:
                 self.forget(session_id)
             total += len(ids)
@@ -159,45 +163,38 @@ class Retention:
             log.info("retention: pruned %d session(s) last in contact over %s ago", total, self.period)
         return total
 
-    def _busy(self) -> set[str]:
-        """Sessions this hub holds: a connection it follows, or changes not yet written. A superseded daemon's
-        connection does not hold its session: it is closed when the session is pruned (`forget`)."""
-        hub = self.hub
-        busy = {c.session.session_id for c in hub._conns if c.session is not None and c.standing == "current"}
-        return busy | hub._dirty_sessions | {sid for sid, _ in hub._dirty_executions}
-
     def forget(self, session_id: str) -> None:
         """The database no longer holds the session: drop it from memory, unless it became busy meanwhile (a
         hello raced the prune), in which case all of it is written again at the next flush."""
-        hub = self.hub
-        session = hub.sessions.get(session_id)
-        if session is not None and session_id in self._busy():
+        memory = self.memory
+        session = memory.sessions.get(session_id)
+        if session is not None and session_id in memory.busy(followed_only=True):
             for execution in session.executions.values():
-                hub._mark(session, execution, history=True)
+                memory.mark(session, execution, history=True)
             return
-        hub.sessions.pop(session_id, None)
+        memory.sessions.pop(session_id, None)
         gone = rules.after_prune(False, session_live=False)  # what its superseded daemons' next hello meets
-        for conn in [c for c in hub._conns if c.session is session and session is not None]:
+        for conn in [c for c in memory.conns if c.session is session and session is not None]:
             assert gone is not None
-            hub._refuse(conn, gone.code, gone.message)  # its frames could not be kept anyway
-        hub._changed(session_id)
+            memory.refuse(conn, gone.code, gone.message)  # its frames could not be kept anyway
+        memory.changed(session_id)
 
     def fence(self, conn: HubConnection, session: SessionState | None, ident: Identity) -> None:
         """A hello of an execution the hub does not hold: refused when its tombstone says it may not be current
-        again (raises Refused through the hub), else nothing."""
-        hub = self.hub
+        again (raises Refused through the hub's memory), else nothing."""
+        memory = self.memory
         if session is not None and ident.execution_id in session.executions:
             return
-        reader = hub._reader
+        reader = memory.reader
         if reader is None:
             return
         try:
             was_current = reader.tombstone(ident.session_id, ident.execution_id)  # one indexed row
         except HubStoreError:
-            hub._fatal(conn, rules.Refusal("unavailable", "the hub cannot read this session's stored state; "
+            memory.fatal(conn, rules.Refusal("unavailable", "the hub cannot read this session's stored state; "
                                                           "try again"))
         refusal = rules.after_prune(was_current, session_live=session is not None)
         if refusal is not None:
             log.info("session %s: refused a hello of pruned execution %s (stale)", ident.session_id,
                      ident.execution_id)
-            hub._fatal(conn, refusal)
+            memory.fatal(conn, refusal)

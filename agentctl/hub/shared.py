@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from agentctl.dsn import PostgresDsn
 from agentctl.hub import rules
 from agentctl.hub.hub_conn import HubConnection, notice_line
-from agentctl.hub.hub_store import HubStoreError, SessionStore, SharedStore
+from agentctl.hub.hub_store import HubStoreError, SharedStore
 from agentctl.hub.state import SessionState
 from agentctl.listener_guard import GuardedProtocol
 from agentctl.upstream import protocol as P
@@ -30,7 +30,8 @@ from agentctl.hub.pg_store import CHANNEL, PgHubStore, PrunedExecution, hub_tag,
 from agentctl.postgres import PostgresUnavailable, connect_async, describe_error, driver
 
 if TYPE_CHECKING:  # pragma: no cover
-    from agentctl.hub.hub import Hub
+    from agentctl.hub.memory import HubMemory
+    from agentctl.hub.retention import Retention
 
 log = logging.getLogger("agentctl.hub")
 
@@ -41,11 +42,15 @@ BACKOFF_MAX = 5.0
 
 
 class SharedView:
-    """Started by the hub after its stores, stopped before they close."""
+    """Started by the hub after its stores, stopped before they close. Works on the hub's memory (sessions,
+    connections, dirty rows) and has its retention forget a session pruned by another hub."""
 
-    def __init__(self, hub: Hub, dsn: PostgresDsn, store: SessionStore | None, reader: SessionStore | None) -> None:
-        self.hub = hub
+    def __init__(self, memory: HubMemory, retention: Retention, hub_id: str, dsn: PostgresDsn) -> None:
+        self.memory = memory
+        self.retention = retention
+        self.hub_id = hub_id
         self.dsn = dsn
+        store, reader = memory.store, memory.reader
         assert isinstance(store, PgHubStore) and isinstance(reader, PgHubStore), "a shared view is PostgreSQL's only"
         self._store: SharedStore = store  # the hub's writable store
         self._reader: SharedStore = reader  # its reader: rereads never wait behind a flush
@@ -91,38 +96,32 @@ class SharedView:
     async def claim(self, conn: HubConnection, hello: P.HelloFrame) -> SessionState:
         """The database's decision on a hello (agentctl.hub.pg_store); a database that cannot answer refuses
         the connection as `unavailable`: the daemon keeps buffering and reconnects with backoff."""
-        hub = self.hub
+        memory = self.memory
         # Claims queue when a fleet reconnects: busy meanwhile, or the guard's hello deadline closes a daemon
         # for the database's wait, and it reconnects into the same queue.
         protocol = conn.writer.transport.get_protocol()
         guarded = protocol if isinstance(protocol, GuardedProtocol) else None
         busy = guarded is not None and guarded.request_started()
         try:
-            return await asyncio.to_thread(self._store.claim, hello.identity, hello.daemon_version, hub._clock())
+            return await asyncio.to_thread(self._store.claim, hello.identity, hello.daemon_version, memory.clock())
         except PrunedExecution as exc:  # retention's tombstone: this execution may not be current again
-            hub._fatal(conn, exc.refusal)
+            memory.fatal(conn, exc.refusal)
         except HubStoreError as exc:
             log.warning("hello from %s not taken: %s", hello.identity.session_id, exc)
-            hub._fatal(conn, rules.Refusal("unavailable", "the hub's database is unavailable; reconnect later"))
+            memory.fatal(conn, rules.Refusal("unavailable", "the hub's database is unavailable; reconnect later"))
         finally:
             if busy and guarded is not None:
                 guarded.request_finished()
 
-    def _local(self, session: SessionState) -> set[str]:
-        """The session's executions this hub holds: a connection here, or changes not yet written."""
-        hub = self.hub
-        held = {c.identity.execution_id for c in hub._conns if c.session is session and c.identity is not None}
-        return held | {eid for sid, eid in hub._dirty_executions if sid == session.session_id}
-
     def take_stored(self, stored: SessionState) -> SessionState:
         """The database's view of a session into memory; this hub's connections it fences are told so."""
-        hub = self.hub
+        memory = self.memory
         sid = stored.session_id
-        session = hub.sessions.get(sid)
+        session = memory.sessions.get(sid)
         if session is None:
-            hub.sessions[sid] = stored
+            memory.sessions[sid] = stored
             return stored
-        synced = rules.sync(session, stored, hub._links(session), self._local(session))
+        synced = rules.sync(session, stored, memory.links(session), memory.held_executions(session))
         if synced.now_current:
             log.info("session %s: execution %s is now current (through another hub)", sid, session.current_execution_id)
         for other, notice in synced.told:
@@ -138,7 +137,6 @@ class SharedView:
 
     async def refresh_many(self, session_ids: list[str]) -> None:
         """Reread these sessions in one read (indexed, no scan) and take the database's view of each."""
-        hub = self.hub
         if not session_ids:
             return
         try:
@@ -150,27 +148,23 @@ class SharedView:
             self._take(session_id, stored[session_id])
 
     def _take(self, session_id: str, stored: SessionState | None) -> None:
-        hub = self.hub
         if stored is None:  # pruned (by this hub or another): gone from memory too, unless held here
-            hub.retention.forget(session_id)
+            self.retention.forget(session_id)
             return
-        if session_id in hub.sessions:
+        if session_id in self.memory.sessions:
             self.take_stored(stored)
-        hub._changed(session_id)  # one not in memory: the page reads its listing from the database
+        self.memory.changed(session_id)  # one not in memory: the page reads its listing from the database
 
     async def resync(self) -> None:
         """Notifications were lost: reread every session in memory once (the others are read from the database
         when asked for), and tell the page that any session may have changed."""
-        hub = self.hub
-        await self.refresh_many(sorted(hub.sessions))
-        hub._changed("")
+        await self.refresh_many(sorted(self.memory.sessions))
+        self.memory.changed("")
 
     async def check_fences(self) -> None:
         """Each session with a followed daemon here still current in the database? (A bound on a fence's delay
         that does not rest on notifications.)"""
-        hub = self.hub
-        followed = {c.session.session_id: c.session.current_execution_id for c in hub._conns
-                    if c.session is not None and c.standing == "current"}
+        followed = self.memory.followed()
         if not followed:
             return
         try:
@@ -183,18 +177,17 @@ class SharedView:
 
     async def check_departed(self) -> None:
         """Clear the flags of hubs gone from the database (seen before, missing at two checks in a row)."""
-        hub = self.hub
         try:
             live = await asyncio.to_thread(self._reader.live_hubs)
         except HubStoreError:
             return
-        live.discard(hub_tag(hub.hub_id))
+        live.discard(hub_tag(self.hub_id))
         missing = self._seen - live
         departed = missing & self._missing
         self._missing, self._seen = missing - departed, (self._seen - departed) | live
         if not departed:
             return
-        if hub.store is None:  # read after the await: a stop may have closed it since
+        if self.memory.store is None:  # read after the await: a stop may have closed it since
             return
         try:
             changed = await asyncio.to_thread(self._store.clear_departed, sorted(departed))
@@ -207,13 +200,6 @@ class SharedView:
         for session_id in changed:
             await self.refresh(session_id)
 
-    def _rewrite_own_flags(self) -> None:
-        """This hub's daemons' rows written again at the next flush (their `connected` flags included)."""
-        hub = self.hub
-        for conn in list(hub._conns):
-            if conn.session is not None and conn.execution is not None:
-                hub._mark(conn.session, conn.execution, history=False)
-
     async def _listen_loop(self) -> None:
         psycopg = driver()
         backoff = BACKOFF_INITIAL
@@ -224,12 +210,12 @@ class SharedView:
                 async with conn:
                     if gap:
                         log.info("hub database notifications resumed; rereading every session")
-                        self._rewrite_own_flags()
+                        self.memory.remark_connections()  # this hub's daemons' `connected` flags
                         await self.resync()
                     self.listening, backoff, gap = True, BACKOFF_INITIAL, False
                     async for notice in conn.notifies():
                         parsed = parse_notice(notice.payload)
-                        if parsed is not None and parsed[0] != self.hub.hub_id:
+                        if parsed is not None and parsed[0] != self.hub_id:
                             self._pending.add(parsed[1])
                             self._wake.set()
             except (PostgresUnavailable, HubStoreError) as exc:
@@ -241,7 +227,7 @@ class SharedView:
             backoff = min(backoff * 2, BACKOFF_MAX)
 
     async def _listening_connection(self) -> Any:
-        conn = await connect_async(self.dsn, application_name=hub_tag(self.hub.hub_id))
+        conn = await connect_async(self.dsn, application_name=hub_tag(self.hub_id))
         try:
             await conn.execute(f"LISTEN {CHANNEL}")
         except BaseException:

@@ -110,6 +110,8 @@ def attempt_view(attempt: Attempt | None, agent: AgentState | None = None) -> di
         "times": " · ".join(times),
         "session_error": error_line,
         "notices": notice_lines(attempt.notices, attempt.notice_count),
+        # The required-server gate's reading, beside the rows (a policy result: a note, never a row's colour).
+        "required": [f"{s.name}: {s.policy}" for s in attempt.required.servers] if attempt.required else [],
         "dropped": f"{plural(attempt.dropped_events, 'older event')} dropped (64 are kept)"
         if attempt.dropped_events else None,
         "servers": [server_view(row, attempt, agent) for row in attempt.servers],

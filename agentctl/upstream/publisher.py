@@ -305,11 +305,12 @@ class Publisher:
             self._wake.set()
 
     def _shape(self) -> tuple[Any, ...]:
-        """What changes without an evidence event and is sent at once: attempts, their notices and endpoint tests."""
+        """What changes without an evidence event and is sent at once: attempts, their notices, the required-server
+        gate's reading (its time changes only with it) and endpoint tests."""
         history = self.ledger.history
         attempts = ([history.current] if history.current else []) + list(history.previous)
         return (
-            tuple((a.attempt_id, a.superseded_at, a.notice_count) for a in attempts),
+            tuple((a.attempt_id, a.superseded_at, a.notice_count, a.required and a.required.judged_at) for a in attempts),
             tuple((a.attempt_id, r.name, r.endpoint_test.tested_at) for a in attempts for r in a.servers if r.endpoint_test),
         )
 

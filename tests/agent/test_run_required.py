@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
+
 from agentctl.daemon.app import Daemon
 from agentctl.daemon.run import run_main_job
 from agentctl.exit_codes import EXIT_FAILED as EXIT_AGENT_FAILED, EXIT_NOT_ATTACHED, EXIT_OK
@@ -54,6 +56,10 @@ async def test_a_lazy_agent_with_a_required_builtin_server_times_out_gets_no_pro
     row = next(r for r in _persisted(text).current.servers if r.name == "kandev")
     assert (row.status, row.initialize_observed_at, row.tool_calls) == ("delivered", None, 0)
     assert took < 30, f"the gate held {took:.1f} s for a 1.5 s timeout"
+    # The persisted report keeps the gate's reading on the attempt, beside the row it read (still delivered).
+    gate = _persisted(text).current.required
+    assert (gate.state, gate.timeout, [(s.name, s.state, s.policy) for s in gate.servers]) == (
+        "blocked", 1.5, [("kandev", "not_attached", "required, not attached after 1.5 s")])
 
 
 async def test_an_eager_agent_with_a_required_builtin_server_gets_the_prompt_at_once(tmp_path, short_tmp):
@@ -65,6 +71,8 @@ async def test_an_eager_agent_with_a_required_builtin_server_gets_the_prompt_at_
     assert lines[gate + 1] == "prompt sent" and "  waiting     for kandev" not in text
     row = next(r for r in _persisted(text).current.servers if r.name == "kandev")
     assert row.tool_calls >= 1, "the prompt's turn called the built-in server"
+    gate = _persisted(text).current.required
+    assert (gate.state, [(s.name, s.state) for s in gate.servers]) == ("open", [("kandev", "attached")])
 
 
 async def test_a_third_party_server_the_agent_reports_failed_blocks_the_prompt_at_once_naming_its_reporter(
@@ -79,6 +87,9 @@ async def test_a_third_party_server_the_agent_reports_failed_blocks_the_prompt_a
     assert took < 30, f"a reported failure blocks at once, not after the 60 s timeout ({took:.1f} s)"
     row = next(r for r in _persisted(text).current.servers if r.name == "docs")
     assert (row.status, row.reported.state) == ("failed", "failed")
+    gate = _persisted(text).current.required
+    assert (gate.state, gate.servers[0].policy) == ("blocked", "required, failed")
+    assert "CANARY" not in msgspec.json.encode(gate).decode(), "the reading keeps no word of the agent's"
 
 
 async def test_the_same_replayed_agent_reporting_the_server_connected_gets_its_prompt(tmp_path, short_tmp):

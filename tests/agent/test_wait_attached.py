@@ -58,6 +58,14 @@ def test_wait_attached_exits_with_the_gates_code_when_a_lazy_agent_leaves_the_bu
     assert set(health["required"]) == {"state", "timeout", "waited"}
     row = json.loads(cli(daemon.socket, "status", "--json").stdout)["current"]["servers"][0]
     assert (row["name"], row["status"]) == ("kandev", "delivered")
+    # The report keeps the reading on the attempt (what the hub lists): the daemon writes it at the deadline.
+    deadline = time.monotonic() + 20
+    while (kept := json.loads(cli(daemon.socket, "status", "--json").stdout)["current"].get("required")) is None \
+            or kept["state"] != "blocked":
+        assert time.monotonic() < deadline, f"the report never kept the blocked reading: {kept}"
+        time.sleep(0.1)
+    assert [(s["name"], s["state"], s["policy"]) for s in kept["servers"]] == [
+        ("kandev", "not_attached", "required, not attached after 1 s")]
     shown = cli(daemon.socket, "status").stdout
     assert "delivered · connection unverified" in shown  # the row says what the evidence says ...
     assert "  required   kandev: required, not attached after 1 s" in shown  # ... and the gate's reading beside it

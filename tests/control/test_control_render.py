@@ -262,6 +262,25 @@ def test_report_shows_previous_attempts() -> None:
     assert max(len(line) for line in out.splitlines()) <= 80
 
 
+def test_a_report_shows_each_attempts_kept_gate_reading_beside_its_rows_in_grey_never_as_a_row() -> None:
+    body = status_dict(rows=[ROWS[2]])
+    blocked = {"state": "blocked", "timeout": 30.0, "judged_at": T0, "servers": [
+        {"name": "kandev-new", "state": "not_attached", "policy": "required, not attached after 30 s"}]}
+    previous = dict(body["current"], attempt_id="att_old", superseded_at=T0, servers=[ROWS[2]], required=blocked)
+    current = dict(body["current"], required=dict(blocked, state="waiting", servers=[
+        {"name": "kandev-new", "state": "waiting", "policy": "required, waiting"}]))
+    history = {"version": 3, "identity": body["identity"], "updated_at": T0, "current": current,
+               "previous": [previous]}
+    out = render_report(msgspec.convert(history, AttachmentHistory), color=True)
+    plain = ANSI.sub("", out)
+    assert plain.count("  required   kandev-new: required, waiting") == 1
+    previous_part = plain.split("Previous attempt att_old", 1)[1]
+    assert "  required   kandev-new: required, not attached after 30 s" in previous_part
+    line = next(x for x in out.splitlines() if "not attached after 30 s" in x)
+    assert line.startswith(GREY) and RED not in line, "a policy reading beside the evidence, never a red row"
+    assert display_label(msgspec.convert(ROWS[2], ServerRow)) in plain  # the row still says its own evidence
+
+
 def _health(**fields) -> HealthResponse:
     return HealthResponse(**{"live": True, "ready": False, "stopping": False, "checks": {}, **fields})
 

@@ -5,7 +5,9 @@ or id ever appears."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import AsyncIterator
 
 import aiohttp
 import httpx2
@@ -128,20 +130,50 @@ async def test_daemon_and_hub_metrics_move_with_traffic_and_never_carry_a_token_
         await hub.stop()
 
 
-async def test_metrics_need_no_token_but_the_hub_page_still_refuses_a_foreign_host_name(short_dir):
-    hub = Hub(short_dir / "hub.sock", short_dir / "hub.sqlite3")
+@contextlib.asynccontextmanager
+async def _hub_page(d) -> AsyncIterator[tuple[Hub, HubWeb]]:
+    """A hub on a real SQLite file with its page (and /metrics), stopped after."""
+    hub = Hub(d / "hub.sock", d / "hub.sqlite3")
     await hub.start()
     page = HubWeb(hub, token="page-token")
     await page.start()
     try:
-        async with aiohttp.ClientSession() as http:
-            async with http.get(f"{page.url}metrics", headers={"Host": "attacker.example"}) as response:
-                assert response.status == 421
-            async with http.get(f"{page.url}api/status") as response:
-                assert response.status == 401, "the page's API still needs its token"
+        yield hub, page
     finally:
         await page.stop()
         await hub.stop()
+
+
+async def test_metrics_need_no_token_but_the_hub_page_still_refuses_a_foreign_host_name(short_dir):
+    async with _hub_page(short_dir) as (_, page), aiohttp.ClientSession() as http:
+        async with http.get(f"{page.url}metrics", headers={"Host": "attacker.example"}) as response:
+            assert response.status == 421
+        async with http.get(f"{page.url}api/status") as response:
+            assert response.status == 401, "the page's API still needs its token"
+
+
+async def test_the_hubs_metrics_count_sessions_blocked_on_a_required_server_as_the_pages_filter_finds_them(short_dir):
+    from datetime import UTC, datetime
+
+    from agentctl.hub.stores import open_store
+    from tests.hub.test_listing import write_session
+
+    store = open_store(short_dir / "hub.sqlite3")  # the sessions a hub finds in its database when it starts
+    try:
+        for sid, statuses, gate in (("s-blocked", ["delivered"], "blocked"), ("s-failed", ["failed"], "blocked"),
+                                    ("s-open", ["active"], "open"), ("s-waiting", ["delivered"], "waiting"),
+                                    ("s-none", ["delivered"], None)):
+            # Contact now: the hub's retention keeps them (it prunes sessions by their last contact).
+            write_session(store, sid, statuses, gate=gate, contact=datetime.now(UTC))
+    finally:
+        store.close()
+    async with _hub_page(short_dir) as (_, page), aiohttp.ClientSession() as http:
+        text, samples = await _scrape(http, f"{page.url}metrics")
+    assert _value(samples, "agentctl_hub_sessions_blocked_on_required") == 2
+    assert _value(samples, "agentctl_hub_sessions") == 5
+    # Not "needs attention" by itself: only the session whose row failed is.
+    assert _value(samples, "agentctl_hub_sessions_needing_attention") == 1
+    assert "s-blocked" not in text and "kandev" not in text and "srv0" not in text  # counts, never names
 
 
 def test_attempts_agent_restarts_supersessions_and_evidence_kinds_are_counted_from_the_ledger_by_one_collector():

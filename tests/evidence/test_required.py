@@ -4,8 +4,22 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from agentctl.evidence.contract.report import AgentReport, Attempt, ServerRow
-from agentctl.evidence.required import gate_lines, judge, required_names
+import msgspec
+import pytest
+
+from agentctl.evidence.contract.control import AttachedGate, RequiredServer
+from agentctl.evidence.contract.report import (
+    MAX_REQUIRED_SERVERS,
+    AgentReport,
+    Attempt,
+    Identity,
+    RequiredGate,
+    RequiredReading,
+    ServerRow,
+    decode_history,
+)
+from agentctl.evidence.ledger import Ledger
+from agentctl.evidence.required import gate_lines, judge, reading, reading_line, required_names, same_reading
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -118,3 +132,48 @@ def test_a_third_party_server_of_a_run_that_reports_nothing_blocks_at_once_sayin
     assert docs.evidence == f"delivered · connection unverified; {why}"
     observed = judge(_attempt(_docs("connected")), ["docs"], builtin_name="kandev", timeout=30, now=T0, no_report=why)
     assert observed.state == "open", "an observation still proves it"
+
+
+def test_the_reading_the_report_keeps_has_each_servers_state_and_policy_and_none_of_the_evidence_words():
+    failed = _docs("failed", status_source="reported", reported=_report("failed", "CANARY-summary"),
+                   summary="CANARY-summary")
+    gate = _judge(_attempt(_builtin(), failed), required=("kandev", "docs"), after=31)
+    kept = reading(gate, T0)
+    assert (kept.state, kept.timeout, kept.judged_at) == ("blocked", 30.0, T0)
+    assert [(s.name, s.state, s.policy) for s in kept.servers] == [
+        ("kandev", "not_attached", "required, not attached after 30 s"), ("docs", "failed", "required, failed")]
+    assert b"CANARY" not in msgspec.json.encode(kept), "the row beside it is the evidence, not the reading"
+    assert reading_line(kept) == "blocked: kandev required, not attached after 30 s; docs required, failed"
+
+
+def test_a_reading_is_the_same_whatever_its_time_and_differs_once_a_server_does():
+    waiting = reading(_judge(_attempt(_builtin()), after=1), T0)
+    later = reading(_judge(_attempt(_builtin()), after=2), T0 + timedelta(seconds=1))
+    assert same_reading(waiting, later) and not same_reading(None, later)
+    assert not same_reading(waiting, reading(_judge(_attempt(_builtin("active"))), T0))
+
+
+def test_the_kept_reading_is_bounded_in_the_contract_and_a_reader_refuses_more_servers():
+    many = [RequiredReading(name=f"s{i}", state="waiting", policy="required, waiting")
+            for i in range(MAX_REQUIRED_SERVERS + 1)]
+    gate = reading(AttachedGate(state="waiting", timeout=1.0, servers=[
+        RequiredServer(name=r.name, state=r.state, evidence="delivered", policy=r.policy) for r in many]), T0)
+    assert len(gate.servers) == MAX_REQUIRED_SERVERS
+    over = msgspec.json.encode(RequiredGate(state="waiting", timeout=1.0, judged_at=T0, servers=many))
+    with pytest.raises(msgspec.ValidationError, match=r"servers"):
+        msgspec.json.decode(over, type=RequiredGate)
+
+
+def test_the_ledger_keeps_a_changed_reading_on_its_attempt_and_tells_its_listeners_only_then():
+    ledger = Ledger(Identity(task_id="t", session_id="s", execution_id="e", instance_id="i", agent_id="a",
+                             agent_profile_id="p"), clock=lambda: T0)
+    attempt_id, _ = ledger.begin_attempt("session_new")
+    heard: list[object] = []
+    ledger.subscribe(heard.append)
+    gate = reading(_judge(_attempt(_builtin())), T0)
+    assert ledger.set_required(attempt_id, gate) and heard == [None]
+    assert not ledger.set_required(attempt_id, msgspec.structs.replace(gate, judged_at=T0 + timedelta(seconds=5)))
+    assert heard == [None] and ledger.history.current.required.judged_at == T0
+    assert not ledger.set_required("att-gone", gate), "an attempt no longer kept takes no reading"
+    decoded = decode_history(msgspec.json.encode(ledger.history))
+    assert decoded.version == 3 and decoded.current.required == gate

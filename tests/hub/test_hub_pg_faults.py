@@ -60,10 +60,10 @@ async def test_postgresql_restarted_mid_ingest_loses_nothing_and_readyz_says_una
         await eventually(lambda: a.database_problem() is not None, timeout=20, what="hub A to see the database gone")
         code, body = await _readyz(page)
         assert code == 503 and body["checks"]["database"]["detail"].startswith("database unavailable")
-        refused = b.protocol_errors
+        refused = b.memory.protocol_errors
         late.start()  # a hello while the database is down is refused; the publisher keeps buffering
         late_ctx.ledger.begin_attempt("session_new", SEEDS)
-        await eventually(lambda: b.protocol_errors > refused, timeout=20, what="hub B to refuse the hello")
+        await eventually(lambda: b.memory.protocol_errors > refused, timeout=20, what="hub B to refuse the hello")
 
         await asyncio.to_thread(pg_server.start)
         await eventually(lambda: _stored(pg_db, "session-1") == encode(ctx.ledger.history), timeout=30,

@@ -11,7 +11,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agentctl.evidence.contract.base import encode
-from agentctl.evidence.contract.report import AgentState, Attempt, AttachmentHistory, ErrorSummary, ServerRow
+from agentctl.evidence.contract.report import (
+    AgentState,
+    Attempt,
+    AttachmentHistory,
+    ErrorSummary,
+    RequiredGate,
+    RequiredReading,
+    ServerRow,
+)
 from agentctl.hub.hub_store import ExecutionRecord, SessionRecord
 from agentctl.hub.listing import MAX_LIMIT, PageQuery, PageQueryError, parse_query
 from agentctl.hub.state import ExecutionState
@@ -20,22 +28,27 @@ from tests.upstream.support import identity
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
 
-def _history(sid: str, statuses: list[str], *, error: bool = False, agent: str = "ref-agent") -> AttachmentHistory:
+def _history(sid: str, statuses: list[str], *, error: bool = False, agent: str = "ref-agent",
+             gate: str | None = None) -> AttachmentHistory:
     ident = identity(session=sid, execution="e-1")
+    required = None if gate is None else RequiredGate(state=gate, timeout=30.0, judged_at=T0, servers=[
+        RequiredReading(name="srv0", state="not_attached" if gate == "blocked" else "attached",
+                        policy="required, not attached after 30 s" if gate == "blocked" else "required, attached")])
     attempt = Attempt(attempt_id="a-1", task_id=ident.task_id, session_id=sid, execution_id="e-1",
                       instance_id=ident.instance_id, started_at=T0, updated_at=T0,
                       servers=[ServerRow(name=f"srv{i}", status=s) for i, s in enumerate(statuses)],
-                      session_error=ErrorSummary(reason_code="session_rejected") if error else None)
-    return AttachmentHistory(version=1, identity=ident, updated_at=T0, current=attempt,
+                      session_error=ErrorSummary(reason_code="session_rejected") if error else None,
+                      required=required)
+    return AttachmentHistory(version=1 if gate is None else 3, identity=ident, updated_at=T0, current=attempt,
                              agent=AgentState(protocol="acp", state="running", name=agent, version="1.2"))
 
 
 def write_session(store, sid: str, statuses: list[str], *, connected: bool = False, contact: datetime = T0,
-           error: bool = False, agent: str = "ref-agent", history: bool = True) -> None:
+           error: bool = False, agent: str = "ref-agent", history: bool = True, gate: str | None = None) -> None:
     ident = identity(session=sid, execution="e-1")
     state = ExecutionState(identity=ident, daemon_version="0.1.0", hello_order=1, first_hello_at=T0,
                            last_contact_at=contact, connected=connected)
-    blob = encode(_history(sid, statuses, error=error, agent=agent)) if history else None
+    blob = encode(_history(sid, statuses, error=error, agent=agent, gate=gate)) if history else None
     store.write([SessionRecord(sid, ident.task_id, "e-1", 0, contact)], [ExecutionRecord.of(sid, state, blob)])
 
 
@@ -90,6 +103,25 @@ def test_the_state_filter_and_the_search_run_in_the_database_with_wildcards_take
     assert _ids(store, words=("s-4",)) == ["s-4"]
     assert sorted(_ids(store, words=("task-1",))) == ["s-1", "s-2", "s-3", "s-4"]
     assert _ids(store, filter="connected", words=("codex",)) == []
+
+
+def test_the_blocked_filter_finds_exactly_the_sessions_the_required_server_gate_blocked_and_counts_them(open_db):
+    store = open_db()
+    write_session(store, "s-blocked", ["delivered"], gate="blocked")
+    write_session(store, "s-open", ["active"], gate="open")
+    write_session(store, "s-waiting", ["delivered"], gate="waiting")
+    write_session(store, "s-none", ["delivered"])
+    write_session(store, "s-failed-blocked", ["failed"], gate="blocked", connected=True)
+    assert sorted(_ids(store, filter="blocked")) == ["s-blocked", "s-failed-blocked"]
+    # A policy result beside the evidence: not "needs attention" by itself, and the row keeps its own state.
+    assert _ids(store, filter="attention") == ["s-failed-blocked"]
+    assert sorted(_ids(store, filter="delivered")) == ["s-blocked", "s-none", "s-waiting"]
+    counts = store.counts()
+    assert (counts.blocked, counts.total, counts.by_state) == (2, 5, {"delivered": 3, "active": 1, "failed": 1})
+    listing = store.page(PageQuery(words=("s-blocked",))).sessions[0]
+    assert listing.current_attempt.required.servers[0].policy == "required, not attached after 30 s"
+    write_session(store, "s-blocked", ["active"], gate="open")  # a new history lists it anew
+    assert _ids(store, filter="blocked") == ["s-failed-blocked"] and store.counts().blocked == 1
 
 
 def test_a_page_is_bounded_and_windows_cover_the_list_once(open_db):

@@ -116,11 +116,11 @@ def _listed(hub: Hub, session: str) -> str | None:
 
 async def _flushed(hub: Hub) -> None:
     await hub.flush()
-    await eventually(lambda: not (hub._dirty_sessions or hub._dirty_executions), what="the hub's flush")
+    await eventually(lambda: not (hub.memory.dirty_sessions or hub.memory.dirty_executions), what="the hub's flush")
 
 
 async def _current_in_db(hub: Hub, session: str) -> str | None:
-    stored = await asyncio.to_thread(hub._reader.load_session, session)
+    stored = await asyncio.to_thread(hub.memory.reader.load_session, session)
     return stored.current_execution_id if stored is not None else None
 
 
@@ -183,13 +183,13 @@ async def test_a_session_pruned_while_its_daemon_said_hello_is_written_again_who
     clock.now = T0 + MONTH + timedelta(days=1)
     # The race, in its worst order: the prune's transaction commits, then a hello lands before the hub drops the
     # session from memory (Retention.prune does these two on either side of its worker thread).
-    async with hub._flush_lock:
-        assert await asyncio.to_thread(hub.store.prune, T0 + MONTH, set(), 10, clock.now) == ["raced"]
+    async with hub.memory.flush_lock:
+        assert await asyncio.to_thread(hub.memory.store.prune, T0 + MONTH, set(), 10, clock.now) == ["raced"]
     back = await _hello(hub, "raced", "exec-2", instance="inst-b")
     await eventually(lambda: hub.connected_daemons == 1, what="the hello taken from memory")
     hub.retention.forget("raced")
     await _flushed(hub)
-    stored = await asyncio.to_thread(hub._reader.load_session, "raced")
+    stored = await asyncio.to_thread(hub.memory.reader.load_session, "raced")
     assert stored is not None and stored.current_execution_id == "exec-2"
     assert sorted(stored.executions) == ["exec-1", "exec-2"]  # whole: the superseded execution too
     await back.close()
@@ -212,13 +212,13 @@ async def test_two_hubs_pruning_one_database_at_once_take_disjoint_batches_and_b
     clock = Clock()
     a, b = hubs = await pg_pair(clock, batch=50)  # many small batches: the two interleave
     sessions, executions = _old_rows(400, T0)
-    await asyncio.to_thread(a.store.write, sessions, executions)
+    await asyncio.to_thread(a.memory.store.write, sessions, executions)
     await b.retention.measure()  # the hub's tables in PostgreSQL, as /metrics shows them
     assert b.retention.oldest_contact_at == T0 and b.retention.size_bytes > 0
     clock.now = T0 + MONTH + timedelta(days=1)
     pruned = await asyncio.gather(a.retention.prune(), b.retention.prune())
     assert sum(pruned) == 400 and all(pruned), pruned  # each session once, both hubs took batches
-    assert await asyncio.to_thread(a.store.max_hello_order) == 0  # every execution row gone
+    assert await asyncio.to_thread(a.memory.store.max_hello_order) == 0  # every execution row gone
     for hub in hubs:  # each hub's memory follows (the other hub's prunes by notification)
         await eventually(lambda hub=hub: not hub.sessions, what="the pruned sessions gone from memory")
     await a.retention.measure()
@@ -235,7 +235,7 @@ async def test_hellos_racing_two_hubs_pruning_never_make_a_superseded_execution_
     a, b = hubs = await pg_pair(clock, batch=10)
     clients: list[RawClient] = []
     try:
-        await asyncio.to_thread(a.store.write, *_old_rows(240, T0))
+        await asyncio.to_thread(a.memory.store.write, *_old_rows(240, T0))
         clock.now = T0 + MONTH + timedelta(days=1)
         late, back, new = range(0, 30), range(30, 60), range(60, 90)
 
@@ -256,7 +256,7 @@ async def test_hellos_racing_two_hubs_pruning_never_make_a_superseded_execution_
         assert set(results[2:2 + len(late)]) == {"stale_execution"}
         for hub in hubs:
             await _flushed(hub)
-        stored = await asyncio.to_thread(a._reader.load)
+        stored = await asyncio.to_thread(a.memory.reader.load)
         for i in late:  # pruned, or still there with exec-2 current: never exec-1
             assert stored.get(f"s{i:05d}") is None or stored[f"s{i:05d}"].current_execution_id == "exec-2"
         for i, execution in [*((i, "exec-2") for i in back), *((i, "exec-3") for i in new)]:
@@ -270,7 +270,7 @@ async def test_hellos_racing_two_hubs_pruning_never_make_a_superseded_execution_
             return await asyncio.gather(a.retention.prune(), b.retention.prune()) == [0, 0]
 
         await eventually(settled, timeout=30, what="every due session pruned")
-        kept = await asyncio.to_thread(a._reader.load)
+        kept = await asyncio.to_thread(a.memory.reader.load)
         assert sorted(kept) == [f"s{i:05d}" for i in (*back, *new)]
     finally:
         for client in clients:
@@ -281,19 +281,19 @@ async def test_pruning_goes_in_batches_and_keeps_sessions_within_the_period(star
     clock = Clock()
     hub = await start_hub("a", clock)
     old, old_executions = _old_rows(1200, T0)
-    await asyncio.to_thread(hub.store.write, old, old_executions)
+    await asyncio.to_thread(hub.memory.store.write, old, old_executions)
     young = [SessionRecord(s.session_id.replace("s", "y"), "task-1", "exec-2", 0, T0 + MONTH) for s in old[:5]]
     young_executions = [ExecutionRecord.of(s.session_id, ExecutionState(
         identity=identity(session=s.session_id, execution="exec-2"), daemon_version="0.1.0", hello_order=1,
         first_hello_at=T0, last_contact_at=T0 + MONTH), None) for s in young]
-    await asyncio.to_thread(hub.store.write, young, young_executions)
+    await asyncio.to_thread(hub.memory.store.write, young, young_executions)
     clock.now = T0 + MONTH + timedelta(hours=1)
     batches: list[int] = []
-    prune = hub.store.prune
-    hub.store.prune = lambda *a: batches.append(len(ids := prune(*a))) or ids  # counts the transactions
+    prune = hub.memory.store.prune
+    hub.memory.store.prune = lambda *a: batches.append(len(ids := prune(*a))) or ids  # counts the transactions
     assert await hub.retention.prune() == 1200
     assert batches == [200] * 6 + [0]  # the hub's PRUNE_BATCH, then one that finds none left
-    size, oldest = await asyncio.to_thread(hub._reader.footprint)
+    size, oldest = await asyncio.to_thread(hub.memory.reader.footprint)
     assert oldest == T0 + MONTH and size > 0
 
 

@@ -12,7 +12,9 @@ from agentctl.evidence.contract.report import (
     AgentState,
     Attempt,
     EndpointTestResult,
+    GateState,
     Identity,
+    RequiredState,
     Source,
 )
 
@@ -52,10 +54,6 @@ class AgentReadiness(msgspec.Struct, kw_only=True, omit_defaults=True):
     exit_code: int | None = None
     exit_signal: int | None = None
     stopped_by_daemon: bool | None = None  # set once the agent has exited
-
-
-RequiredState = Literal["attached", "waiting", "failed", "not_attached"]
-GateState = Literal["open", "waiting", "blocked"]
 
 
 class RequiredServer(Base, kw_only=True):

@@ -24,6 +24,7 @@ from agentctl.evidence.contract.base import Base
 # notices and extension notifications (AgentState.notices_dropped, unknown_ext_notifications); and bounds in
 # the types of every free-text field (Summary, ShortText, Description, ExitReason). A hub built before one
 # of these refused a report with it by an "unknown field" instead of by its version.
+# Also in 3: the required-server gate's reading of an attempt (Attempt.required, RequiredGate).
 # docs/contract.md says when a version is bumped (every added field or value) and what each reader accepts.
 CONTRACT_VERSION = 3
 # Every version this release reads. Every older version is a subset of this one (nothing was removed or
@@ -79,6 +80,10 @@ NOTICE_SEVERITIES: tuple[str, ...] = NoticeSeverity.__args__  # type: ignore[att
 # `<method>:<hex digest>`; CATALOG_HASH_METHOD names the one this version computes.
 CatalogHash = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9]+:[a-z0-9-]+:[0-9a-f]{16,128}$")]
 
+# The required-server gate (agentctl/evidence/required.py): each required server's reading, and the whole gate's.
+RequiredState = Literal["attached", "waiting", "failed", "not_attached"]
+GateState = Literal["open", "waiting", "blocked"]
+
 # The report's bounds (docs/design.md, "Release-safe report"). They live here because they are part of the
 # contract: a consumer may rely on them.
 MAX_ATTEMPTS = 3
@@ -88,6 +93,7 @@ MAX_CATALOG_TOOLS = 128
 MAX_CONNECTIONS_PER_ROW = 8  # legacy connections tracked per row: every open one first, then the newest closed
 MAX_NOTICES_PER_ATTEMPT = 8  # the first ones are kept (a flood cannot push them out); Attempt.notice_count counts all
 MAX_DESCRIPTION_BYTES = 1024
+MAX_REQUIRED_SERVERS = 32  # required servers whose reading an attempt keeps (a spec rarely requires more than 2)
 MAX_SCHEMA_BYTES = 64 * 1024
 MAX_CATALOG_SCHEMA_BYTES = 512 * 1024
 MAX_SHORT_TEXT_BYTES = 128  # an agent's or client's own name or version (sanitize.bounded_text's default)
@@ -304,6 +310,27 @@ class ServerRow(Base, kw_only=True):
     exit_code: int | None = None
 
 
+class RequiredReading(Base, kw_only=True):
+    """One required server as the gate read it: a policy result kept beside the row's evidence (`policy`:
+    `required, not attached after 30 s`), never evidence and never a row status of its own."""
+
+    name: str
+    state: RequiredState
+    policy: Summary
+
+
+class RequiredGate(Base, kw_only=True):
+    """The required-server gate's reading of its attempt (the time counts from the attempt's start, so it
+    belongs to the attempt, and a superseded attempt keeps the reading it ended with): `open` (the prompt may
+    go), `waiting`, `blocked` (a required server failed or was not attached in time: no prompt is sent).
+    `judged_at` is when it last changed. Never a red row by itself: absence is still not failure."""
+
+    state: GateState
+    timeout: float
+    judged_at: datetime
+    servers: Annotated[list[RequiredReading], msgspec.Meta(max_length=MAX_REQUIRED_SERVERS)] = []
+
+
 class Attempt(Base, kw_only=True):
     """One attachment attempt: created before delivery by session/new, session/load, reset or a CLI start."""
 
@@ -327,6 +354,8 @@ class Attempt(Base, kw_only=True):
     # The agent's session notices: the first MAX_NOTICES_PER_ATTEMPT, and how many arrived in all.
     notices: list[AgentNotice] = []
     notice_count: int = 0
+    # The required-server gate's reading of this attempt, when the spec marks a server required.
+    required: RequiredGate | None = None
 
 
 class McpCapabilities(Base, kw_only=True):

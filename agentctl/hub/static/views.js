@@ -32,6 +32,7 @@ function attemptHead(attempt) {
       (attempt.acp_session_id ? ` · ACP session ${attempt.acp_session_id}` : "") }),
     note(attempt.times, "secondary"),
     ...(attempt.notices || []).map((n) => note(n, "secondary")),
+    ...(attempt.required || []).map((r) => note(`required · ${r}`, "secondary required")),
     note(attempt.session_error, "warn"),
     note(attempt.dropped));
 }
@@ -254,5 +255,5 @@ export const FILTERS = [
   ["all", "All sessions"], ["attention", "Needs attention"], ["connected", "Daemon connected"],
   ["disconnected", "Daemon not connected"], ["failed", "With a failed server"], ["delivered", "With a delivered server"],
   ["active", "With an active server"], ["filtered", "With a filtered server"],
-  ["unavailable", "With an unavailable server"],
+  ["unavailable", "With an unavailable server"], ["blocked", "Blocked on a required server"],
 ];
