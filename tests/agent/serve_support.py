@@ -50,6 +50,19 @@ def reference_passthrough(workdir: Path, strategy: str = "claude") -> dict[str, 
             "workdir": str(workdir), "stop_grace": 0.2}
 
 
+def fast_agent_table(fast_agent: str, workdir: Path) -> str:
+    """An [agent] table running a real fast-agent over ACP in `workdir`, with a HOME of its own there."""
+    home = workdir / "home"
+    home.mkdir(exist_ok=True)
+    return f"""
+[agent]
+command = {json.dumps([fast_agent, "acp", "--model", "passthrough"])}
+workdir = "{workdir}"
+session_timeout = 60
+env = {{ HOME = "{home}", NO_COLOR = "1" }}
+"""
+
+
 def closed_port() -> int:
     """A loopback port nobody listens on (bound, then released)."""
     with socket.socket() as s:

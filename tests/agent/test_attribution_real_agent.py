@@ -5,14 +5,13 @@ a word of the same message ("details") does not; the summary keeps the cause, no
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.agent.serve_support import cli, cli_json, closed_port, row, serving, stop_via_cli
+from tests.agent.serve_support import cli, cli_json, closed_port, fast_agent_table, row, serving, stop_via_cli
 from tests.conftest import write_spec
 
 FAST_AGENT = os.environ.get("AGENTCTL_FAST_AGENT")
@@ -24,15 +23,7 @@ STDIO_SERVER = Path(__file__).resolve().parents[1] / "diagnostics" / "fixtures" 
     reason="set AGENTCTL_FAST_AGENT to a fast-agent executable (pip install fast-agent-mcp==0.10.48, Python >= 3.12)",
 )
 def test_fast_agent_refusing_a_session_fails_only_the_server_it_names_as_a_server(tmp_path, short_tmp):
-    home = tmp_path / "home"
-    home.mkdir()
-    extra = f"""
-[agent]
-command = {json.dumps([str(FAST_AGENT), "acp", "--model", "passthrough"])}
-workdir = "{tmp_path}"
-session_timeout = 60
-env = {{ HOME = "{home}", NO_COLOR = "1" }}
-
+    extra = fast_agent_table(str(FAST_AGENT), tmp_path) + f"""
 [[mcp.servers]]
 name = "details"
 type = "stdio"

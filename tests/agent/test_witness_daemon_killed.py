@@ -3,16 +3,19 @@ host's, say) keeps relaying with the attempt's real credential, and none outlive
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 
 from tests.agent.serve_support import agent_pid, cli_json, gone, serving, wait_row
 from tests.agent.witness_support import PY_SERVER, python, stdio_server, witness_agent_spec
-from tests.conftest import poll
+from tests.conftest import ServeProcess, poll
 
 DEADLINE = 8.0  # the shim gives the agent's tree 1 s of SIGTERM, then SIGKILLs it
 
@@ -48,14 +51,19 @@ def _call(proc: subprocess.Popen[bytes], rid: int, method: str, params: dict | N
             return answer
 
 
-def test_sigkill_of_a_real_daemon_leaves_no_witness_or_server_of_its_agent(tmp_path, short_tmp):
+@contextlib.contextmanager
+def _witnessed(tmp_path: Path, sock: Path) -> Iterator[tuple[ServeProcess, int, psutil.Process]]:
+    """A real daemon whose agent's session has the witnessed server active: (daemon, agent pid, witness)."""
     spec = witness_agent_spec(tmp_path, stdio_server("fx", [python(), str(PY_SERVER)]))
-    sock = short_tmp / "k.sock"
     with serving(spec, sock) as daemon:
         assert cli_json(sock, "session", "new")["accepted"]
         wait_row(sock, "fx", "active", timeout=60)
         agent = agent_pid(daemon)
-        witness = _witness_of(agent)
+        yield daemon, agent, _witness_of(agent)
+
+
+def test_sigkill_of_a_real_daemon_leaves_no_witness_or_server_of_its_agent(tmp_path, short_tmp):
+    with _witnessed(tmp_path, short_tmp / "k.sock") as (daemon, agent, witness):
         servers = witness.children()
         assert servers and str(PY_SERVER) in " ".join(servers[0].cmdline())
         daemon.proc.kill()
@@ -66,12 +74,8 @@ def test_sigkill_of_a_real_daemon_leaves_no_witness_or_server_of_its_agent(tmp_p
 
 
 def test_a_witness_held_by_its_own_agent_keeps_relaying_after_the_real_daemon_is_sigkilled(tmp_path, short_tmp):
-    spec = witness_agent_spec(tmp_path, stdio_server("fx", [python(), str(PY_SERVER)]))
-    sock = short_tmp / "h.sock"
-    with serving(spec, sock) as daemon:
-        assert cli_json(sock, "session", "new")["accepted"]
-        wait_row(sock, "fx", "active", timeout=60)
-        credential = _credential(_witness_of(agent_pid(daemon)))
+    with _witnessed(tmp_path, short_tmp / "h.sock") as (daemon, _, witness):
+        credential = _credential(witness)
         # This test is the agent now: its witness reports to the real daemon with the attempt's real token.
         mine = subprocess.Popen([sys.executable, "-m", "agentctl.cli", "mcp-witness", "fx", "--", python(),
                                  str(PY_SERVER)], env={**os.environ, **credential}, stdin=subprocess.PIPE,

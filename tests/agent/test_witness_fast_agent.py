@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests.agent.serve_support import cli, cli_json, row, serving, stop_via_cli, wait_row
+from tests.agent.serve_support import cli, cli_json, fast_agent_table, row, serving, stop_via_cli, wait_row
 from tests.agent.witness_support import CANARY, PY_SERVER, python, stdio_server
 from tests.conftest import write_spec
 
@@ -22,15 +22,7 @@ FAST_AGENT = os.environ.get("AGENTCTL_FAST_AGENT")
 def test_fast_agent_spawns_a_witnessed_stdio_server_and_the_row_reads_active_observed_by_the_witness(
     tmp_path, short_tmp
 ):
-    home = tmp_path / "home"
-    home.mkdir()
-    extra = f"""
-[agent]
-command = {json.dumps([str(FAST_AGENT), "acp", "--model", "passthrough"])}
-workdir = "{tmp_path}"
-session_timeout = 60
-env = {{ HOME = "{home}", NO_COLOR = "1" }}
-{stdio_server("fx", [python(), str(PY_SERVER)])}"""
+    extra = fast_agent_table(str(FAST_AGENT), tmp_path) + stdio_server("fx", [python(), str(PY_SERVER)])
     sock = short_tmp / "f.sock"
     with serving(write_spec(tmp_path, extra), sock) as daemon:
         done = cli(sock, "session", "new", timeout=120)
