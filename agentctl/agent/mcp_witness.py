@@ -227,7 +227,9 @@ def _splice_unread(src: int, dst: int, lines: Lines, spliceable: Any) -> int | N
     noted before it reaches the server). All but the last of them are spliced; that last byte is read, so
     the line state is known again: after a newline the next line is a new one, else a line that began
     before (not an answer) is skipped to its end."""
-    select.select([src], [], [])
+    waiter = select.poll()  # poll, not select: no FD_SETSIZE bound on `src`
+    waiter.register(src, select.POLLIN)
+    waiter.poll()
     try:
         held = struct.unpack("i", fcntl.ioctl(src, termios.FIONREAD, b"\0\0\0\0"))[0]
     except OSError:
