@@ -100,6 +100,14 @@ class AgentManager:
             )
         except AgentStartError as exc:
             spawn_error = exc
+        except asyncio.CancelledError:
+            # Stopped before the shim said it started the agent: closing its channel was the shim's cue to end
+            # whatever it started (agentctl.agent.spawn), and no supervisor holds it to read how. The report
+            # says so, never an agent still "starting" after the daemon's stop.
+            if self.supervisor.process is None:
+                self._on_exit(ExitInfo(None, None, "stopped by the daemon while it started (exit status not read)",
+                                       stopped=True))
+            raise
         # The ACP SDK's import (~0.4 s of pydantic schema) runs only now, while the agent starts up on another
         # core, instead of before the daemon's listeners; a daemon without an ACP agent never pays it.
         from agentctl.agent.acp import AcpRuntime
