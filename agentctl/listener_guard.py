@@ -1,6 +1,5 @@
-"""Bounds on every listener (the daemon's MCP port and control socket, the hub's daemon socket and page):
-a cap on open connections, a deadline for a connection's first complete request, file-descriptor headroom,
-and failed accepts logged as one line per interval.
+"""Bounds on every listener (the daemon's MCP port and control socket, the hub's daemon socket and page): a cap
+on open connections, a first-request deadline, file-descriptor headroom, failed accepts as one line per interval.
 
 Opening a connection needs no credential, so whoever can reach a listener can hold connections open. Each
 listener is served through a `ListenerGuard`, which wraps the server's protocol factory (asyncio's
@@ -23,9 +22,8 @@ listener is served through a `ListenerGuard`, which wraps the server's protocol 
   headroom. A connection that carried a credential-holder's request (`trust`) goes only when no other idle
   or stalled one is left. Only when every connection is busy and being read is the newcomer refused (HTTP
   listeners answer 503 first), and that takes real requests whose answers are really read.
-- The caps come from the process's RLIMIT_NOFILE less a reserve (`connection_caps`): descriptors for the
-  agent's pipes, the stores, the upstream link and endpoint tests, and for connections accepted in the same
-  loop iteration before the ones they displaced are closed.
+- The caps come from the process's RLIMIT_NOFILE less a reserve (`connection_caps`): the agent's pipes, the
+  stores, the upstream link, endpoint tests, and connections accepted before the ones they displace close.
 - asyncio logs a failed accept() (EMFILE) with a traceback, once per pending connection per loop iteration.
   `AcceptErrorLog` turns that into one line per interval with a count.
 """
