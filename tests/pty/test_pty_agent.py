@@ -67,7 +67,11 @@ async def test_a_terminal_keeps_its_bounds_a_huge_output_and_a_writer_nobody_rea
         sent = 0
         while term.write(viewer, b"y" * 4096):
             sent += 4096
-            assert sent <= MAX_PENDING_INPUT + 64 * 1024, "pending input grew past its bound"
+            # Our queue is the bound. What the kernel's terminal buffers take before it varies with the kernel and
+            # with how soon its worker moves them on (132 KiB in all was seen on a loaded host), so only ours is held
+            # to MAX_PENDING_INPUT; a refusal must still come.
+            assert term.input_pending(viewer) <= MAX_PENDING_INPUT, "pending input grew past its bound"
+            assert sent <= 16 * MAX_PENDING_INPUT, "input past the bound is never refused"
         # `type_keys` takes keys whole (it waits past the bound instead of refusing: tests/pty/test_attach_input.py),
         # and what each byte came to is counted exactly: written to the terminal, or still waiting.
         assert await asyncio.wait_for(term.type_keys(viewer, b"z" * 4096), 30) == 4096
