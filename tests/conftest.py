@@ -388,6 +388,28 @@ SERIAL_MODULES = frozenset({
 })
 
 
+# Marked slow by measured cost: modules whose tests took 1.5 s or more in all in a quick-loop run
+# (`pytest -n 2 -m "not slow" --durations=0`, summed per module): they start daemons, agents or subprocesses
+# without a fixture that says so. Measure again when the quick loop grows past about a minute.
+COSTLY_MODULES = frozenset({
+    "agent/test_acp_hardening.py", "agent/test_acp_sessions.py", "agent/test_agent_gone.py",
+    "agent/test_mcp_bridge.py", "agent/test_orphans.py", "agent/test_run.py",
+    "agent/test_run_explains.py", "agent/test_run_required.py", "agent/test_scenarios.py",
+    "agent/test_session_during_start.py", "agent/test_witness_daemon_killed.py", "agent/test_witness_process.py",
+    "agent/test_witness_run.py", "control/test_discovery.py", "control/test_host_daemons.py",
+    "daemon/test_estimates_in_daemon.py", "daemon/test_import_cost.py", "daemon/test_lifecycle.py",
+    "daemon/test_metrics_scrape.py", "diagnostics/test_endpoint_test.py", "evidence/test_catalog.py",
+    "evidence/test_estimates.py", "evidence/test_reasons.py", "evidence/test_sanitize.py",
+    "evidence/test_schema.py", "evidence/test_store.py", "hub/test_hub_limits.py",
+    "hub/test_hub_migrate_cli.py", "hub/test_hub_processes.py", "hub/test_listing.py",
+    "hub/test_migrations.py", "hub/test_retention.py", "mcp_endpoint/test_tools.py",
+    "passthrough/test_hostile_workspace_files.py", "passthrough/test_reported_passthrough.py", "test_cli_toolkit.py",
+    "test_completion_and_help.py", "test_listener_guard.py", "test_log_signals.py",
+    "test_makefile.py", "test_pg.py", "test_spec_commands.py",
+    "testing/test_reference_agent.py", "upstream/test_scale_privacy.py",
+})
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     tests = REPO / "tests"
     for item in items:
@@ -395,6 +417,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "/".join(parts) in SERIAL_MODULES:
             item.add_marker(pytest.mark.serial)
             item.add_marker(pytest.mark.slow)
-        elif (len(parts) > 1 and parts[0] in SLOW_DIRECTORIES) or SLOW_FIXTURES.intersection(
-                getattr(item, "fixturenames", ())):
+        elif ("/".join(parts) in COSTLY_MODULES or (len(parts) > 1 and parts[0] in SLOW_DIRECTORIES)
+              or SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ()))):
             item.add_marker(pytest.mark.slow)
