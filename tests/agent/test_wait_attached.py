@@ -19,7 +19,7 @@ from tests.agent.serve_support import (
     http_get,
     reference_passthrough,
 )
-from tests.conftest import write_spec
+from tests.conftest import poll, write_spec
 
 
 def test_wait_attached_holds_until_the_session_and_exits_0_once_the_builtin_server_is_active(tmp_path, serve):
@@ -59,11 +59,11 @@ def test_wait_attached_exits_with_the_gates_code_when_a_lazy_agent_leaves_the_bu
     row = json.loads(cli(daemon.socket, "status", "--json").stdout)["current"]["servers"][0]
     assert (row["name"], row["status"]) == ("kandev", "delivered")
     # The report keeps the reading on the attempt (what the hub lists): the daemon writes it at the deadline.
-    deadline = time.monotonic() + 20
-    while (kept := json.loads(cli(daemon.socket, "status", "--json").stdout)["current"].get("required")) is None \
-            or kept["state"] != "blocked":
-        assert time.monotonic() < deadline, f"the report never kept the blocked reading: {kept}"
-        time.sleep(0.1)
+    def blocked_kept() -> dict | None:
+        kept = json.loads(cli(daemon.socket, "status", "--json").stdout)["current"].get("required")
+        return kept if kept is not None and kept["state"] == "blocked" else None
+
+    kept = poll(blocked_kept, timeout=20, what="the report to keep the blocked reading")
     assert [(s["name"], s["state"], s["policy"]) for s in kept["servers"]] == [
         ("kandev", "not_attached", "required, not attached after 1 s")]
     shown = cli(daemon.socket, "status").stdout

@@ -144,10 +144,13 @@ async def test_a_hello_whose_claim_waits_past_the_hello_deadline_keeps_its_conne
                    (hub_tag(hub.hub_id),))
         await eventually(lambda: pg_server.admin().execute(*waiting).fetchone()[0] > 0, timeout=5,
                          what="the hello's claim waiting on the lock")
-        deadline = time.monotonic() + 3 * 0.5  # three hello deadlines of waiting, polled
-        while time.monotonic() < deadline:
+        deadline = time.monotonic() + 3 * 0.5  # three hello deadlines of waiting, checked at every poll
+
+        def held_past_the_deadlines() -> bool:
             assert hub.guard.counts["timed_out"] == 0 and publisher.connects == 1, "closed while its claim waited"
-            await asyncio.sleep(0.05)
+            return time.monotonic() >= deadline
+
+        await eventually(held_past_the_deadlines, timeout=10, what="three hello deadlines with the claim waiting")
         locker.rollback()
         attempt, _ = ctx.ledger.begin_attempt("session_new", SEEDS)
         await eventually(lambda: (s := hub.sessions.get("session-1")) is not None and s.current.history is not None
