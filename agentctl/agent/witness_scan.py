@@ -9,11 +9,13 @@ never kept. A line longer than `max_line` is relayed by the caller but never par
 
 from __future__ import annotations
 
-import json
 import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+import msgspec
+from msgspec import UNSET
 
 from agentctl.evidence.catalog import catalog_hash
 
@@ -113,33 +115,34 @@ class Envelopes:
         return bool(self._pending)
 
     def from_agent(self, line: bytes) -> None:
-        message = _message(line)
-        if message is None or not isinstance(message.get("method"), str) or "id" not in message:
+        message = _decode(line, _Request)
+        if message is None or not isinstance(message.method, str) or message.id is UNSET:
             return
-        method = message["method"]
-        key = _key(message["id"])
+        method = message.method
+        key = _key(message.id)
         if method not in _WATCHED or key is None:
             return
-        params = message.get("params")
-        params = params if isinstance(params, dict) else {}
-        tool = params.get("name") if method == "tools/call" else None
+        params = _decode(message.params, _Params) if method != "initialize" else None
+        tool = params.name if params is not None and method == "tools/call" else None
         tool = tool if isinstance(tool, str) and _TOOL_NAME.fullmatch(tool) else ("?" if tool is not None else None)
-        self._pending[key] = (method, tool, params.get("cursor") is not None)
+        self._pending[key] = (method, tool, params is not None and params.cursor is not None)
         while len(self._pending) > MAX_PENDING:
             self._pending.popitem(last=False)
 
     def from_server(self, line: bytes) -> Observation | None:
-        message = _message(line)
-        if message is None or "method" in message or "id" not in message:
+        message = _decode(line, _Answer)
+        if message is None or message.method is not UNSET or message.id is UNSET:
             return None
-        key = _key(message["id"])
+        key = _key(message.id)
         if key is None or key not in self._pending:
             return None
         method, tool, continued = self._pending.pop(key)
-        result = message.get("result")
         if method == "tools/call":
-            failed = "error" in message or (isinstance(result, dict) and result.get("isError") is True)
+            # Only `isError` is read of a call's result: its content is skipped by the decoder, never built.
+            outcome = _decode(message.result, _CallResult)
+            failed = len(message.error) > 0 or (outcome is not None and outcome.isError is True)
             return Observation("tool_call_observed", {"tool_name": tool or "?", "outcome": "error" if failed else "ok"})
+        result = _decode(message.result, dict)
         if not isinstance(result, dict):
             return None  # an error answer to initialize or tools/list: the agent sees it; no contact claimed
         if method == "initialize":
@@ -180,15 +183,47 @@ def _initialize(result: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def _message(line: bytes) -> dict[str, Any] | None:
-    stripped = line.strip()
-    if not stripped.startswith(b"{"):
-        return None  # not a JSON-RPC object (a batch, a log line): relayed, never read
+class _Request(msgspec.Struct):
+    """What is read of a line from the agent; `params` stays raw until the method says it is needed."""
+
+    id: Any = UNSET
+    method: Any = None
+    params: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _Params(msgspec.Struct):
+    name: Any = None
+    cursor: Any = None
+
+
+class _Answer(msgspec.Struct):
+    """What is read of a line from the server; `result` stays raw until its request's method is known."""
+
+    id: Any = UNSET
+    method: Any = UNSET
+    result: msgspec.Raw = msgspec.Raw(b"null")
+    error: msgspec.Raw = msgspec.Raw()  # empty when absent; never decoded
+
+
+class _CallResult(msgspec.Struct):
+    isError: Any = None  # noqa: N815 - the protocol's name
+
+
+_T = TypeVar("_T")
+
+
+def _decode(data: bytes | msgspec.Raw, shape: type[_T]) -> _T | None:
+    """`data` decoded into `shape`, skipping every field `shape` does not name (never built), or None when it
+    is not JSON or not an object. A line that does not start with `{` is not a JSON-RPC object (a batch, a
+    log line): relayed, never read."""
+    if isinstance(data, bytes):
+        data = data.strip()
+        if not data.startswith(b"{"):
+            return None
     try:
-        value = json.loads(stripped)
-    except (ValueError, RecursionError):
+        return msgspec.json.decode(data, type=shape)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
-    return value if isinstance(value, dict) else None
 
 
 def _key(rid: Any) -> tuple[str, Any] | None:

@@ -27,19 +27,26 @@ WITNESS = [sys.executable, "-m", "agentctl.cli", "mcp-witness"]
 class Sink:
     """A loopback HTTP listener keeping every witness report body (the daemon's stand-in)."""
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, keep_alive: bool = False) -> None:
         reports: list[dict] = []
         self.reports = reports
         self.raw: list[bytes] = []
-        raw = self.raw
+        self.peers: list[int] = []  # the witness's source port per report: one per connection it opened
+        self.drop_connections = False  # close each connection after its answer, without saying so
+        raw, peers, sink = self.raw, self.peers, self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
+
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 raw.append(body + self.headers.get("Authorization", "").encode())
                 reports.append(json.loads(body))
+                peers.append(self.client_address[1])
                 self.send_response(204)
                 self.end_headers()
+                if sink.drop_connections:
+                    self.close_connection = True
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -234,6 +241,59 @@ def test_kill_9_of_the_agent_ends_witness_and_server(sink, tmp_path):
     agent.kill()
     agent.wait(timeout=10)
     poll(lambda: not _alive(witness) and not _alive(server), what="no witness or server outliving its agent")
+
+
+def _calls(proc: subprocess.Popen[bytes], first_id: int, count: int) -> None:
+    for i in range(count):
+        call = {"jsonrpc": "2.0", "id": first_id + i, "method": "tools/call",
+                "params": {"name": "add", "arguments": {"a": i, "b": 1}}}
+        proc.stdin.write(json.dumps(call).encode() + b"\n")
+    proc.stdin.flush()
+    assert [json.loads(proc.stdout.readline())["id"] for _ in range(count)] == list(range(first_id, first_id + count))
+
+
+def _initialized(proc: subprocess.Popen[bytes]) -> None:
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    proc.stdin.write(json.dumps(init).encode() + b"\n" + b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+    proc.stdin.flush()
+    assert json.loads(proc.stdout.readline())["id"] == 1
+
+
+def test_a_burst_of_calls_is_reported_in_a_few_requests_on_one_kept_alive_connection_every_call_counted():
+    sink = Sink(keep_alive=True)
+    proc = _witness(sink.url, sys.executable, str(PY_SERVER))
+    try:
+        _initialized(proc)
+        poll(lambda: sink.events("initialize_observed"), what="the initialize report, sent at once")
+        _calls(proc, 10, 40)
+        poll(lambda: len(sink.events("tool_call_observed")) == 40, what="all 40 calls reported")
+        with_calls = [r for r in sink.reports if any(e["kind"] == "tool_call_observed" for e in r["events"])]
+        assert len(with_calls) <= 10, f"40 calls took {len(with_calls)} reports: calls share a report"
+        assert len(set(sink.peers)) == 1, "every report went on the one kept-alive connection"
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+        sink.close()
+    assert len(sink.events("tool_call_observed")) == 40, "no call reported twice"
+
+
+def test_a_daemon_that_drops_the_kept_connection_gets_the_next_reports_on_a_new_one_with_nothing_lost_or_doubled():
+    sink = Sink(keep_alive=True)
+    proc = _witness(sink.url, sys.executable, str(PY_SERVER))
+    try:
+        _initialized(proc)
+        poll(lambda: sink.events("initialize_observed"), what="the initialize report")
+        sink.drop_connections = True
+        for round_ in range(3):  # each report after the first finds its connection closed under it
+            _calls(proc, 100 * (round_ + 1), 5)
+            poll(lambda r=round_: len(sink.events("tool_call_observed")) == 5 * (r + 1), what="this round's calls")
+        assert len(set(sink.peers)) >= 3, "a new connection after each dropped one"
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+        sink.close()
+    assert len(sink.events("tool_call_observed")) == 15, "nothing lost, nothing doubled"
 
 
 def test_with_the_daemon_gone_the_relay_goes_on_and_reports_arrive_once_it_is_back():
