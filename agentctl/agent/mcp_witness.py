@@ -19,7 +19,6 @@ import contextlib
 import ctypes
 import errno
 import fcntl
-import gc
 import http.client
 import json
 import os
@@ -43,14 +42,10 @@ from agentctl.agent.witness_scan import Envelopes, Lines, Observation
 NOT_STARTED = "witness_server_not_started"
 EXITED_EARLY = "witness_server_exited"
 CHUNK = 1024 * 1024
-BULK = 64 * 1024  # a read this large means a bulk stream: the splice is worth its extra system calls
-MAX_EARLY = 64  # the server's lines held while a request of the agent's is being noted, and their bytes
-MAX_EARLY_BYTES = 8 * 1024 * 1024
 MAX_QUEUED = 512  # reports held while the daemon does not answer; beyond this calls are counted, not kept
 RETRY_MAX = 5.0
 LINGER = 0.25  # seconds a report of a call waits for more calls to share its request
 LINGERING = frozenset({"tool_call_observed"})
-GC_EVERY = 10.0  # seconds between the witness's own garbage collections
 FLUSH_AT_EXIT = 2.0  # seconds the witness gives its last reports once the server has exited
 _PR_SET_PDEATHSIG = 1
 
@@ -87,7 +82,6 @@ class Reporter:
         self._final = False
         self._conn: http.client.HTTPConnection | None = None
         self.dropped = 0
-        self.posts = 0
         self._thread = threading.Thread(target=self._run, name="witness-report", daemon=True)
         self._thread.start()
 
@@ -164,7 +158,6 @@ class Reporter:
                 resp.read(4096)
                 if resp.will_close or not resp.isclosed():
                     self._close()  # unread body left, or the daemon closes: no reuse
-                self.posts += 1
                 return resp.status
             except (OSError, http.client.HTTPException):
                 self._close()
@@ -185,10 +178,6 @@ class Witness:
         self.reporter = reporter
         self.envelopes = Envelopes()
         self._lock = threading.Lock()
-        self._unnoted = 0  # chunks of the agent's that went on to the server and are not noted yet
-        self._early: list[bytes] = []  # the server's lines read while a chunk was unnoted: read after it
-        self._early_bytes = 0
-        self.early_lost = 0
         self.answered = False  # the server answered one of the agent's watched requests
         self.agent_closed = False  # the agent ended the link: closed the server's stdin, or signalled the witness
 
@@ -199,11 +188,9 @@ class Witness:
         self.reporter.add(seen.kind, **seen.fields)
 
     def upstream(self, src: int, dst: int) -> None:
-        """Agent -> server: every byte as it comes, then the agent's requests in it noted by id. The noting
-        is after the write, off the round trip; a chunk counts as unnoted from before its write until its
-        requests are noted, and the server's lines read meanwhile wait for it (what keeps every answer
-        matched to its request, and the downstream splice off answers not yet noted)."""
-        _pump(src, dst, self._from_agent, before_write=self._sending, after_lines=self._noted)
+        """Agent -> server: every byte as it comes; the agent's requests noted by id before they go on, so the
+        server can never answer a request the witness has not noted yet (what lets the downstream splice)."""
+        _pump(src, dst, self._from_agent, note_first=True)
         self.agent_closed = True
         with contextlib.suppress(OSError):
             os.close(dst)  # the agent closed its side: the server sees its stdin end, as it would directly
@@ -211,66 +198,40 @@ class Witness:
     def downstream(self, src: int, dst: int) -> None:
         """Server -> agent: every byte as it comes; answers to the noted requests read. When the agent stops
         reading, the server's next write fails as it would directly."""
-        _pump(src, dst, self._from_server, spliceable=self._nothing_awaited)
+        _pump(src, dst, self._from_server, spliceable=lambda: not self.envelopes.waiting)
         with contextlib.suppress(OSError):
             os.close(src)
-
-    def _nothing_awaited(self) -> bool:
-        # `_unnoted` first: a request is counted before it is written and noted before it stops counting.
-        return not self._unnoted and not self.envelopes.waiting
-
-    def _sending(self) -> None:
-        with self._lock:
-            self._unnoted += 1
 
     def _from_agent(self, line: bytes) -> None:
         with self._lock:
             self.envelopes.from_agent(line)
 
-    def _noted(self) -> None:
-        with self._lock:
-            self._unnoted -= 1
-            early, self._early, self._early_bytes = self._early, [], 0
-            seen = [self.envelopes.from_server(line) for line in early]
-        for one in seen:
-            self.observe(one)
-
     def _from_server(self, line: bytes) -> None:
+        if not self.envelopes.waiting:
+            return  # nothing asked that the witness watches: no answer to read
         with self._lock:
-            if self._unnoted:
-                if len(self._early) < MAX_EARLY and self._early_bytes + len(line) <= MAX_EARLY_BYTES:
-                    self._early.append(line)
-                    self._early_bytes += len(line)
-                    return
-                self.early_lost += 1  # read now: an answer to the unnoted chunk's request goes unmatched
-            elif not self.envelopes.waiting:
-                return  # nothing asked that the witness watches: no answer to read
             seen = self.envelopes.from_server(line)
         self.observe(seen)
 
 
-def _pump(src: int, dst: int, on_line: Any, spliceable: Any = None, before_write: Any = None,
-          after_lines: Any = None) -> None:
+def _pump(src: int, dst: int, on_line: Any, note_first: bool = False, spliceable: Any = None) -> None:
     """Copy `src` to `dst` chunk by chunk as it arrives, until either end closes.
 
-    One buffer, reused: a read of up to CHUNK bytes lands in it and goes on at once, and is then searched for
-    the lines that may be envelopes (bulk data is passed over in one C-level search per chunk). Once the
-    stream is bulk (a read filled BULK bytes or more) and while `spliceable()` says no answer is awaited, the
-    bytes move pipe to pipe in the kernel (splice), never read at all (see _splice_unread); small messages
-    take the plain read, one wake-up each."""
+    One buffer, reused: a read of up to CHUNK bytes lands in it and goes on at once (or, `note_first`, once its
+    lines are noted), and is searched for the lines that may be envelopes (bulk data is passed over in one
+    C-level search per chunk). While `spliceable()` says no answer is awaited, the bytes move pipe to pipe in
+    the kernel (splice), never read at all (see _splice_unread)."""
     lines = Lines()
     buf = bytearray(CHUNK)
     view = memoryview(buf)
-    bulk = False
     while True:
-        if bulk and spliceable is not None and not lines.collecting and spliceable():
+        if spliceable is not None and not lines.collecting and spliceable():
             moved = _splice_unread(src, dst, lines, spliceable)
             if moved is None:
                 spliceable = None  # `dst` takes no splice (a terminal, say): read and write from now on
             elif moved < 0:
                 return
             elif moved:
-                bulk = moved >= BULK
                 continue
         try:
             size = os.readv(src, [buf])
@@ -278,17 +239,14 @@ def _pump(src: int, dst: int, on_line: Any, spliceable: Any = None, before_write
             return
         if not size:
             return
-        bulk = size >= BULK
-        if before_write is not None:
-            before_write()
+        if note_first:
+            for line in lines.feed(buf, size):
+                on_line(line)
         if not _write_all(dst, view[:size]):
-            if after_lines is not None:
-                after_lines()
             return
-        for line in lines.feed(buf, size):
-            on_line(line)
-        if after_lines is not None:
-            after_lines()
+        if not note_first:
+            for line in lines.feed(buf, size):
+                on_line(line)
 
 
 def _splice_unread(src: int, dst: int, lines: Lines, spliceable: Any) -> int | None:
@@ -394,12 +352,6 @@ def run(name: str, command: list[str], url: str, token: str) -> int:
     down = threading.Thread(target=witness.downstream, args=(server.stdout.fileno(), 1), daemon=True)
     up.start()
     down.start()
-    # A collection started by an allocation runs on whichever thread allocated, the relay's included, and
-    # scans every object the interpreter holds: measured on a 2-CPU machine, that cost the tools/call round
-    # trip about 5% at p50. What start-up made is frozen (never scanned again) and automatic collection is
-    # off; _watch_parent collects the rest on a schedule of its own.
-    gc.freeze()
-    gc.disable()
     threading.Thread(target=_watch_parent, args=(parent, server, stopping), daemon=True).start()
     returncode = server.wait()
     # Whatever the server left behind in its group (a forked child holding the pipe) goes with it.
@@ -418,17 +370,10 @@ def run(name: str, command: list[str], url: str, token: str) -> int:
 
 
 def _watch_parent(parent: int, server: subprocess.Popen[bytes], stopping: threading.Event) -> None:
-    """The agent is gone (re-parented) even if a pipe stays open: the server goes, SIGKILL if it lingers.
-
-    Also the witness's garbage collector: collections are off the relay's threads (see run) and made here,
-    every GC_EVERY seconds, of what was allocated since start-up only."""
-    last_gc = time.monotonic()
+    """The agent is gone (re-parented) even if a pipe stays open: the server goes, SIGKILL if it lingers."""
     while os.getppid() == parent:
         if stopping.wait(0.5):
             break
-        if time.monotonic() - last_gc >= GC_EVERY:
-            gc.collect()
-            last_gc = time.monotonic()
     deadline = time.monotonic() + 2.0
     with contextlib.suppress(OSError):
         if os.getppid() != parent:
