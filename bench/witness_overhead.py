@@ -228,9 +228,12 @@ def main() -> None:
         relay_c = _relay_floor_c(Path(workdir))
         argvs = _argvs(relay_c, args.compare_tree)
         trips: dict[str, list[float]] = {k: [] for k in argvs}
+        per_round: list[float] = []  # the witness's p50 over direct's, round by round (each a new placement)
         for _ in range(args.rounds):
-            for kind, times in round_trips(argvs, args.calls, url).items():
-                trips[kind] += times
+            times = round_trips(argvs, args.calls, url)
+            per_round.append(c.percentile(times["witness"], 50) / c.percentile(times["direct"], 50))
+            for kind, kept in times.items():
+                trips[kind] += kept
     rates: dict[str, list[float]] = {k: [] for k in KINDS}
     downs: dict[str, list[float]] = {k: [] for k in KINDS}
     starts: dict[str, list[float]] = {k: [] for k in KINDS}
@@ -250,6 +253,9 @@ def main() -> None:
         if kind not in KINDS:
             figures.append(c.figure(f"{kind}: tools/call round trip p50", c.percentile(ms[kind], 50),
                                     c.percentile(ms["direct"], 50), unit="ms", reference_name="direct spawn"))
+    figures.append(c.figure("witness: p50 ratio, median of the rounds' own", c.median(per_round), 1.0,
+                            reference_name="parity", target=("value", "<=", 1.05)))
+    print(f"# witness p50 / direct p50 by round: {', '.join(f'{r:.3f}' for r in per_round)}")
     if relay_c is None:
         print("# no C compiler (cc): the C relay floor is not measured")
     figures += [
