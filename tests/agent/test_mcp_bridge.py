@@ -116,10 +116,10 @@ def test_the_bridge_exits_when_the_agent_that_spawned_it_is_killed(tmp_path):
     # re-parented; either ends it.
     pidfile = tmp_path / "bridge.pid"
     script = (
-        "import subprocess, sys, os, time\n"
+        "import subprocess, sys, os, signal\n"
         f"p = subprocess.Popen({agentctl_cmd('mcp-bridge')!r}, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)\n"
         f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
-        "time.sleep(600)\n"
+        "signal.pause()  # held until the test kills it\n"
     )
     env = {**os.environ, "AGENTCTL_BRIDGE_URL": "http://127.0.0.1:9/mcp", "AGENTCTL_BRIDGE_TOKEN": "t" * 20}
     parent = subprocess.Popen([sys.executable, "-c", script], env=env, start_new_session=True)

@@ -5,6 +5,7 @@ route itself, with the real daemon, is tested in test_witness_run.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -229,11 +231,11 @@ def test_kill_9_of_the_server_ends_the_witness_with_137_and_reports_the_exit(sin
 def test_kill_9_of_the_agent_ends_witness_and_server(sink, tmp_path):
     pidfile, wpid = tmp_path / "pid", tmp_path / "wpid"
     agent = subprocess.Popen([sys.executable, "-c", (
-        "import os, subprocess, sys, time\n"
+        "import os, signal, subprocess, sys\n"
         f"p = subprocess.Popen({[*WITNESS, 'srv', '--', sys.executable, str(HOSTILE), 'silent']!r}, "
         "stdin=subprocess.PIPE, stdout=subprocess.PIPE)\n"
         f"open({str(wpid)!r}, 'w').write(str(p.pid))\n"
-        "time.sleep(3600)\n")], env={**os.environ, "PIDFILE": str(pidfile), "AGENTCTL_WITNESS_URL": sink.url,
+        "signal.pause()  # held until the test kills it\n")], env={**os.environ, "PIDFILE": str(pidfile), "AGENTCTL_WITNESS_URL": sink.url,
                                      "AGENTCTL_WITNESS_TOKEN": "t"})
     poll(lambda: pidfile.exists() and pidfile.read_text() and wpid.exists() and wpid.read_text(), timeout=30,
          what="the witness and the server started")
@@ -260,39 +262,39 @@ def _initialized(proc: subprocess.Popen[bytes]) -> None:
     assert json.loads(proc.stdout.readline())["id"] == 1
 
 
-def test_a_burst_of_calls_is_reported_in_a_few_requests_on_one_kept_alive_connection_every_call_counted():
+@contextlib.contextmanager
+def _initialized_behind_a_kept_alive_sink() -> Iterator[tuple[Sink, subprocess.Popen[bytes]]]:
+    """A real MCP server behind the witness, initialized and reported to a keep-alive listener; the witness is
+    ended (its agent closes stdin) and the listener closed on the way out."""
     sink = Sink(keep_alive=True)
     proc = _witness(sink.url, sys.executable, str(PY_SERVER))
     try:
         _initialized(proc)
         poll(lambda: sink.events("initialize_observed"), what="the initialize report, sent at once")
+        yield sink, proc
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+        sink.close()
+
+
+def test_a_burst_of_calls_is_reported_in_a_few_requests_on_one_kept_alive_connection_every_call_counted():
+    with _initialized_behind_a_kept_alive_sink() as (sink, proc):
         _calls(proc, 10, 40)
         poll(lambda: len(sink.events("tool_call_observed")) == 40, what="all 40 calls reported")
         with_calls = [r for r in sink.reports if any(e["kind"] == "tool_call_observed" for e in r["events"])]
         assert len(with_calls) <= 10, f"40 calls took {len(with_calls)} reports: calls share a report"
         assert len(set(sink.peers)) == 1, "every report went on the one kept-alive connection"
-    finally:
-        proc.stdin.close()
-        proc.wait(timeout=30)
-        sink.close()
     assert len(sink.events("tool_call_observed")) == 40, "no call reported twice"
 
 
 def test_a_daemon_that_drops_the_kept_connection_gets_the_next_reports_on_a_new_one_with_nothing_lost_or_doubled():
-    sink = Sink(keep_alive=True)
-    proc = _witness(sink.url, sys.executable, str(PY_SERVER))
-    try:
-        _initialized(proc)
-        poll(lambda: sink.events("initialize_observed"), what="the initialize report")
+    with _initialized_behind_a_kept_alive_sink() as (sink, proc):
         sink.drop_connections = True
         for round_ in range(3):  # each report after the first finds its connection closed under it
             _calls(proc, 100 * (round_ + 1), 5)
             poll(lambda r=round_: len(sink.events("tool_call_observed")) == 5 * (r + 1), what="this round's calls")
         assert len(set(sink.peers)) >= 3, "a new connection after each dropped one"
-    finally:
-        proc.stdin.close()
-        proc.wait(timeout=30)
-        sink.close()
     assert len(sink.events("tool_call_observed")) == 15, "nothing lost, nothing doubled"
 
 

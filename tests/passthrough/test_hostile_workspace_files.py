@@ -233,7 +233,7 @@ def test_hostile_workspace_files_at_every_step_never_stop_another_execution_nor_
 # -- every kind at every step, in process: the same strategy, journal and recovery code a daemon runs -----
 
 _MERGE_AND_WAIT = """
-import dataclasses, sys, time
+import dataclasses, signal, sys
 from pathlib import Path
 from agentctl.agent.clis import get_strategy
 from agentctl.agent.passthrough.journal import Journal
@@ -242,7 +242,7 @@ state, workdir, strategy = sys.argv[1:]
 req = request(spec_for(strategy), Path(workdir))
 get_strategy(strategy).materialize(dataclasses.replace(req, journal=Journal(Path(state))))
 print("merged", flush=True)
-time.sleep(600)
+signal.pause()  # held until the test kills it
 """
 
 
