@@ -32,6 +32,8 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
     EnvVar("AGENTCTL_ESTIMATE_CACHE_DIR", "where daemons keep the token counts of their tool catalog, shared "
            "by the host and safe to delete (default: $CACHE_DIRECTORY/token-estimates under systemd, else "
            "<user cache dir>/token-estimates)"),
+    EnvVar("AGENTCTL_WITNESS_RELAY", "`python`: a stdio witness relays in Python instead of its compiled relay "
+           "(set it in the witnessed server's env; the witness takes it out before the server starts)"),
     EnvVar("RUNTIME_DIRECTORY", "systemd's RuntimeDirectory=: the runtime dir when AGENTCTL_RUNTIME_DIR is unset"),
     EnvVar("STATE_DIRECTORY", "systemd's StateDirectory=: the state dir (reports, task store) when the spec's "
            "[state] dir and --state-dir are unset"),

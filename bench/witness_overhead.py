@@ -4,7 +4,8 @@ same server spawned directly, side by side in one run (interleaved rounds, media
 Run:  .venv/bin/python bench/witness_overhead.py [--calls 300] [--rounds 3] [--stream-mb 200] [--json PATH]
 
 - tools/call round trip: a real MCP server (tests/diagnostics/fixtures/stdio_server.py, the MCP SDK's MCPServer)
-  once per kind (the witness, a direct spawn, and the relay floors below), all initialized, then `--calls` x
+  once per kind (the witness as shipped, the same witness made to relay in Python with AGENTCTL_WITNESS_RELAY=python,
+  a direct spawn, and the relay floors below), all initialized, then `--calls` x
   `--rounds` `add` calls, one to each kind in a new random order per call (paired: whatever the machine does
   meanwhile falls on every kind alike), each timed from the write of the request to the read of its answer; p50
   and p99. The witness reports to a loopback HTTP listener in a process of its own, standing in for the
@@ -46,7 +47,7 @@ ECHO = "import os\nwhile True:\n    b = os.read(0, 65536)\n    if not b: break\n
 # A server streaming a large result: one line in, then N MiB of 64 KiB lines out (the bulk direction alone).
 SOURCE = ("import os, sys\nsys.stdin.buffer.readline()\nline = b's' * 65535 + b'\\n'\n"
           "for _ in range(int(sys.argv[1])):\n    os.write(1, line)\n")
-KINDS = ("witness", "direct")
+KINDS = ("witness", "witness (Python relay)", "direct")
 # The floor in Python: what the witness's two relay threads would cost if they read nothing.
 FLOOR_PY = ("import os, subprocess, sys, threading\n"
             "server = subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)\n"
@@ -73,7 +74,11 @@ class _Sink(BaseHTTPRequestHandler):
         pass
 
 
-PREFIX = {"witness": [c.PYTHON, "-m", "agentctl.cli", "mcp-witness", "bench", "--"], "direct": []}
+WITNESS = [c.PYTHON, "-m", "agentctl.cli", "mcp-witness", "bench", "--"]
+# The witness as shipped (its compiled relay where it was built), the same witness made to relay in Python, and the
+# server alone.
+PREFIX = {"witness": WITNESS, "witness (Python relay)": ["env", "AGENTCTL_WITNESS_RELAY=python", *WITNESS],
+          "direct": []}
 SINK = ("import sys; sys.path.insert(0, sys.argv[1]); import witness_overhead as w\n"
         "from http.server import ThreadingHTTPServer\n"
         "s = ThreadingHTTPServer(('127.0.0.1', 0), w._Sink); print(s.server_address[1], flush=True)\n"
@@ -228,17 +233,20 @@ def main() -> None:
         relay_c = _relay_floor_c(Path(workdir))
         argvs = _argvs(relay_c, args.compare_tree)
         trips: dict[str, list[float]] = {k: [] for k in argvs}
-        per_round: list[float] = []  # the witness's p50 over direct's, round by round (each a new placement)
+        # Each kind's p50 over direct's, round by round (each round a new placement on the CPUs).
+        per_round: dict[str, list[float]] = {k: [] for k in argvs if k != "direct"}
         for _ in range(args.rounds):
             times = round_trips(argvs, args.calls, url)
-            per_round.append(c.percentile(times["witness"], 50) / c.percentile(times["direct"], 50))
+            for kind, ratios in per_round.items():
+                ratios.append(c.percentile(times[kind], 50) / c.percentile(times["direct"], 50))
             for kind, kept in times.items():
                 trips[kind] += kept
     rates: dict[str, list[float]] = {k: [] for k in KINDS}
     downs: dict[str, list[float]] = {k: [] for k in KINDS}
-    starts: dict[str, list[float]] = {k: [] for k in KINDS}
+    starts: dict[str, list[float]] = {k: [] for k in KINDS if k != "witness (Python relay)"}
     for _, kind in c.interleaved(args.rounds, KINDS):
-        starts[kind].append(start(kind, url))
+        if kind in starts:
+            starts[kind].append(start(kind, url))
         rates[kind].append(stream(kind, args.stream_mb, url))
         downs[kind].append(download(kind, args.stream_mb, url))
     quiet = idle(args.idle, url)
@@ -250,12 +258,16 @@ def main() -> None:
                  unit="ms", reference_name="direct spawn"),
     ]
     for kind in argvs:
-        if kind not in KINDS:
+        if kind not in ("witness", "direct"):
             figures.append(c.figure(f"{kind}: tools/call round trip p50", c.percentile(ms[kind], 50),
                                     c.percentile(ms["direct"], 50), unit="ms", reference_name="direct spawn"))
-    figures.append(c.figure("witness: p50 ratio, median of the rounds' own", c.median(per_round), 1.0,
+    figures.append(c.figure("witness: p50 ratio, median of the rounds' own", c.median(per_round["witness"]), 1.0,
                             reference_name="parity", target=("value", "<=", 1.05)))
-    print(f"# witness p50 / direct p50 by round: {', '.join(f'{r:.3f}' for r in per_round)}")
+    for kind, ratios in per_round.items():
+        if kind != "witness":
+            figures.append(c.figure(f"{kind}: p50 ratio, median of the rounds' own", c.median(ratios), 1.0,
+                                    reference_name="parity"))
+        print(f"# {kind}: p50 / direct p50 by round: {', '.join(f'{r:.3f}' for r in ratios)}")
     if relay_c is None:
         print("# no C compiler (cc): the C relay floor is not measured")
     figures += [
@@ -265,6 +277,12 @@ def main() -> None:
                  c.median(rates["direct"]), unit="MiB/s", reference_name="direct spawn"),
         c.figure(f"witness: server streams {args.stream_mb:g} MiB out, MiB/s", c.median(downs["witness"]),
                  c.median(downs["direct"]), unit="MiB/s", reference_name="direct spawn"),
+        c.figure(f"witness (Python relay): streaming {args.stream_mb:g} MiB, MiB/s",
+                 c.median(rates["witness (Python relay)"]), c.median(rates["direct"]), unit="MiB/s",
+                 reference_name="direct spawn"),
+        c.figure(f"witness (Python relay): server streams {args.stream_mb:g} MiB out, MiB/s",
+                 c.median(downs["witness (Python relay)"]), c.median(downs["direct"]), unit="MiB/s",
+                 reference_name="direct spawn"),
         c.figure("witness: RSS per idle server", quiet["rss"], unit="B"),
         c.figure(f"witness: CPU while its server idles ({args.idle:g} s)", quiet["cpu"], unit="s"),
     ]

@@ -2,8 +2,9 @@
 
     python packaging/build.py [all|wheel|zipapp|onedir|measure] [--out DIR] [--work DIR] [--archive]
 
-- wheel:  `dist/agentctl-<version>-py3-none-any.whl`, built from a clean copy of the sources (setuptools
-  would otherwise pack stale modules left in the work tree's build/lib).
+- wheel:  `dist/agentctl-<version>-cp311-abi3-linux_<machine>.whl`, built from a clean copy of the sources
+  (setuptools would otherwise pack stale modules left in the work tree's build/lib). Platform-specific for one
+  module: the stdio witness's relay in C (setup.py), on Python's limited API, so one wheel serves CPython >= 3.11.
 - zipapp: `dist/agentctl-<version>-cp<XY>-linux-<machine>.pyz`, one file for hosts with that CPython; shiv
   installs the wheel and its pinned dependencies (../constraints.txt) into it; on first start it unpacks
   into $SHIV_ROOT (default ~/.shiv) and compiles every module to bytecode there, once per build.
@@ -40,7 +41,7 @@ REPO = HERE.parent
 REQUIREMENTS = HERE / "requirements.txt"
 CONSTRAINTS = REPO / "constraints.txt"
 PYPROJECT = REPO / "pyproject.toml"
-SOURCES = ("pyproject.toml", "README.md", "LICENSE", "agentctl")
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "agentctl")
 
 
 def version() -> str:
@@ -55,6 +56,10 @@ def machine() -> str:
 
 def python_tag() -> str:
     return f"cp{sys.version_info[0]}{sys.version_info[1]}"
+
+
+def wheel_name() -> str:
+    return f"agentctl-{version()}-cp311-abi3-linux_{machine()}.whl"
 
 
 def zipapp_name() -> str:
@@ -86,7 +91,7 @@ def copy_sources(src: Path) -> Path:
     """A clean copy of what the wheel is built from, in a fresh `src`."""
     shutil.rmtree(src, ignore_errors=True)
     src.mkdir(parents=True)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "*.so")  # .so: a stale in-place build
     for name in SOURCES:
         path = REPO / name
         if path.is_dir():
@@ -99,7 +104,7 @@ def copy_sources(src: Path) -> Path:
 def build_wheel(out: Path, work: Path) -> Path:
     src = copy_sources(work / "src")
     out.mkdir(parents=True, exist_ok=True)
-    wheel = out / f"agentctl-{version()}-py3-none-any.whl"
+    wheel = out / wheel_name()
     wheel.unlink(missing_ok=True)
     # The build backend (setuptools) pinned like everything else, not whatever the index has today.
     _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--build-constraint", str(CONSTRAINTS),
@@ -246,7 +251,7 @@ def start_times(argv: list[str], runs: int = 5, env: dict[str, str] | None = Non
 
 def measure(out: Path, work: Path) -> list[str]:
     lines = []
-    wheel = out / f"agentctl-{version()}-py3-none-any.whl"
+    wheel = out / wheel_name()
     pyz = out / zipapp_name()
     onedir = out / onedir_name()
     tarball = out / f"{onedir.name}.tar.gz"

@@ -1,7 +1,7 @@
 """The stdio witness (`agentctl mcp-witness NAME -- COMMAND [ARG...]`): a third-party stdio MCP server, observed.
 
 The agent spawns the witness in the server's place. The witness starts the real server with exactly the command,
-arguments, environment and working directory it was given (its own two variables taken out first), relays both
+arguments, environment and working directory it was given (its own variables taken out first), relays both
 directions byte for byte as they arrive, and reads only the envelopes agentctl/agent/witness_scan.py keeps. The
 server's stderr is the witness's own, inherited: never read. What it sees goes to the daemon that delivered it,
 to the endpoint's witness route with the attempt's bearer token (`AGENTCTL_WITNESS_URL`/`_TOKEN`, never argv).
@@ -18,16 +18,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import fcntl
 import http.client
 import json
 import os
-import select
 import signal
-import struct
 import subprocess
 import sys
-import termios
 import threading
 import time
 from collections import deque
@@ -36,12 +32,15 @@ from urllib.parse import urlsplit
 
 from agentctl.agent.delivery import WITNESS_ENV_TOKEN as ENV_TOKEN
 from agentctl.agent.delivery import WITNESS_ENV_URL as ENV_URL
-from agentctl.agent.witness_scan import Envelopes, Lines, Observation
+from agentctl.agent.witness_relay import Relay
+from agentctl.agent.witness_scan import Envelopes, Observation
 
+# `python`: relay in Python even where the compiled relay is there (an operator's way around a fault in it; the
+# tests run both). Taken out of the environment like the other two.
+ENV_RELAY = "AGENTCTL_WITNESS_RELAY"
 # The failures the witness names (registered in agentctl/evidence/reasons.py; the route checks them).
 NOT_STARTED = "witness_server_not_started"
 EXITED_EARLY = "witness_server_exited"
-CHUNK = 1024 * 1024
 MAX_QUEUED = 512  # reports held while the daemon does not answer; beyond this calls are counted, not kept
 RETRY_MAX = 5.0
 LINGER = 0.25  # seconds a report of a call waits for more calls to share its request
@@ -172,7 +171,7 @@ class Reporter:
 
 
 class Witness:
-    """One server behind one witness: the two relays, the envelopes between them, and the reports."""
+    """One server behind one witness: the envelopes of its link (fed by the relay) and the reports."""
 
     def __init__(self, reporter: Reporter) -> None:
         self.reporter = reporter
@@ -187,115 +186,19 @@ class Witness:
         self.answered = True
         self.reporter.add(seen.kind, **seen.fields)
 
-    def upstream(self, src: int, dst: int) -> None:
-        """Agent -> server: every byte as it comes; the agent's requests noted by id before they go on, so the
-        server can never answer a request the witness has not noted yet (what lets the downstream splice)."""
-        _pump(src, dst, self._from_agent, note_first=True)
+    def agent_done(self) -> None:
         self.agent_closed = True
-        with contextlib.suppress(OSError):
-            os.close(dst)  # the agent closed its side: the server sees its stdin end, as it would directly
 
-    def downstream(self, src: int, dst: int) -> None:
-        """Server -> agent: every byte as it comes; answers to the noted requests read. When the agent stops
-        reading, the server's next write fails as it would directly."""
-        _pump(src, dst, self._from_server, spliceable=lambda: not self.envelopes.waiting)
-        with contextlib.suppress(OSError):
-            os.close(src)
-
-    def _from_agent(self, line: bytes) -> None:
+    def from_agent(self, line: bytes) -> None:
         with self._lock:
             self.envelopes.from_agent(line)
 
-    def _from_server(self, line: bytes) -> None:
+    def from_server(self, line: bytes) -> None:
         if not self.envelopes.waiting:
             return  # nothing asked that the witness watches: no answer to read
         with self._lock:
             seen = self.envelopes.from_server(line)
         self.observe(seen)
-
-
-def _pump(src: int, dst: int, on_line: Any, note_first: bool = False, spliceable: Any = None) -> None:
-    """Copy `src` to `dst` chunk by chunk as it arrives, until either end closes.
-
-    One buffer, reused: a read of up to CHUNK bytes lands in it and goes on at once (or, `note_first`, once its
-    lines are noted), and is searched for the lines that may be envelopes (bulk data is passed over in one
-    C-level search per chunk). While `spliceable()` says no answer is awaited, the bytes move pipe to pipe in
-    the kernel (splice), never read at all (see _splice_unread)."""
-    lines = Lines()
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
-    while True:
-        if spliceable is not None and not lines.collecting and spliceable():
-            moved = _splice_unread(src, dst, lines, spliceable)
-            if moved is None:
-                spliceable = None  # `dst` takes no splice (a terminal, say): read and write from now on
-            elif moved < 0:
-                return
-            elif moved:
-                continue
-        try:
-            size = os.readv(src, [buf])
-        except OSError:
-            return
-        if not size:
-            return
-        if note_first:
-            for line in lines.feed(buf, size):
-                on_line(line)
-        if not _write_all(dst, view[:size]):
-            return
-        if not note_first:
-            for line in lines.feed(buf, size):
-                on_line(line)
-
-
-def _splice_unread(src: int, dst: int, lines: Lines, spliceable: Any) -> int | None:
-    """Move what `src` holds to `dst` unread, if it cannot hold an awaited answer: 0 to read instead, -1 at
-    an end, None when `dst` takes no splice.
-
-    The bytes counted in the pipe before `spliceable()` said no answer is awaited cannot be one (a request is
-    noted before it reaches the server). All but the last of them are spliced; that last byte is read, so
-    the line state is known again: after a newline the next line is a new one, else a line that began
-    before (not an answer) is skipped to its end."""
-    waiter = select.poll()  # poll, not select: no FD_SETSIZE bound on `src`
-    waiter.register(src, select.POLLIN)
-    waiter.poll()
-    try:
-        held = struct.unpack("i", fcntl.ioctl(src, termios.FIONREAD, b"\0\0\0\0"))[0]
-    except OSError:
-        return 0
-    if held < 2 or not spliceable():
-        return 0
-    try:
-        moved = os.splice(src, dst, held - 1)
-    except OSError as exc:
-        return None if exc.errno == errno.EINVAL else -1
-    if not moved:
-        return -1
-    last = os.read(src, 1)  # one of the counted bytes: there is one left
-    if not last or not _write_all(dst, memoryview(last)):
-        return -1
-    lines.resync(last)
-    return moved + 1
-
-
-def _widen(fd: int) -> None:
-    """A 1 MiB pipe: a server streaming large results is relayed in fewer, larger chunks (a no-op where `fd`
-    is not a pipe, or the system's limit is lower)."""
-    with contextlib.suppress(OSError):
-        fcntl.fcntl(fd, 1031, 1 << 20)  # F_SETPIPE_SZ
-
-
-def _write_all(fd: int, view: memoryview) -> bool:
-    while view:
-        try:
-            n = os.write(fd, view)
-        except InterruptedError:
-            continue
-        except OSError:
-            return False
-        view = view[n:]
-    return True
 
 
 def _exit_code(returncode: int) -> int:
@@ -313,7 +216,7 @@ def _parse(argv: list[str]) -> tuple[str, list[str]] | None:
     return argv[0], argv[2:]
 
 
-def run(name: str, command: list[str], url: str, token: str) -> int:
+def run(name: str, command: list[str], url: str, token: str, use_compiled: bool = True) -> int:
     """Relay until the server exits; its exit code (128+N for signal N) is the witness's."""
     parent = os.getppid()
     _die_with_parent(signal.SIGTERM)
@@ -345,19 +248,15 @@ def run(name: str, command: list[str], url: str, token: str) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
-    _widen(server.stdout.fileno())
-    for fd in (0, 1, server.stdin.fileno()):  # the agent's pipes too: every hop moves large chunks
-        _widen(fd)
-    up = threading.Thread(target=witness.upstream, args=(0, server.stdin.fileno()), daemon=True)
-    down = threading.Thread(target=witness.downstream, args=(server.stdout.fileno(), 1), daemon=True)
-    up.start()
-    down.start()
+    relay = Relay(witness.from_agent, witness.from_server, lambda: witness.envelopes.waiting, witness.agent_done,
+                  use_compiled=use_compiled)
+    relay.start(0, server.stdin.fileno(), server.stdout.fileno(), 1)
     threading.Thread(target=_watch_parent, args=(parent, server, stopping), daemon=True).start()
     returncode = server.wait()
     # Whatever the server left behind in its group (a forked child holding the pipe) goes with it.
     with contextlib.suppress(OSError):
         os.killpg(server.pid, signal.SIGKILL)
-    down.join(timeout=FLUSH_AT_EXIT)
+    relay.join(FLUSH_AT_EXIT)
     code = _exit_code(returncode)
     if not witness.agent_closed:
         # An end the agent asked for (it closed the pipe, or signalled) is its shutdown, not news of the server.
@@ -390,9 +289,10 @@ def main(argv: list[str]) -> int:
     parsed = _parse(argv)
     # Out of the environment at once: the server gets exactly the environment it was given.
     url, token = os.environ.pop(ENV_URL, ""), os.environ.pop(ENV_TOKEN, "")
+    use_compiled = os.environ.pop(ENV_RELAY, "") != "python"
     if parsed is None:
         return _usage()
     name, command = parsed
-    code = run(name, command, url, token)
+    code = run(name, command, url, token, use_compiled)
     sys.stdout.flush()
     os._exit(code)  # the relay threads may still sit in a read of a pipe nobody will close

@@ -26,6 +26,16 @@ from tests.conftest import poll
 WITNESS = [sys.executable, "-m", "agentctl.cli", "mcp-witness"]
 
 
+@pytest.fixture(autouse=True, params=["compiled", "python"])
+def relay(request, monkeypatch) -> str:
+    """Every test here runs against both relays: the compiled one and the Python one it falls back to."""
+    if request.param == "python":
+        monkeypatch.setenv("AGENTCTL_WITNESS_RELAY", "python")
+    else:
+        monkeypatch.delenv("AGENTCTL_WITNESS_RELAY", raising=False)
+    return request.param
+
+
 class Sink:
     """A loopback HTTP listener keeping every witness report body (the daemon's stand-in)."""
 
@@ -322,11 +332,12 @@ def test_a_command_that_does_not_exist_is_reported_and_the_witness_exits_127(sin
     assert [e["exit_code"] for e in sink.events("server_exited")] == [127]
 
 
-def test_the_server_gets_exactly_its_environment_and_working_directory_without_the_witness_variables(sink, tmp_path):
+def test_the_server_gets_exactly_its_environment_and_working_directory_without_the_witness_variables(
+        sink, tmp_path, relay):
     show = ("import json, os, sys\n"
             "sys.stdout.write(json.dumps({'env': dict(os.environ), 'cwd': os.getcwd(), 'argv': sys.argv[1:]}))\n")
     full = {"PATH": os.environ["PATH"], "KEEP": "kept", "AGENTCTL_WITNESS_URL": sink.url,
-            "AGENTCTL_WITNESS_TOKEN": "tokCANARYw"}
+            "AGENTCTL_WITNESS_TOKEN": "tokCANARYw", "AGENTCTL_WITNESS_RELAY": relay}
     proc = subprocess.Popen([*WITNESS, "srv", "--", sys.executable, "-c", show, "a b", "--", "-x"], env=full,
                             cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
     seen = json.loads(proc.communicate(timeout=30)[0])

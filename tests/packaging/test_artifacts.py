@@ -35,6 +35,7 @@ pytestmark = pytest.mark.timeout(BUILD_TIMEOUT + 300)
 
 
 build = load_build_module()
+RELAY = "agentctl/agent/_relay.abi3.so"
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +83,7 @@ def _run_demo(argv: list[str], cwd: Path, env: dict[str, str]) -> None:
 
 
 def test_wheel_carries_both_console_scripts_and_the_reference_agent(dist):
-    wheel = dist / f"agentctl-{__version__}-py3-none-any.whl"
+    wheel = dist / build.wheel_name()
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         entry_points = archive.read(f"agentctl-{__version__}.dist-info/entry_points.txt").decode()
@@ -91,6 +92,7 @@ def test_wheel_carries_both_console_scripts_and_the_reference_agent(dist):
     assert {"agentctl/hub/static/vendor/xterm/xterm.js", "agentctl/hub/static/vendor/xterm/xterm.css",
             "agentctl/hub/static/vendor/xterm/LICENSE"} <= names, "the page's terminal widget ships with its license"
     assert ENCODING in names, "token estimates need no network: the encoding ships in the wheel"
+    assert RELAY in names, "the witness's compiled relay ships in the wheel (one abi3 build)"
     assert not any("__pycache__" in name or name.startswith("tests/") for name in names)
     assert "agentctl = agentctl.cli:main" in entry_points
     assert "agentctl-reference-agent = agentctl.testing.reference_agent:main" in entry_points
@@ -110,6 +112,17 @@ def test_zipapp_runs_the_demo_from_an_empty_directory_on_a_bare_cpython(dist, sh
     tag = sys.implementation.cache_tag
     assert (unpacked / "agentctl" / "__pycache__" / f"cli.{tag}.pyc").is_file(), "unpacked with compiled bytecode"
     assert _sha256(unpacked / ENCODING) == PACKAGED_SHA256, "the zipapp carries the encoding, intact"
+    _assert_relay_loads([str(bare / "bin" / "python"), "-c"], unpacked, empty, env)
+
+
+def _assert_relay_loads(python: list[str], site: Path, cwd: Path, env: dict[str, str]) -> None:
+    """The artifact's witness relays in C: its relay module imports from what the artifact carries."""
+    code = "from agentctl.agent import witness_relay as w; print(w.compiled(), w._relay.__file__)"
+    probe = subprocess.run([*python, code], env={**env, "PYTHONPATH": str(site)}, cwd=cwd, capture_output=True,
+                           text=True, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    loaded, path = probe.stdout.split()
+    assert loaded == "True" and Path(path).is_relative_to(site), probe.stdout
 
 
 def test_zipapp_refuses_another_cpython_with_one_clear_line(dist, shiv_root, tmp_path):
@@ -140,6 +153,7 @@ def test_onedir_runs_the_demo_from_an_empty_directory_with_no_python_on_path(dis
     assert pages, "the frozen build carries the hub's page"
     [encoding] = (dist / build.onedir_name()).rglob(ENCODING)
     assert _sha256(encoding) == PACKAGED_SHA256, "the frozen build carries the encoding, intact"
+    assert list((dist / build.onedir_name()).rglob(RELAY.rpartition("/")[2])), "the frozen build carries the relay"
 
 
 def test_readme_install_section_names_what_the_build_makes():

@@ -71,7 +71,7 @@ def test_the_wheel_builds_without_a_setuptools_warning_and_carries_the_license(t
     assert installed and f"setuptools-{pinned('setuptools')}" in installed.group(1).split(), "the pinned backend built it"
     assert not BANNER.findall(output), "\n".join(line for line in output.splitlines() if BANNER.search(line))
 
-    wheel = tmp_path / "out" / f"agentctl-{__version__}-py3-none-any.whl"
+    wheel = tmp_path / "out" / build.wheel_name()
     with zipfile.ZipFile(wheel) as archive:
         info = f"agentctl-{__version__}.dist-info"
         metadata = archive.read(f"{info}/METADATA").decode().split("\n\n", 1)[0].splitlines()
