@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: demo test quick schema dist bench clean
 
 # setup.py and the C source too: the editable install compiles the witness's relay in place.
-$(STAMP): pyproject.toml constraints.txt setup.py agentctl/agent/_relay.c
+$(STAMP): pyproject.toml constraints.txt setup.py agentctl/agent/witness_copy.c
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentctl needs Python >= 3.11 (set PYTHON=...)")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip

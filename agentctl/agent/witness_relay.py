@@ -1,6 +1,6 @@
 """Owns the stdio witness's byte relay: both directions copied as they arrive, and the lines of them it hands on.
 
-Two relays move the same bytes. The compiled one (agentctl/agent/_relay.c, built with the package where a C compiler
+Two relays move the same bytes. The compiled one (agentctl/agent/witness_copy.c, built with the package where a C compiler
 is there) copies each direction with the interpreter lock released and writes the chunks also to a tap pipe; one
 thread reads the two taps at its own pace, so a round trip never waits on Python (measured: bench/RESULTS.md). The
 Python one, where nothing was compiled (or `AGENTCTL_WITNESS_RELAY=python`), copies on two Python threads and reads
@@ -26,16 +26,16 @@ from collections.abc import Callable
 from agentctl.agent.witness_scan import Lines
 
 try:
-    from agentctl.agent import _relay
+    from agentctl.agent import witness_copy
 except ImportError:  # built without a C compiler: the Python relay below
-    _relay = None  # type: ignore[assignment]
+    witness_copy = None  # type: ignore[assignment]
 
 CHUNK = 1024 * 1024
 # The tap reader sleeps this long after a round that read little, so a run of small messages (calls one after
 # another) wakes it once per pause rather than once per message: the reports lose nothing but these milliseconds.
 PACE = 0.002
 QUIET = 16 * 1024  # a round that read less than this was messages, not a stream (which is never paced)
-_AGENT_SIDE, _SERVER_SIDE = 0, 1  # agentctl/agent/_relay.c's names
+_AGENT_SIDE, _SERVER_SIDE = 0, 1  # agentctl/agent/witness_copy.c's names
 _COUNT_MASK = (1 << 63) - 1  # the gate counts the agent's bytes mod 2**63
 _F_SETPIPE_SZ = 1031
 
@@ -44,7 +44,7 @@ Line = Callable[[bytes], None]
 
 def compiled() -> bool:
     """Whether the compiled relay is there (else the witness relays in Python)."""
-    return _relay is not None
+    return witness_copy is not None
 
 
 class Relay:
@@ -68,7 +68,7 @@ class Relay:
         if self._compiled:
             up_tap, up_mouth = os.pipe()
             down_tap, down_mouth = os.pipe()
-            gate = _relay.gate()
+            gate = witness_copy.gate()
             self._spawn(self._copy, agent_out, server_in, up_mouth, True, gate)
             self._spawn(self._copy, server_out, agent_in, down_mouth, False, gate)
             self._spawn(self._read_taps, up_tap, down_tap, gate)
@@ -87,22 +87,22 @@ class Relay:
         self._threads.append(thread)
         thread.start()
 
-    def _copy(self, src: int, dst: int, mouth: int, upstream: bool, gate: _relay.Gate) -> None:
-        _relay.copy(src, dst, mouth, _AGENT_SIDE if upstream else _SERVER_SIDE, CHUNK, gate)
+    def _copy(self, src: int, dst: int, mouth: int, upstream: bool, gate: witness_copy.Gate) -> None:
+        witness_copy.copy(src, dst, mouth, _AGENT_SIDE if upstream else _SERVER_SIDE, CHUNK, gate)
         if upstream:
             self._agent_done()
         with contextlib.suppress(OSError):
             os.close(dst if upstream else src)  # the server sees its stdin end / its next write fail, as directly
         os.close(mouth)  # the tap reader sees this direction end
 
-    def _read_taps(self, up: int, down: int, gate: _relay.Gate) -> None:
+    def _read_taps(self, up: int, down: int, gate: witness_copy.Gate) -> None:
         """Read what the two copies wrote to their taps until the server's side ends.
 
         A chunk of the server's is read first, then all the agent's bytes so far: every request an answer in that
         chunk can be for was tapped before the answer existed, so it is noted before the chunk is read. When none
         is awaited then, the chunk is passed over unread (no line starting in it can be an answer), and the gate is
         opened for exactly the agent's bytes read so far: the server's side goes untapped until the agent sends
-        more (see agentctl/agent/_relay.c)."""
+        more (see agentctl/agent/witness_copy.c)."""
         for fd in (up, down):
             os.set_blocking(fd, False)
         agent, server = _Tap(up, self._from_agent), Lines()
@@ -126,7 +126,7 @@ class Relay:
                     for line in server.feed(buf, size):
                         self._from_server(line)
                 if not self._waiting():
-                    _relay.open_gate(gate, agent.total & _COUNT_MASK)
+                    witness_copy.open_gate(gate, agent.total & _COUNT_MASK)
                 if (size or 0) + drained < QUIET:
                     time.sleep(PACE)
         finally:

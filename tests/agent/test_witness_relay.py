@@ -1,4 +1,4 @@
-"""The witness's byte relay in-process, on real pipes: the compiled copy (agentctl/agent/_relay.c) and the Relay
+"""The witness's byte relay in-process, on real pipes: the compiled copy (agentctl/agent/witness_copy.c) and the Relay
 both its forms drive. The whole witness process is tested in test_witness_process.py, under both relays."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from agentctl.agent import witness_relay
 from agentctl.agent.witness_relay import Relay
 from tests.conftest import poll
 
+native = witness_relay.witness_copy  # the compiled module, or None where it was not built
 needs_compiled = pytest.mark.skipif(not witness_relay.compiled(), reason="built without a C compiler")
 
 
@@ -30,7 +31,7 @@ def _read_all(fd: int) -> bytes:
     return bytes(out)
 
 
-AGENT, SERVER = 0, 1  # agentctl/agent/_relay.c's sides
+AGENT, SERVER = 0, 1  # agentctl/agent/witness_copy.c's sides
 
 
 @needs_compiled
@@ -45,8 +46,8 @@ def test_the_compiled_copy_sends_every_byte_to_both_destination_and_tap_in_order
                for k, fd in (("dst", dst_r), ("tap", tap_r))]
     for t in readers:
         t.start()
-    copier = threading.Thread(target=lambda: got.__setitem__("end", witness_relay._relay.copy(
-        src_r, dst_w, tap_w, side, 1 << 16, witness_relay._relay.gate())))
+    copier = threading.Thread(target=lambda: got.__setitem__("end", native.copy(
+        src_r, dst_w, tap_w, side, 1 << 16, native.gate())))
     copier.start()
     os.write(src_w, data[:10])
     with os.fdopen(src_w, "wb") as w:
@@ -68,7 +69,7 @@ def test_a_tap_whose_reader_is_gone_is_dropped_and_the_copy_goes_on_to_the_end()
     os.close(tap_r)  # the witness's reader died: the tap refuses every write (EPIPE; Python ignores SIGPIPE)
     os.write(src_w, b"x" * 1000)
     os.close(src_w)
-    assert witness_relay._relay.copy(src_r, dst_w, tap_w, AGENT, 4096, witness_relay._relay.gate()) == (0, False)
+    assert native.copy(src_r, dst_w, tap_w, AGENT, 4096, native.gate()) == (0, False)
     os.close(dst_w)
     assert _read_all(dst_r) == b"x" * 1000
 
@@ -79,14 +80,14 @@ def test_the_compiled_copy_ends_with_2_when_the_destination_refuses_and_refuses_
     dst_r, dst_w = os.pipe()
     os.close(dst_r)
     os.write(src_w, b"lost\n")
-    gate = witness_relay._relay.gate()
-    assert witness_relay._relay.copy(src_r, dst_w, -1, SERVER, 4096, gate) == (2, True)
+    gate = native.gate()
+    assert native.copy(src_r, dst_w, -1, SERVER, 4096, gate) == (2, True)
     with pytest.raises(ValueError, match="chunk"):
-        witness_relay._relay.copy(src_r, dst_w, -1, SERVER, 0, gate)
+        native.copy(src_r, dst_w, -1, SERVER, 0, gate)
     with pytest.raises(ValueError, match="side"):
-        witness_relay._relay.copy(src_r, dst_w, -1, 7, 4096, gate)
+        native.copy(src_r, dst_w, -1, 7, 4096, gate)
     with pytest.raises(ValueError):
-        witness_relay._relay.copy(src_r, dst_w, -1, SERVER, 4096, object())  # not a gate
+        native.copy(src_r, dst_w, -1, SERVER, 4096, object())  # not a gate
 
 
 @pytest.mark.parametrize("use_compiled", [True, False], ids=["compiled", "python"])

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.timeout(BUILD_TIMEOUT + 300)
 
 
 build = load_build_module()
-RELAY = "agentctl/agent/_relay.abi3.so"
+RELAY = "agentctl/agent/witness_copy.abi3.so"
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +117,7 @@ def test_zipapp_runs_the_demo_from_an_empty_directory_on_a_bare_cpython(dist, sh
 
 def _assert_relay_loads(python: list[str], site: Path, cwd: Path, env: dict[str, str]) -> None:
     """The artifact's witness relays in C: its relay module imports from what the artifact carries."""
-    code = "from agentctl.agent import witness_relay as w; print(w.compiled(), w._relay.__file__)"
+    code = "from agentctl.agent import witness_relay as w; print(w.compiled(), w.witness_copy.__file__)"
     probe = subprocess.run([*python, code], env={**env, "PYTHONPATH": str(site)}, cwd=cwd, capture_output=True,
                            text=True, timeout=60)
     assert probe.returncode == 0, probe.stderr

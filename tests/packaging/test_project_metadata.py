@@ -84,6 +84,33 @@ def test_the_wheel_builds_without_a_setuptools_warning_and_carries_the_license(t
         assert vendored == {"xterm.js", "xterm.css", "LICENSE", "README.md"}
 
 
+def test_a_build_whose_c_compiler_fails_still_makes_the_wheel_and_its_witness_relays_in_python(tmp_path):
+    if os.environ.get("AGENTCTL_SKIP_PACKAGING") == "1":
+        pytest.skip("AGENTCTL_SKIP_PACKAGING=1: wheel build skipped (CI always runs it)")
+    build = load_build_module()
+    src = build.copy_sources(tmp_path / "src")
+    # `false` as the compiler: every compile fails, as on a host with no C toolchain.
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--build-constraint", str(build.CONSTRAINTS),
+         "--wheel-dir", str(tmp_path / "out"), str(src)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path, env={**os.environ, "CC": "false"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    wheel = tmp_path / "out" / build.wheel_name()
+    unpacked = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        assert not [n for n in archive.namelist() if n.startswith("agentctl/agent/witness_copy") and n.endswith(".so")]
+        archive.extractall(unpacked)
+    # That package's witness, spawned on a real pipe: it relays every byte, in Python.
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from agentctl.agent import witness_relay as w;"
+            "assert not w.compiled(); from agentctl.agent import mcp_witness; mcp_witness.main(sys.argv[2:])")
+    payload = b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n' + b"x" * 100_000 + b"\n"
+    witness = subprocess.run([sys.executable, "-c", code, str(unpacked), "srv", "--", "cat"], input=payload,
+                             capture_output=True, timeout=60, cwd=tmp_path)
+    assert witness.returncode == 0, witness.stderr
+    assert witness.stdout == payload
+
+
 def test_the_vendored_xterm_is_the_recorded_release_unmodified_with_its_license():
     vendor = REPO / "agentctl" / "hub" / "static" / "vendor" / "xterm"
     readme = (vendor / "README.md").read_text()

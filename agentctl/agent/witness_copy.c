@@ -35,7 +35,7 @@ enum { AGENT_SIDE = 0, SERVER_SIDE = 1 };
  * in that bit whether the server's side may go untapped. The reader opens it only for the exact count it has read
  * with no answer awaited; every chunk of the agent's closes it before it goes on. So while it is open the server
  * has been sent nothing the reader has not seen, and nothing it writes can be an awaited answer. */
-#define GATE_NAME "agentctl.agent._relay.gate"
+#define GATE_NAME "agentctl.agent.witness_copy.gate"
 #define SKIP 1ULL
 
 static void gate_free(PyObject *capsule) { free(PyCapsule_GetPointer(capsule, GATE_NAME)); }
@@ -235,8 +235,8 @@ static PyMethodDef relay_methods[] = {
 };
 
 static struct PyModuleDef relay_module = {
-    PyModuleDef_HEAD_INIT, "_relay", "The stdio witness's byte relay, compiled (see copy).", -1, relay_methods,
+    PyModuleDef_HEAD_INIT, "witness_copy", "The stdio witness's byte relay, compiled (see copy).", -1, relay_methods,
     NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__relay(void) { return PyModule_Create(&relay_module); }
+PyMODINIT_FUNC PyInit_witness_copy(void) { return PyModule_Create(&relay_module); }

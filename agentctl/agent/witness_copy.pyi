@@ -1,4 +1,4 @@
-# The compiled relay's interface (agentctl/agent/_relay.c): what its functions take and give, for the type checker.
+# The compiled relay's interface (agentctl/agent/witness_copy.c): what its functions take and give, for the type checker.
 from typing import NewType
 
 Gate = NewType("Gate", object)
