@@ -114,12 +114,15 @@ static size_t resume_at(const char *buf, size_t got, int *seeking) {
  * starts again. Returns the bytes moved; 0 to read instead; -1 when `dst` refused; -2 when these two descriptors
  * take no splice (then never again). */
 static ssize_t splice_unread(int src, int dst, unsigned long long *word) {
+    /* Closed: an answer may be coming, so no poll or count on its way; it is read at once. */
+    if (!(__atomic_load_n(word, __ATOMIC_SEQ_CST) & SKIP)) return 0;
     struct pollfd ready = {.fd = src, .events = POLLIN, .revents = 0};
     while (poll(&ready, 1, -1) < 0) {
         if (errno != EINTR) return 0;
     }
     int held = 0;
     if (ioctl(src, FIONREAD, &held) < 0 || held < 2) return 0;
+    /* Seen open after the bytes were counted: they were written before any request it has not seen. */
     if (!(__atomic_load_n(word, __ATOMIC_SEQ_CST) & SKIP)) return 0;
     ssize_t moved = splice(src, NULL, dst, NULL, (size_t)held - 1, SPLICE_F_MOVE);
     if (moved >= 0) return moved;
