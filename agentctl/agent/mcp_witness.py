@@ -189,15 +189,14 @@ class Witness:
     def agent_done(self) -> None:
         self.agent_closed = True
 
-    def from_agent(self, line: bytes) -> None:
+    def from_agent(self, line: bytes, end: int) -> None:
         with self._lock:
-            self.envelopes.from_agent(line)
+            seen = self.envelopes.from_agent(line, end)
+        self.observe(seen)
 
-    def from_server(self, line: bytes) -> None:
-        if not self.envelopes.waiting:
-            return  # nothing asked that the witness watches: no answer to read
+    def from_server(self, line: bytes, horizon: int) -> None:
         with self._lock:
-            seen = self.envelopes.from_server(line)
+            seen = self.envelopes.from_server(line, horizon)
         self.observe(seen)
 
 

@@ -89,6 +89,23 @@ static int write_all(int fd, const char *data, size_t size) {
     return 0;
 }
 
+/* The server's side goes to the tap in frames: this header, then `length` bytes of the chunk. `horizon` is the
+ * count of the agent's bytes tapped when the chunk was read from the server: a request that ended past it had not
+ * reached the server then, so nothing in the chunk answers it (whatever id a line carries). RESUMED: bytes went by
+ * untapped before this frame, whose bytes start a line; a part line the reader holds is no line. */
+struct frame {
+    unsigned long long horizon;
+    unsigned int length;
+    unsigned int flags;
+};
+#define RESUMED 1U
+
+static int write_frame(int tap, unsigned long long horizon, unsigned int flags, const char *data, size_t size) {
+    struct frame head = {.horizon = horizon, .length = (unsigned int)size, .flags = flags};
+    if (write_all(tap, (const char *)&head, sizeof head) < 0) return -1;
+    return size > 0 ? write_all(tap, data, size) : 0;
+}
+
 static void close_gate(unsigned long long *word, size_t tapped) {
     unsigned long long old = __atomic_load_n(word, __ATOMIC_SEQ_CST);
     unsigned long long new;
@@ -98,8 +115,8 @@ static void close_gate(unsigned long long *word, size_t tapped) {
 }
 
 /* What of a chunk of the server's goes to the tap once the gate closed again after some went untapped: nothing
- * of the line that was under way (it began with no answer awaited), so a marker that spoils any part line the
- * reader holds, then everything from the next line on. Returns where the tapped part starts, or `got` for none. */
+ * of the line that was under way (it began with no answer awaited), then everything from the next line on.
+ * Returns where the tapped part starts, or `got` for none. */
 static size_t resume_at(const char *buf, size_t got, int *seeking) {
     if (!*seeking) return 0;
     const char *newline = memchr(buf, '\n', got);
@@ -133,8 +150,9 @@ static ssize_t splice_unread(int src, int dst, unsigned long long *word) {
 PyDoc_STRVAR(copy_doc,
 "copy(src, dst, tap, side, chunk, gate) -> (end, tap_ok)\n\n"
 "Copy `src` to `dst` as bytes arrive until `src` ends (end 0), fails (1) or `dst` refuses a write (2). Each\n"
-"chunk also goes whole to `tap` (-1 for none): the agent's side (0) before `dst`, counted in `gate`; the server's\n"
-"side (1) after `dst`, and not while `gate` is open (then a line resumed is marked with b'\\x00\\n').\n"
+"chunk also goes to `tap` (-1 for none): the agent's side (0) whole, before `dst`, counted in `gate`; the server's\n"
+"side (1) after `dst`, in frames (a 16-byte header: horizon u64, length u32, flags u32), and not while `gate` is\n"
+"open.\n"
 "`tap_ok` is false when the tap failed and was dropped. The interpreter lock is released for the whole copy.");
 
 static PyObject *relay_copy(PyObject *self, PyObject *args) {
@@ -194,6 +212,8 @@ static PyObject *relay_copy(PyObject *self, PyObject *args) {
             break;
         }
         if (got == 0) break;
+        /* The gate as it was with these bytes in hand, before the agent can see them and answer. */
+        unsigned long long seen = side == SERVER_SIDE ? __atomic_load_n(word, __ATOMIC_SEQ_CST) : 0;
         if (side == AGENT_SIDE) {
             if (tap >= 0 && write_all(tap, buf, (size_t)got) < 0) {
                 tap = -1;
@@ -206,23 +226,23 @@ static PyObject *relay_copy(PyObject *self, PyObject *args) {
             break;
         }
         if (side == SERVER_SIDE && tap >= 0) {
-            if (__atomic_load_n(word, __ATOMIC_SEQ_CST) & SKIP) {
+            if (seen & SKIP) {
                 untapped = 1;
                 last = buf[got - 1];
                 continue;
             }
-            size_t from = 0;
+            unsigned int flags = 0;
             if (untapped) {
                 untapped = 0;
                 seeking = last != '\n';
-                if (write_all(tap, "\0\n", 2) < 0) goto tap_failed;
+                flags = RESUMED;
             }
-            from = resume_at(buf, (size_t)got, &seeking);
-            if (from < (size_t)got && write_all(tap, buf + from, (size_t)got - from) < 0) goto tap_failed;
-            continue;
-        tap_failed:
-            tap = -1;
-            tap_ok = 0;
+            size_t from = resume_at(buf, (size_t)got, &seeking);
+            if ((from < (size_t)got || flags) &&
+                write_frame(tap, seen >> 1, flags, buf + from, (size_t)got - from) < 0) {
+                tap = -1;
+                tap_ok = 0;
+            }
         }
     }
     Py_END_ALLOW_THREADS

@@ -39,7 +39,11 @@ _AGENT_SIDE, _SERVER_SIDE = 0, 1  # agentctl/agent/witness_copy.c's names
 _COUNT_MASK = (1 << 63) - 1  # the gate counts the agent's bytes mod 2**63
 _F_SETPIPE_SZ = 1031
 
-Line = Callable[[bytes], None]
+# A line and a position in the agent's stream: for the agent's lines where each ended, for the server's the
+# horizon of what it can answer.
+Marked = Callable[[bytes, int], None]
+_FRAME = struct.Struct("=QII")  # the server's tap frames (agentctl/agent/witness_copy.c): horizon, length, flags
+_RESUMED = 1
 
 
 def compiled() -> bool:
@@ -50,16 +54,19 @@ def compiled() -> bool:
 class Relay:
     """The two directions of one server's link: agent -> server, and server -> agent.
 
-    `from_agent` and `from_server` get each complete line that may be a JSON object, in order; `waiting()` says
-    whether an answer is awaited (else the server's lines are not read at all); `agent_done()` is called once the
-    agent's side ended (it closed the server's stdin, or the server stopped taking it)."""
+    `from_agent` gets each complete line of the agent's that may be a JSON object, in order, with the offset in
+    the agent's stream where it ended; `from_server` each such line of the server's with its horizon: the most of
+    the agent's stream the server could have read before it wrote the line. `waiting()` says whether an answer is
+    awaited (else the server's lines are not read at all); `agent_done()` is called once the agent's side ended (it
+    closed the server's stdin, or the server stopped taking it)."""
 
-    def __init__(self, from_agent: Line, from_server: Line, waiting: Callable[[], bool],
+    def __init__(self, from_agent: Marked, from_server: Marked, waiting: Callable[[], bool],
                  agent_done: Callable[[], None], *, use_compiled: bool | None = None) -> None:
         self._from_agent, self._from_server = from_agent, from_server
         self._waiting, self._agent_done = waiting, agent_done
         self._compiled = compiled() if use_compiled is None else use_compiled and compiled()
         self._threads: list[threading.Thread] = []
+        self._agent_lines = Lines()  # the Python relay's: what of the agent's stream is noted (its offset)
 
     def start(self, agent_out: int, server_in: int, server_out: int, agent_in: int) -> None:
         """Relay `agent_out` -> `server_in` and `server_out` -> `agent_in` on threads of their own."""
@@ -98,15 +105,17 @@ class Relay:
     def _read_taps(self, up: int, down: int, gate: witness_copy.Gate) -> None:
         """Read what the two copies wrote to their taps until the server's side ends.
 
-        A chunk of the server's is read first, then all the agent's bytes so far: every request an answer in that
-        chunk can be for was tapped before the answer existed, so it is noted before the chunk is read. When none
-        is awaited then, the chunk is passed over unread (no line starting in it can be an answer), and the gate is
-        opened for exactly the agent's bytes read so far: the server's side goes untapped until the agent sends
-        more (see agentctl/agent/witness_copy.c)."""
+        The server's side comes in frames, each with its horizon: how far the agent's stream had been tapped when
+        the frame's bytes were read from the server. Before a frame is read all the agent's bytes there are now
+        are noted (every request the frame can answer was tapped before it), and a line of the frame is taken
+        for the answer to a request only if that request ended within the horizon. When nothing is awaited the
+        frame is passed over unread, and the gate is opened for exactly the agent's bytes read so far (unless a
+        line of the agent's is under way): the server's side then goes untapped until the agent sends more."""
         for fd in (up, down):
             os.set_blocking(fd, False)
         agent, server = _Tap(up, self._from_agent), Lines()
         buf = bytearray(CHUNK)
+        frames = bytearray()
         poller = select.poll()
         poller.register(up, select.POLLIN)
         poller.register(down, select.POLLIN)
@@ -114,28 +123,53 @@ class Relay:
             while True:
                 poller.poll()
                 size = _read(down, buf)
+                if size:
+                    frames += memoryview(buf)[:size]
                 drained = agent.drain()
                 if not agent.open:
                     with contextlib.suppress(KeyError):
                         poller.unregister(up)
+                while len(frames) >= _FRAME.size:
+                    horizon, length, flags = _FRAME.unpack_from(frames)
+                    end = _FRAME.size + length
+                    if len(frames) < end:
+                        break
+                    self._server_frame(server, horizon, flags, frames, _FRAME.size, end, agent.collecting)
+                    del frames[:end]
                 if size == 0:
                     return
-                if size and not self._waiting():
-                    server.resync(bytes(buf[size - 1:size]))
-                elif size:
-                    for line in server.feed(buf, size):
-                        self._from_server(line)
-                if not self._waiting():
-                    witness_copy.open_gate(gate, agent.total & _COUNT_MASK)
+                if not self._waiting() and not agent.collecting:
+                    witness_copy.open_gate(gate, agent.offset & _COUNT_MASK)
                 if (size or 0) + drained < QUIET:
                     time.sleep(PACE)
         finally:
             os.close(up)
             os.close(down)
 
+    def _server_frame(self, lines: Lines, horizon: int, flags: int, frames: bytearray, start: int, end: int,
+                      agent_collecting: bool) -> None:
+        if flags & _RESUMED:
+            lines.resync(b"\n")  # the frame starts a line; what was held of an earlier one is no line
+        if start == end:
+            return
+        if not self._waiting() and not agent_collecting:
+            lines.resync(bytes(frames[end - 1:end]))
+            return
+        for line, _ in lines.feed_ends(frames[start:end]):
+            self._from_server(line, horizon)
+
+    def _awaiting(self) -> bool:
+        """An answer may be coming: a watched request awaits one, or a line of the agent's is under way (a server
+        may answer an object before its newline arrives)."""
+        return self._waiting() or self._agent_lines.collecting
+
+    def _answer(self, line: bytes, horizon: int) -> None:
+        if self._awaiting():
+            self._from_server(line, horizon)
+
     def _upstream(self, src: int, dst: int) -> None:
         """Agent -> server: every byte as it comes; the agent's requests noted by id before they go on."""
-        _pump(src, dst, self._from_agent, note_first=True)
+        _pump(src, dst, self._agent_lines, self._from_agent, note_first=True)
         self._agent_done()
         with contextlib.suppress(OSError):
             os.close(dst)
@@ -143,19 +177,28 @@ class Relay:
     def _downstream(self, src: int, dst: int) -> None:
         """Server -> agent: every byte as it comes; the lines read while an answer is awaited. When the agent stops
         reading, the server's next write fails as it would directly."""
-        _pump(src, dst, self._from_server, spliceable=lambda: not self._waiting())
+        _pump(src, dst, Lines(), self._answer, horizon=lambda: self._agent_lines.offset,
+              spliceable=lambda: not self._awaiting())
         with contextlib.suppress(OSError):
             os.close(src)
 
 
 class _Tap:
-    """The agent's tap: drained whole at each look, its lines handed on as they complete."""
+    """The agent's tap: drained whole at each look, its lines handed on with where they end."""
 
-    def __init__(self, fd: int, on_line: Line) -> None:
-        self.fd, self.open, self.total = fd, True, 0
+    def __init__(self, fd: int, on_line: Marked) -> None:
+        self.fd, self.open = fd, True
         self._on_line = on_line
         self._lines = Lines()
         self._buf = bytearray(CHUNK)
+
+    @property
+    def offset(self) -> int:
+        return self._lines.offset
+
+    @property
+    def collecting(self) -> bool:
+        return self._lines.collecting
 
     def drain(self) -> int:
         """Read all there is now; the byte count."""
@@ -168,9 +211,8 @@ class _Tap:
                 self.open = False
                 break
             total += size
-            self.total += size
-            for line in self._lines.feed(self._buf, size):
-                self._on_line(line)
+            for line, end in self._lines.feed_ends(self._buf, size):
+                self._on_line(line, end)
         return total
 
 
@@ -184,15 +226,15 @@ def _read(fd: int, buf: bytearray) -> int | None:
         return 0
 
 
-def _pump(src: int, dst: int, on_line: Line, note_first: bool = False,
-          spliceable: Callable[[], bool] | None = None) -> None:
+def _pump(src: int, dst: int, lines: Lines, on_line: Marked, note_first: bool = False,
+          spliceable: Callable[[], bool] | None = None, horizon: Callable[[], int] | None = None) -> None:
     """Copy `src` to `dst` chunk by chunk as it arrives, until either end closes.
 
     One buffer, reused: a read of up to CHUNK bytes lands in it and goes on at once (or, `note_first`, once its
     lines are noted), and is searched for the lines that may be envelopes (bulk data is passed over in one
     C-level search per chunk). While `spliceable()` says no answer is awaited, the bytes move pipe to pipe in
-    the kernel (splice), never read at all (see _splice_unread)."""
-    lines = Lines()
+    the kernel (splice), never read at all (see _splice_unread). `note_first`: each line goes with where it
+    ended; else with `horizon()` as it was when the chunk was read, before the agent could see it."""
     buf = bytearray(CHUNK)
     view = memoryview(buf)
     while True:
@@ -211,13 +253,14 @@ def _pump(src: int, dst: int, on_line: Line, note_first: bool = False,
         if not size:
             return
         if note_first:
-            for line in lines.feed(buf, size):
-                on_line(line)
+            for line, end in lines.feed_ends(buf, size):
+                on_line(line, end)
+        seen = horizon() if horizon is not None else 0
         if not _write_all(dst, view[:size]):
             return
         if not note_first:
-            for line in lines.feed(buf, size):
-                on_line(line)
+            for line, _ in lines.feed_ends(buf, size):
+                on_line(line, seen)
 
 
 def _splice_unread(src: int, dst: int, lines: Lines, spliceable: Callable[[], bool]) -> int | None:

@@ -22,6 +22,10 @@ from agentctl.evidence.catalog import catalog_hash
 MAX_PARSED_LINE = 4 * 1024 * 1024
 MAX_PENDING = 1024  # requests awaiting their answer; the oldest is forgotten beyond this
 MAX_NAMES = 256  # tool names kept of one list (the count stays whole)
+# Answers to no request the witness knows yet, held for the one whose line is still under way (a server may answer
+# an object before its newline arrives): the last few, each at most this long, never kept beyond that request.
+MAX_EARLY = 4
+MAX_EARLY_LINE = 1024 * 1024
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 _TEXT = re.compile(r"^[\x20-\x7e]{1,64}$")
 _WATCHED = ("initialize", "tools/list", "tools/call")
@@ -43,6 +47,7 @@ class Lines:
 
     def __init__(self, max_line: int = MAX_PARSED_LINE) -> None:
         self.max_line = max_line
+        self.offset = 0  # bytes of the stream fed so far
         self._buf = bytearray()
         self._state = _AT_START
         self.skipped = 0
@@ -61,8 +66,15 @@ class Lines:
     def feed(self, chunk: bytes | bytearray, size: int | None = None) -> list[bytes]:
         """The complete object lines that end in `chunk[:size]` (a reused buffer is never kept: what is held
         across chunks is copied)."""
-        lines: list[bytes] = []
+        return [line for line, _ in self.feed_ends(chunk, size)]
+
+    def feed_ends(self, chunk: bytes | bytearray, size: int | None = None) -> list[tuple[bytes, int]]:
+        """`feed`, each line with the stream offset just past its last byte (where its newline is: a reader that
+        takes an object once it is complete may answer before the newline reaches it)."""
+        lines: list[tuple[bytes, int]] = []
         start, size = 0, len(chunk) if size is None else size
+        base = self.offset
+        self.offset += size
         while start < size:
             if self._state == _SKIP:
                 found = _NEXT_OBJECT.search(chunk, start, size)
@@ -84,7 +96,7 @@ class Lines:
                         self._buf += chunk[start:size]
                     return lines
                 if len(self._buf) + end - start <= self.max_line:
-                    lines.append(bytes(self._buf + chunk[start:end]))
+                    lines.append((bytes(self._buf + chunk[start:end]), base + end))
                 else:
                     self.skipped += 1
                 self._buf.clear()
@@ -104,7 +116,9 @@ class Envelopes:
     """Pairs the agent's watched requests with the server's answers; both directions feed one instance."""
 
     def __init__(self) -> None:
-        self._pending: OrderedDict[tuple[str, Any], tuple[str, str | None, bool]] = OrderedDict()
+        # id -> (method, tool, a continued list, where the request's line ended in the agent's stream)
+        self._pending: OrderedDict[tuple[str, Any], tuple[str, str | None, bool, int]] = OrderedDict()
+        self._early: OrderedDict[tuple[str, Any], tuple[bytes, int]] = OrderedDict()  # id -> (line, its horizon)
         self._names: list[str] = []
         self._tools: list[Any] = []
         self._count = 0
@@ -114,29 +128,45 @@ class Envelopes:
         """Whether a watched request awaits its answer (else the server's lines need no reading)."""
         return bool(self._pending)
 
-    def from_agent(self, line: bytes) -> None:
+    def from_agent(self, line: bytes, end: int = 0) -> Observation | None:
+        """A line of the agent's, which ended at offset `end` of its stream; what an answer the server gave
+        before the line was whole says, if it gave one."""
         message = _decode(line, _Request)
         if message is None or not isinstance(message.method, str) or message.id is UNSET:
-            return
+            return None
         method = message.method
         key = _key(message.id)
         if method not in _WATCHED or key is None:
-            return
+            return None
         params = _decode(message.params, _Params) if method != "initialize" else None
         tool = params.name if params is not None and method == "tools/call" else None
         tool = tool if isinstance(tool, str) and _TOOL_NAME.fullmatch(tool) else ("?" if tool is not None else None)
-        self._pending[key] = (method, tool, params is not None and params.cursor is not None)
+        self._pending[key] = (method, tool, params is not None and params.cursor is not None, end)
         while len(self._pending) > MAX_PENDING:
             self._pending.popitem(last=False)
+        early = self._early.pop(key, None)
+        return self.from_server(*early) if early is not None else None
 
-    def from_server(self, line: bytes) -> Observation | None:
+    def from_server(self, line: bytes, horizon: int | None = None) -> Observation | None:
+        """A line of the server's, read when the agent's stream had reached `horizon` bytes at the most: a request
+        that ended past it had not reached the server, so this line is not its answer (a server that writes an
+        answer ahead, to an id the agent has yet to use, is not taken at its word)."""
         message = _decode(line, _Answer)
         if message is None or message.method is not UNSET or message.id is UNSET:
             return None
         key = _key(message.id)
-        if key is None or key not in self._pending:
+        if key is None:
             return None
-        method, tool, continued = self._pending.pop(key)
+        if key not in self._pending:
+            if horizon is not None and len(line) <= MAX_EARLY_LINE:
+                self._early[key] = (line, horizon)
+                self._early.move_to_end(key)
+                while len(self._early) > MAX_EARLY:
+                    self._early.popitem(last=False)
+            return None
+        if horizon is not None and self._pending[key][3] > horizon:
+            return None
+        method, tool, continued, _end = self._pending.pop(key)
         if method == "tools/call":
             # Only `isError` is read of a call's result: its content is skipped by the decoder, never built.
             outcome = _decode(message.result, _CallResult)

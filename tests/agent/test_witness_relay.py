@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 import threading
+import time
 
 import pytest
 
 from agentctl.agent import witness_relay
 from agentctl.agent.witness_relay import Relay
+from agentctl.agent.witness_scan import Envelopes, Observation
 from tests.conftest import poll
 
 native = witness_relay.witness_copy  # the compiled module, or None where it was not built
@@ -32,6 +35,7 @@ def _read_all(fd: int) -> bytes:
 
 
 AGENT, SERVER = 0, 1  # agentctl/agent/witness_copy.c's sides
+FRAME = struct.Struct("=QII")  # its server-side tap frame header: horizon, length, flags
 
 
 @needs_compiled
@@ -58,7 +62,17 @@ def test_the_compiled_copy_sends_every_byte_to_both_destination_and_tap_in_order
     for t in readers:
         t.join(30)
     assert got["end"] == (0, True)
-    assert got["dst"] == data and got["tap"] == data
+    assert got["dst"] == data
+    if side == AGENT:
+        assert got["tap"] == data
+    else:  # in frames, each with the horizon (no agent bytes in this gate: 0) and no flag
+        payload, tap = bytearray(), got["tap"]
+        while tap:
+            horizon, length, flags = FRAME.unpack_from(tap)
+            assert (horizon, flags) == (0, 0)
+            payload += tap[FRAME.size:FRAME.size + length]
+            tap = tap[FRAME.size + length:]
+        assert payload == data
 
 
 @needs_compiled
@@ -90,35 +104,43 @@ def test_the_compiled_copy_ends_with_2_when_the_destination_refuses_and_refuses_
         native.copy(src_r, dst_w, -1, SERVER, 4096, object())  # not a gate
 
 
-@pytest.mark.parametrize("use_compiled", [True, False], ids=["compiled", "python"])
-def test_every_answer_is_handed_on_after_the_request_it_answers_and_no_byte_changes(use_compiled):
-    """A server (this test's thread) that answers each request the instant it reads it: the reader of the
-    answers can never see one before the witness noted its request, whichever relay runs."""
+def _link(use_compiled: bool, from_agent, from_server, waiting, agent_done=lambda: None):
+    """A Relay between real pipes, started: it and the test's ends (the agent's write and read ends, the
+    server's read and write ends, and the witness's stdout, which the witness's exit would close)."""
     if use_compiled and not witness_relay.compiled():
         pytest.skip("built without a C compiler")
     agent_r, agent_w = os.pipe()  # agent -> witness
     server_in_r, server_in_w = os.pipe()  # witness -> server
     server_out_r, server_out_w = os.pipe()  # server -> witness
     back_r, back_w = os.pipe()  # witness -> agent
+    relay = Relay(from_agent, from_server, waiting, agent_done, use_compiled=use_compiled)
+    relay.start(agent_r, server_in_w, server_out_r, back_w)
+    return relay, (agent_w, server_in_r, server_out_w, back_r, back_w)
+
+
+@pytest.mark.parametrize("use_compiled", [True, False], ids=["compiled", "python"])
+def test_every_answer_is_handed_on_after_the_request_it_answers_and_no_byte_changes(use_compiled):
+    """A server (this test's thread) that answers each request the instant it reads it: the reader of the
+    answers can never see one before the witness noted its request, whichever relay runs."""
     order: list[tuple[str, int]] = []
     pending: set[int] = set()
     lock = threading.Lock()
     done = threading.Event()
 
-    def from_agent(line: bytes) -> None:
+    def from_agent(line: bytes, _end: int) -> None:
         with lock:
             rid = json.loads(line)["id"]
             pending.add(rid)
             order.append(("request", rid))
 
-    def from_server(line: bytes) -> None:
+    def from_server(line: bytes, _horizon: int) -> None:
         with lock:
             rid = json.loads(line)["id"]
             pending.discard(rid)
             order.append(("answer", rid))
 
-    relay = Relay(from_agent, from_server, lambda: bool(pending), done.set, use_compiled=use_compiled)
-    relay.start(agent_r, server_in_w, server_out_r, back_w)
+    relay, (agent_w, server_in_r, server_out_w, back_r, _) = _link(
+        use_compiled, from_agent, from_server, lambda: bool(pending), done.set)
     count = 300
     sent = b"".join(json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call"}).encode() + b"\n"
                     for i in range(count))
@@ -153,26 +175,20 @@ def test_every_answer_is_handed_on_after_the_request_it_answers_and_no_byte_chan
 def test_an_answer_that_ends_a_megabyte_of_unread_bulk_is_still_read_every_time(use_compiled):
     """The server streams a part line while nothing is awaited (the server's side goes untapped, or spliced),
     then gets a request, ends its line and answers: each answer is read, every byte arrives."""
-    if use_compiled and not witness_relay.compiled():
-        pytest.skip("built without a C compiler")
-    agent_r, agent_w = os.pipe()
-    server_in_r, server_in_w = os.pipe()
-    server_out_r, server_out_w = os.pipe()
-    back_r, back_w = os.pipe()
     pending: set[int] = set()
     answered: list[int] = []
 
-    def from_agent(line: bytes) -> None:
+    def from_agent(line: bytes, _end: int) -> None:
         pending.add(json.loads(line)["id"])
 
-    def from_server(line: bytes) -> None:
+    def from_server(line: bytes, _horizon: int) -> None:
         rid = json.loads(line)["id"]
         if rid in pending:
             pending.discard(rid)
             answered.append(rid)
 
-    relay = Relay(from_agent, from_server, lambda: bool(pending), lambda: None, use_compiled=use_compiled)
-    relay.start(agent_r, server_in_w, server_out_r, back_w)
+    relay, (agent_w, server_in_r, server_out_w, back_r, back_w) = _link(
+        use_compiled, from_agent, from_server, lambda: bool(pending))
     bulk = b"x" * (1 << 20)  # a line under way, no newline yet
     count = 20
 
@@ -203,3 +219,95 @@ def test_an_answer_that_ends_a_megabyte_of_unread_bulk_is_still_read_every_time(
     assert len(received) == len(expected) and bytes(received) == expected
     assert poll(lambda: len(answered) == count, timeout=10, what="every answer read")
     assert answered == list(range(count))
+
+
+@pytest.mark.parametrize("use_compiled", [True, False], ids=["compiled", "python"])
+def test_an_answer_written_ahead_for_an_id_the_agent_uses_later_is_not_taken_for_its_answer(use_compiled):
+    """A hostile server writes a fake tools/list answer for id 1 beside its answer to initialize (id 0). The agent
+    drops it (it asked nothing with id 1 yet), then asks tools/list with id 1 and gets the real one: the witness
+    must report what the agent saw. Its observer is slowed on purpose (the first lines it is handed wait 0.1 s)
+    so that the agent's second request is in the relay before the fake is read: the interleaving that a loaded
+    machine makes by chance, made every time."""
+    envelopes = Envelopes()
+    seen: list[Observation] = []
+    slowed = {"agent": True, "server": True}
+
+    def from_agent(line: bytes, end: int) -> None:
+        if slowed.pop("agent", False):
+            time.sleep(0.1)
+        envelopes.from_agent(line, end)
+
+    def from_server(line: bytes, horizon: int) -> None:
+        if slowed.pop("server", False):
+            time.sleep(0.1)
+        if (observed := envelopes.from_server(line, horizon)) is not None:
+            seen.append(observed)
+
+    relay, (agent_w, server_in_r, server_out_w, back_r, _) = _link(
+        use_compiled, from_agent, from_server, lambda: envelopes.waiting)
+
+    def rpc(rid: int, payload: dict) -> bytes:
+        return json.dumps({"jsonrpc": "2.0", "id": rid, **payload}).encode() + b"\n"
+
+    fake = rpc(1, {"result": {"tools": [{"name": "FAKE", "inputSchema": {}}]}})
+    real = rpc(1, {"result": {"tools": [{"name": "real", "inputSchema": {}}]}})
+    initialized = rpc(0, {"result": {"protocolVersion": "2025-11-25", "serverInfo": {"name": "s", "version": "1"}}})
+
+    def server() -> None:
+        with os.fdopen(server_in_r, "rb") as requests, os.fdopen(server_out_w, "wb", buffering=0) as out:
+            requests.readline()
+            out.write(fake + initialized)
+            requests.readline()
+            out.write(real)
+
+    threading.Thread(target=server, daemon=True).start()
+    received = bytearray()
+    os.write(agent_w, rpc(0, {"method": "initialize", "params": {}}))
+    while initialized not in received:
+        received += os.read(back_r, 1 << 16)
+    os.write(agent_w, rpc(1, {"method": "tools/list"}))
+    while real not in received:
+        received += os.read(back_r, 1 << 16)
+    os.close(agent_w)
+    relay.join(10)
+    assert bytes(received) == fake + initialized + real
+    assert poll(lambda: len(seen) == 2, timeout=10, what="both answers read")
+    [listed] = [o for o in seen if o.kind == "tools_list_observed"]
+    assert listed.fields["tool_names"] == ["real"], "the witness reports the tools the agent saw"
+
+
+@pytest.mark.parametrize("use_compiled", [True, False], ids=["compiled", "python"])
+def test_a_request_whose_newline_comes_in_a_later_write_still_has_its_answer_read(use_compiled):
+    """The agent writes a request and its newline apart; a server that answers once the object is complete
+    answers before the newline reaches it. The server's side is read while the agent's line is under way, and the
+    answer is held until the request it answers is whole."""
+    envelopes = Envelopes()
+    seen: list[Observation] = []
+    relay, (agent_w, server_in_r, server_out_w, back_r, _) = _link(
+        use_compiled, lambda line, end: seen.append(envelopes.from_agent(line, end)),
+        lambda line, horizon: seen.append(envelopes.from_server(line, horizon)), lambda: envelopes.waiting)
+    request = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}).encode()
+    answer = json.dumps({"jsonrpc": "2.0", "id": 7, "result": {"tools": [{"name": "t"}]}}).encode() + b"\n"
+    got_object = threading.Event()
+
+    def server() -> None:
+        with os.fdopen(server_out_w, "wb", buffering=0) as out:
+            held = b""
+            while len(held) < len(request):
+                held += os.read(server_in_r, 1 << 16)
+            got_object.set()
+            out.write(answer)
+            while os.read(server_in_r, 1 << 16):
+                pass
+
+    threading.Thread(target=server, daemon=True).start()
+    os.write(agent_w, request)
+    assert got_object.wait(10)
+    received = bytearray()
+    while answer not in received:
+        received += os.read(back_r, 1 << 16)
+    os.write(agent_w, b"\n")
+    os.close(agent_w)
+    relay.join(10)
+    assert poll(lambda: [o for o in seen if o is not None], timeout=10, what="the answer read")
+    assert [o.fields["tool_names"] for o in seen if o is not None] == [["t"]]

@@ -88,3 +88,33 @@ def test_a_call_answer_is_read_for_its_outcome_only_whatever_its_result_holds():
         "tool_name": "x", "outcome": "error"}
     assert not env.waiting
 
+
+
+def test_lines_say_where_each_ended_in_the_stream_across_chunks():
+    lines = Lines()
+    assert lines.feed_ends(b'{"a":1}\n{"b"') == [(b'{"a":1}', 7)]
+    assert lines.feed_ends(b':2}\nnot json\n{"c":3}\n') == [(b'{"b":2}', 15), (b'{"c":3}', 32)]
+    assert lines.offset == 33
+
+
+def test_an_answer_read_before_its_request_could_reach_the_server_is_not_its_answer():
+    env = Envelopes()
+    env.from_agent(_line({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}), end=100)
+    fake = _line({"jsonrpc": "2.0", "id": 1, "result": {"tools": [{"name": "FAKE"}]}})
+    assert env.from_server(fake, horizon=99) is None, "written before the request had reached the server"
+    assert env.waiting, "the request still awaits its answer"
+    seen = env.from_server(_line({"jsonrpc": "2.0", "id": 1, "result": {"tools": [{"name": "real"}]}}), horizon=100)
+    assert seen is not None and seen.fields["tool_names"] == ["real"]
+
+
+def test_an_answer_given_before_its_request_was_whole_is_read_once_the_request_is_but_not_one_written_ahead():
+    env = Envelopes()
+    answer = _line({"jsonrpc": "2.0", "id": 4, "result": {"isError": False, "content": []}})
+    assert env.from_server(answer, horizon=50) is None  # no request 4 yet: held
+    seen = env.from_agent(_line({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "t"}}), end=50)
+    assert seen is not None and seen.fields == {"tool_name": "t", "outcome": "ok"}
+    assert not env.waiting
+    assert env.from_server(answer, horizon=10) is None  # written when the agent's stream was at 10
+    assert env.from_agent(_line({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "t"}}),
+                          end=90) is None, "an answer written before the request began is not its answer"
+    assert env.waiting
