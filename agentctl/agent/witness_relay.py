@@ -36,6 +36,7 @@ CHUNK = 1024 * 1024
 PACE = 0.002
 QUIET = 16 * 1024  # a round that read less than this was messages, not a stream (which is never paced)
 _AGENT_SIDE, _SERVER_SIDE = 0, 1  # agentctl/agent/witness_copy.c's names
+_END_DESTINATION = 2  # its copy ended because `dst` refused a write
 _COUNT_MASK = (1 << 63) - 1  # the gate counts the agent's bytes mod 2**63
 _F_SETPIPE_SZ = 1031
 
@@ -57,8 +58,8 @@ class Relay:
     `from_agent` gets each complete line of the agent's that may be a JSON object, in order, with the offset in
     the agent's stream where it ended; `from_server` each such line of the server's with its horizon: the most of
     the agent's stream the server could have read before it wrote the line. `waiting()` says whether an answer is
-    awaited (else the server's lines are not read at all); `agent_done()` is called once the agent's side ended (it
-    closed the server's stdin, or the server stopped taking it)."""
+    awaited (else the server's lines are not read at all); `agent_done()` is called once the agent closed its side
+    (not when the server stopped taking it)."""
 
     def __init__(self, from_agent: Marked, from_server: Marked, waiting: Callable[[], bool],
                  agent_done: Callable[[], None], *, use_compiled: bool | None = None) -> None:
@@ -95,9 +96,9 @@ class Relay:
         thread.start()
 
     def _copy(self, src: int, dst: int, mouth: int, upstream: bool, gate: witness_copy.Gate) -> None:
-        witness_copy.copy(src, dst, mouth, _AGENT_SIDE if upstream else _SERVER_SIDE, CHUNK, gate)
-        if upstream:
-            self._agent_done()
+        end, _tap_ok = witness_copy.copy(src, dst, mouth, _AGENT_SIDE if upstream else _SERVER_SIDE, CHUNK, gate)
+        if upstream and end != _END_DESTINATION:
+            self._agent_done()  # the agent closed its side (a server that stopped taking it is not the agent's end)
         with contextlib.suppress(OSError):
             os.close(dst if upstream else src)  # the server sees its stdin end / its next write fail, as directly
         os.close(mouth)  # the tap reader sees this direction end
@@ -169,8 +170,8 @@ class Relay:
 
     def _upstream(self, src: int, dst: int) -> None:
         """Agent -> server: every byte as it comes; the agent's requests noted by id before they go on."""
-        _pump(src, dst, self._agent_lines, self._from_agent, note_first=True)
-        self._agent_done()
+        if _pump(src, dst, self._agent_lines, self._from_agent, note_first=True):
+            self._agent_done()  # the agent closed its side (a server that stopped taking it is not the agent's end)
         with contextlib.suppress(OSError):
             os.close(dst)
 
@@ -227,8 +228,9 @@ def _read(fd: int, buf: bytearray) -> int | None:
 
 
 def _pump(src: int, dst: int, lines: Lines, on_line: Marked, note_first: bool = False,
-          spliceable: Callable[[], bool] | None = None, horizon: Callable[[], int] | None = None) -> None:
-    """Copy `src` to `dst` chunk by chunk as it arrives, until either end closes.
+          spliceable: Callable[[], bool] | None = None, horizon: Callable[[], int] | None = None) -> bool:
+    """Copy `src` to `dst` chunk by chunk as it arrives, until either end closes: True when `src` ended, False
+    when `dst` refused a write.
 
     One buffer, reused: a read of up to CHUNK bytes lands in it and goes on at once (or, `note_first`, once its
     lines are noted), and is searched for the lines that may be envelopes (bulk data is passed over in one
@@ -243,21 +245,21 @@ def _pump(src: int, dst: int, lines: Lines, on_line: Marked, note_first: bool = 
             if moved is None:
                 spliceable = None  # `dst` takes no splice (a terminal, say): read and write from now on
             elif moved < 0:
-                return
+                return False
             elif moved:
                 continue
         try:
             size = os.readv(src, [buf])
         except OSError:
-            return
+            return True
         if not size:
-            return
+            return True
         if note_first:
             for line, end in lines.feed_ends(buf, size):
                 on_line(line, end)
         seen = horizon() if horizon is not None else 0
         if not _write_all(dst, view[:size]):
-            return
+            return False
         if not note_first:
             for line, _ in lines.feed_ends(buf, size):
                 on_line(line, seen)

@@ -311,3 +311,19 @@ def test_a_request_whose_newline_comes_in_a_later_write_still_has_its_answer_rea
     relay.join(10)
     assert poll(lambda: [o for o in seen if o is not None], timeout=10, what="the answer read")
     assert [o.fields["tool_names"] for o in seen if o is not None] == [["t"]]
+
+
+@pytest.mark.parametrize("use_compiled", [True, False], ids=["compiled", "python"])
+def test_a_server_that_stopped_taking_input_is_not_the_agent_closing_its_side(use_compiled):
+    """Only the agent's own end of its side is its shutdown: a server gone (its stdin refuses the write) still
+    gets its exit reported by the witness."""
+    done = threading.Event()
+    relay, (agent_w, server_in_r, _server_out_w, _back_r, _) = _link(
+        use_compiled, lambda line, end: None, lambda line, horizon: None, lambda: False, done.set)
+    os.close(server_in_r)  # the server is gone: its stdin takes nothing
+    os.write(agent_w, b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n')
+    upstream = relay._threads[0]  # the agent's side
+    upstream.join(10)
+    assert not upstream.is_alive(), "the agent's side ended on the refused write"
+    assert not done.is_set(), "and that is not the agent closing its side"
+    os.close(agent_w)
