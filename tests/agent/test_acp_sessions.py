@@ -137,7 +137,7 @@ async def test_agent_that_exits_before_initialize_leaves_evidence_and_a_healthy_
 async def test_agent_that_never_answers_initialize_is_stopped_with_the_reason(tmp_path, short_tmp):
     extra = f"""
 [agent]
-command = {json.dumps([sys.executable, "-c", "import time; time.sleep(60)"])}
+command = {json.dumps([sys.executable, "-c", "import signal; signal.pause()"])}
 initialize_timeout = 0.5
 stop_grace = 0.2
 """

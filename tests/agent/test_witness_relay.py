@@ -8,7 +8,6 @@ import os
 import shutil
 import struct
 import threading
-import time
 
 import pytest
 
@@ -225,21 +224,25 @@ def test_an_answer_that_ends_a_megabyte_of_unread_bulk_is_still_read_every_time(
 def test_an_answer_written_ahead_for_an_id_the_agent_uses_later_is_not_taken_for_its_answer(use_compiled):
     """A hostile server writes a fake tools/list answer for id 1 beside its answer to initialize (id 0). The agent
     drops it (it asked nothing with id 1 yet), then asks tools/list with id 1 and gets the real one: the witness
-    must report what the agent saw. Its observer is slowed on purpose (the first lines it is handed wait 0.1 s)
-    so that the agent's second request is in the relay before the fake is read: the interleaving that a loaded
-    machine makes by chance, made every time."""
+    must report what the agent saw. The observer is held so that request 1 is noted before the fake is read (the
+    interleaving a loaded machine makes by chance, made every time): the compiled relay's reader is held at the
+    first request until the agent has the real answer; the Python relay's server side is held at the first line
+    it reads (the fake) until request 1 is noted."""
     envelopes = Envelopes()
     seen: list[Observation] = []
-    slowed = {"agent": True, "server": True}
+    second_noted, real_seen = threading.Event(), threading.Event()
+    held = {"agent": use_compiled, "server": not use_compiled}
 
     def from_agent(line: bytes, end: int) -> None:
-        if slowed.pop("agent", False):
-            time.sleep(0.1)
+        if held.pop("agent", False):
+            real_seen.wait(10)
         envelopes.from_agent(line, end)
+        if json.loads(line)["id"] == 1:
+            second_noted.set()
 
     def from_server(line: bytes, horizon: int) -> None:
-        if slowed.pop("server", False):
-            time.sleep(0.1)
+        if held.pop("server", False):
+            second_noted.wait(10)
         if (observed := envelopes.from_server(line, horizon)) is not None:
             seen.append(observed)
 
@@ -268,6 +271,7 @@ def test_an_answer_written_ahead_for_an_id_the_agent_uses_later_is_not_taken_for
     os.write(agent_w, rpc(1, {"method": "tools/list"}))
     while real not in received:
         received += os.read(back_r, 1 << 16)
+    real_seen.set()
     os.close(agent_w)
     relay.join(10)
     assert bytes(received) == fake + initialized + real

@@ -81,7 +81,7 @@ def test_a_helper_without_a_usable_encoding_means_encoding_unavailable(tmp_path,
 @pytest.mark.parametrize(
     ("command", "timeout"),
     [
-        ([sys.executable, "-c", "import time; time.sleep(60)"], 0.5),  # hangs: killed at the timeout
+        ([sys.executable, "-c", "import signal; signal.pause()"], 0.5),  # hangs: killed at the timeout
         ([sys.executable, "-c", "print('{\"v\": 1, \"counts\": [1]}')"], 10),  # answers nonsense
         ([sys.executable, "-c", "import os; os.kill(os.getpid(), 9)"], 10),  # dies
         (["/nonexistent/agentctl"], 10),  # cannot start

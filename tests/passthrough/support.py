@@ -69,7 +69,7 @@ url = "http://127.0.0.1:1/mcp"
 """
 
 # Stays alive until SIGTERM; stands in for a CLI whose own format the reference agent cannot read.
-SLEEPER = [sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); time.sleep(120)"]
+SLEEPER = [sys.executable, "-c", "import signal, sys; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); signal.pause()"]
 
 
 DEAD = "http://127.0.0.1:1"  # refused at once: profile servers the agent cannot reach

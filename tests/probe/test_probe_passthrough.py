@@ -22,7 +22,7 @@ from agentctl.probe.sentinel import SERVER_NAME, TOOL_NAME
 
 REF_CLAUDE = [sys.executable, "-m", "agentctl.testing.reference_agent", "--passthrough", "claude", "--connect-timeout", "20"]
 STREAM_JSON = ["-p", "hi", "--output-format", "stream-json", "--verbose"]
-SLEEPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(1)"]
+SLEEPER = [sys.executable, "-c", "import signal\nwhile True: signal.pause()"]
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -21,7 +21,7 @@ from tests.conftest import agentctl_cmd, poll, write_spec
 # An agent that reads its terminal slowly (raw mode, 4 KiB every 20 ms: a 400 KiB paste takes it 2 s, far longer
 # than the daemon's input bound lasts) and says how much it read and its SHA-256 once it has `want` bytes.
 SLOW_READER = r"""
-import hashlib, os, sys, time, tty
+import hashlib, os, signal, sys, time, tty
 tty.setraw(0)
 want = int(sys.argv[1])
 os.write(1, b"slow reader ready\r\n")
@@ -37,7 +37,7 @@ os.write(1, f"got {n} {h.hexdigest()}\r\n".encode())
 if len(sys.argv) > 2 and sys.argv[2] == "exit":
     sys.exit(0)  # reads no more: what is still in its terminal never reaches it
 if len(sys.argv) > 2:
-    time.sleep(3600)  # hung: reads nothing more, ever
+    signal.pause()  # hung: reads nothing more, ever, until killed
 while os.read(0, 65536):
     pass
 """
