@@ -46,21 +46,24 @@ def tree_of(proc: subprocess.Popen) -> list[int]:
         return []
 
 
-def blocked_reading(fifo: Path) -> None:
-    """Until a process holds `fifo` open for reading (blocked in open(), waiting for a writer)."""
-    def reader_waiting() -> bool:
+def writer_once_read(fifo: Path) -> int:
+    """A write end of `fifo`, opened once a process holds it open for reading (blocked in open(), waiting
+    for a writer). The end is kept: a probe that opened and closed a writer would let the reader's open()
+    return and its read() see end-of-file before the real data came."""
+    def open_writer() -> int | None:
         try:
-            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
         except OSError as exc:
             assert exc.errno == errno.ENXIO
-            return False
-        return True
+            return None
 
-    poll(reader_waiting, timeout=30, what="the command to reach its read of the FIFO")
+    fd = poll(open_writer, timeout=30, what="the command to reach its read of the FIFO")
+    os.set_blocking(fd, True)
+    return fd
 
 
-def feed(fifo: Path, data: bytes) -> None:
-    with open(fifo, "wb") as fh:
+def feed(fd: int, data: bytes) -> None:
+    with open(fd, "wb") as fh:
         fh.write(data)
 
 
@@ -94,9 +97,9 @@ def test_serve_sigterm_before_the_event_loop_is_kept_and_exits_0_having_started_
     src.mkdir()
     text = write_spec(src, state_dir=tmp_path / "state").read_bytes()
     with launched("serve", str(fifo), "--socket", str(sock)) as proc:
-        blocked_reading(fifo)
+        writer = writer_once_read(fifo)
         proc.send_signal(signal.SIGTERM)
-        feed(fifo, text)
+        feed(writer, text)
         out, err = proc.communicate(timeout=60)
     assert (proc.returncode, out) == (0, ""), err
     assert not sock.exists() and not (tmp_path / "state" / "exec-test").exists()
