@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import json
 import logging
 import re
@@ -231,6 +232,9 @@ async def connect_all(
     call_timeout: float,
 ) -> tuple[dict[str, McpConnection], list[ConnectFailed]]:
     """Connect to every entry concurrently; return the open connections and the failures (in order)."""
+    entries = list(entries)
+    if entries:
+        _import_client()
     conns = [
         McpConnection(e, modern=modern, client_name=client_name, client_version=client_version, call_timeout=call_timeout)
         for e in entries
@@ -251,6 +255,17 @@ async def connect_all(
             log.info("MCP server '%s' connected, %d tools", conn.name, len(conn.tools))
             opened[conn.name] = conn
     return opened, failures
+
+
+def _import_client() -> None:
+    """The SDK's client modules, imported before any connect timeout starts: a first import on a loaded
+    machine can take seconds, and it is not the server's answer that the timeout bounds."""
+    for module in _CLIENT_MODULES:
+        importlib.import_module(module)
+
+
+_CLIENT_MODULES = ("mcp_types", "mcp.client", "mcp.client.sse", "mcp.client.stdio", "mcp.client.streamable_http",
+                   "mcp.shared._httpx_utils")
 
 
 async def close_all(conns: Iterable[McpConnection]) -> None:

@@ -33,7 +33,7 @@ def agent_spec(
 ) -> Path:
     """A spec in `directory` running the reference agent with `flags` (TOML arrays accept JSON lists)."""
     directory.mkdir(parents=True, exist_ok=True)
-    command = json.dumps([*REFERENCE_AGENT, *flags, "--connect-timeout", "5"])
+    command = json.dumps([*REFERENCE_AGENT, *flags, "--connect-timeout", "20"])
     extra = f"""
 [agent]
 command = {command}

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent.serve_support import closed_port
 from tests.agent.witness_support import CANARY, HOSTILE, PY_SERVER
 from tests.conftest import poll
 
@@ -39,7 +38,7 @@ def relay(request, monkeypatch) -> str:
 class Sink:
     """A loopback HTTP listener keeping every witness report body (the daemon's stand-in)."""
 
-    def __init__(self, port: int = 0, keep_alive: bool = False) -> None:
+    def __init__(self, keep_alive: bool = False, listening: bool = True) -> None:
         reports: list[dict] = []
         self.reports = reports
         self.raw: list[bytes] = []
@@ -63,15 +62,25 @@ class Sink:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        # Bound at once, so no other test can take the port; a sink not yet listening refuses connections.
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler, bind_and_activate=False)
+        self.server.server_bind()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/witness"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self._serving: threading.Thread | None = None
+        if listening:
+            self.listen()
+
+    def listen(self) -> None:
+        self.server.server_activate()
+        self._serving = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._serving.start()
 
     def events(self, kind: str) -> list[dict]:
         return [e for r in self.reports for e in r["events"] if e["kind"] == kind]
 
     def close(self) -> None:
-        self.server.shutdown()
+        if self._serving is not None:  # shutdown() waits for a serve_forever() that must have started
+            self.server.shutdown()
         self.server.server_close()
 
 
@@ -309,13 +318,13 @@ def test_a_daemon_that_drops_the_kept_connection_gets_the_next_reports_on_a_new_
 
 
 def test_with_the_daemon_gone_the_relay_goes_on_and_reports_arrive_once_it_is_back():
-    port = closed_port()
-    proc = _witness(f"http://127.0.0.1:{port}/witness", sys.executable, str(HOSTILE), "answer-init")
-    proc.stdin.write(b'{"jsonrpc":"2.0","id":7,"method":"initialize"}\n')
-    proc.stdin.flush()
-    assert json.loads(proc.stdout.readline())["id"] == 7, "no daemon, the agent is answered all the same"
-    back = Sink(port)
+    back = Sink(listening=False)
+    proc = _witness(back.url, sys.executable, str(HOSTILE), "answer-init")
     try:
+        proc.stdin.write(b'{"jsonrpc":"2.0","id":7,"method":"initialize"}\n')
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 7, "no daemon, the agent is answered all the same"
+        back.listen()
         poll(lambda: back.events("initialize_observed"), timeout=20, what="the report once the daemon is back")
         assert back.events("initialize_observed")[0]["server_name"] == "hostile"
     finally:

@@ -20,8 +20,8 @@ from tests.passthrough.support import (
     ARG_CANARY, CANARIES, DEAD, ENV_CANARY, HEADER_CANARY, SLEEPER, agent_section, mode, tree,
 )
 
-REF_CLAUDE = ["agentctl-reference-agent", "--passthrough", "claude", "--connect-timeout", "5"]
-REF_CODEX = ["agentctl-reference-agent", "--passthrough", "codex", "--connect-timeout", "5", "exec", "go"]
+REF_CLAUDE = ["agentctl-reference-agent", "--passthrough", "claude", "--connect-timeout", "20"]
+REF_CODEX = ["agentctl-reference-agent", "--passthrough", "codex", "--connect-timeout", "20", "exec", "go"]
 
 
 def rows(history) -> dict:

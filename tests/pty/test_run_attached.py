@@ -14,7 +14,7 @@ from agentctl.daemon.run_terminal import HeldLines
 from tests.conftest import agentctl_cmd, poll, write_spec
 from tests.pty.conftest import TUI_CMD
 
-REF_CLAUDE = ["agentctl-reference-agent", "--passthrough", "claude", "--connect-timeout", "5"]
+REF_CLAUDE = ["agentctl-reference-agent", "--passthrough", "claude", "--connect-timeout", "20"]
 
 
 def _spec(tmp_path: Path, command: list[str], strategy: str | None) -> Path:

@@ -132,17 +132,20 @@ async def test_a_stalled_upstream_never_blocks_recording_keeps_memory_bounded_an
         await eventually(lambda: publisher.connected)
         ledger = ctx.ledger
         attempt, _ = ledger.begin_attempt("session_new", SEEDS)
-        slowest = 0.0
+        took: list[float] = []
         most_held = 0
         for n in range(6000):
             t = time.perf_counter()
             ledger.record("tool_call_observed", attempt, "kandev", tool_name=f"tool-{n % 7}", outcome="ok",
                           summary="x" * 400)
-            slowest = max(slowest, time.perf_counter() - t)
+            took.append(time.perf_counter() - t)
             most_held = max(most_held, publisher.buffered_bytes)
             if n % 200 == 0:
                 await asyncio.sleep(0)  # let the sender run: it parks in drain, the listener keeps going
-        assert slowest < 0.05, f"recording blocked for {slowest:.3f} s"
+        # The third slowest of 6,000: one preemption or garbage collection may take a record past 50 ms on a
+        # busy machine; a send that blocked on the full socket would hold every record after it.
+        third = sorted(took)[-3]
+        assert third < 0.05, f"recording blocked for {third:.3f} s"
         # Memory held for the stalled upstream stays within the queue bound plus the transport's high water
         # mark and one frame, however much is recorded.
         assert most_held <= QUEUE_MAX_BYTES + WRITE_HIGH_WATER + P.MAX_FRAME_BYTES

@@ -94,9 +94,12 @@ async def browser() -> AsyncIterator[Any]:
     if path is None:
         unavailable(NO_CHROMIUM)
     try:
-        from playwright.async_api import async_playwright
+        from playwright.async_api import async_playwright, expect
     except ImportError:
         unavailable(NO_DRIVER)
+    # A page update crosses daemon, hub, event stream and Chromium, all on a machine shared with another worker:
+    # Playwright's 5 s default for `expect` is no bound chosen for that (a passing check returns at once).
+    expect.set_options(timeout=20_000)
     async with async_playwright() as p:
         # Playwright starts Chromium with a new empty profile directory of its own every launch.
         chromium = await p.chromium.launch(executable_path=path, args=CHROMIUM_FLAGS, headless=True)
