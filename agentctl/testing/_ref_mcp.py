@@ -258,8 +258,8 @@ async def connect_all(
 
 
 def _import_client() -> None:
-    """The SDK's client modules, imported before any connect timeout starts: a first import on a loaded
-    machine can take seconds, and it is not the server's answer that the timeout bounds."""
+    """The SDK's client modules, imported before any connect timeout starts: the timeout bounds the server's
+    answer, and a first import on a loaded machine can take seconds."""
     for module in _CLIENT_MODULES:
         importlib.import_module(module)
 
