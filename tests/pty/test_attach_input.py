@@ -32,7 +32,7 @@ while n < want:
         break
     h.update(data)
     n += len(data)
-    time.sleep(0.02)
+    time.sleep(0.02)  # the pace under test (an agent that reads slowly), not a wait for a result
 os.write(1, f"got {n} {h.hexdigest()}\r\n".encode())
 if len(sys.argv) > 2 and sys.argv[2] == "exit":
     sys.exit(0)  # reads no more: what is still in its terminal never reaches it
